@@ -1,0 +1,1 @@
+"""prime-rl launcher: RL, on-policy distillation and SFT-from-teacher behind one Hydra config."""

@@ -1,0 +1,230 @@
+"""The typed schema of a run. Every knob is a field here, with one line saying what it does.
+
+YAML in `conf/` only picks values; Hydra merges it onto these dataclasses in struct mode, so an
+unknown key (`trainer.loss.teacher_ta=1`) or a wrong type is an error, never a silent new key.
+"""
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Dict, List, Optional
+
+
+class TrainingMode(str, Enum):
+    rl = "rl"  # student rollouts, task rewards, GRPO advantages
+    opd = "opd"  # student rollouts scored token by token by a teacher (on-policy distillation)
+    sft = "sft"  # teacher rollouts, NLL on the student
+
+
+class TeacherKind(str, Enum):
+    none = "none"  # no teacher (rl)
+    local_vllm = "local_vllm"  # the launcher starts a vLLM server for teacher.model
+    external = "external"  # any OpenAI-compatible endpoint at teacher.base_url
+
+
+class LossType(str, Enum):
+    rl = "rl"  # importance-weighted policy gradient (rl and opd)
+    sft = "sft"  # masked NLL on completion tokens
+
+
+class WandbMode(str, Enum):
+    auto = "auto"  # online when WANDB_API_KEY is set, offline otherwise
+    online = "online"
+    offline = "offline"
+    disabled = "disabled"
+
+
+@dataclass
+class TinyModelConfig:
+    hidden_size: int = 128  # model width
+    num_layers: int = 2  # transformer blocks
+    num_heads: int = 4  # attention heads (head_dim = hidden/heads must be >= 32 for vLLM's CPU backend)
+    num_kv_heads: int = 2  # grouped-query KV heads
+    intermediate_size: int = 256  # MLP width
+    vocab_size: int = 320  # byte-level vocab padded to this size
+    init_seed: int = 0  # seed of the random init
+
+
+@dataclass
+class WarmStartConfig:
+    steps: int = 80  # SFT steps on the task's train split before anything else (0 = random init)
+    batch_size: int = 64  # examples per SFT step
+    lr: float = 1e-3  # peak learning rate
+    warmup_steps: int = 20  # linear warmup steps
+    schedule: str = "constant"  # lr after warmup: constant | cosine
+    seed: int = 0  # data order seed
+
+
+@dataclass
+class ModelConfig:
+    name: str = "tiny"  # "tiny" builds the built-in tiny Qwen2 model locally; otherwise a local Hugging Face model dir
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)  # architecture of the built-in model
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)  # SFT that turns the tiny model into a student
+    cache_dir: Optional[str] = None  # where built models are cached, keyed by recipe (None: $PRIME_RL_CACHE or ~/.cache/prime_rl)
+
+
+@dataclass
+class TaskConfig:
+    name: str = "reverse"  # built-in task (reverse | sort) or "jsonl" for your own data
+    path: Optional[str] = None  # jsonl: train file, one {"prompt": ..., "answer": ...} per line
+    eval_path: Optional[str] = None  # jsonl: eval file (default: the last num_eval lines of path)
+    num_train: int = 20000  # built-in: size of the train split
+    num_eval: int = 128  # size of the eval split
+    seed: int = 0  # built-in: seed of the generated examples
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = 1.0  # rollout sampling temperature
+    top_p: float = 1.0  # nucleus sampling
+    max_tokens: int = 16  # completion length cap
+
+
+@dataclass
+class VerificationConfig:
+    enabled: bool = True  # compute rewards with the task's verifier; false only with trainer.loss.adv_tau=0
+
+
+@dataclass
+class EvalConfig:
+    interval: int = 10  # evaluate every N steps (and at the first and last step); 0 = never
+    num_examples: int = 128  # eval prompts (from the task's eval split)
+    temperature: float = 1.0  # eval sampling temperature (0 = greedy)
+
+
+@dataclass
+class OrchestratorConfig:
+    training_mode: TrainingMode = TrainingMode.rl  # set from the top-level training_mode; do not set by hand
+    batch_size: int = 128  # rollouts per step (= prompts x rollouts_per_example)
+    rollouts_per_example: int = 8  # rollouts per prompt (GRPO group size)
+    max_async_level: int = 1  # rollouts of step n may come from a policy at most this many steps old
+    std_normalize: bool = False  # divide GRPO advantages by the group's reward std
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)  # rollout sampling
+    verification: VerificationConfig = field(default_factory=VerificationConfig)  # reward computation
+    eval: EvalConfig = field(default_factory=EvalConfig)  # periodic evaluation
+    request_timeout_s: float = 120.0  # per HTTP request to an inference server
+    max_retries: int = 3  # retries (with backoff) of a failed request before the run fails
+
+
+@dataclass
+class LossConfig:
+    type: LossType = LossType.rl  # rl (policy gradient) or sft (NLL); sft mode sets it
+    adv_tau: float = 1.0  # weight of the reward advantage; 0 = pure distillation
+    teacher_tau: float = 0.0  # weight of the per-token distillation advantage log p_T - log pi; > 0 in opd
+    kl_tau: float = 0.0  # weight of the (log ratio)^2 penalty against the inference policy
+    mask_band: float = 0.2  # drop tokens whose |pi - mu| (probabilities, trainer vs inference) exceeds this
+    teacher_adv_clip: float = 2.0  # clamp the per-token distillation advantage to +-this (0 = no clamp)
+    teacher_adv_center: bool = True  # subtract the batch mean of the distillation advantage
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 3e-4  # AdamW peak learning rate
+    beta1: float = 0.9  # AdamW beta1
+    beta2: float = 0.98  # AdamW beta2
+    weight_decay: float = 0.0  # AdamW weight decay
+    warmup_steps: int = 10  # linear lr warmup
+    max_grad_norm: float = 1.0  # gradient clipping
+
+
+@dataclass
+class LoraConfig:
+    enabled: bool = False  # train a peft LoRA adapter instead of all weights
+    rank: int = 8  # adapter rank (also vLLM's --max-lora-rank)
+    alpha: int = 16  # LoRA scaling numerator
+    dropout: float = 0.0  # dropout on the adapter input
+    target_modules: List[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )  # module names that get adapters
+    name: str = "student"  # adapter name served by vLLM and used for rollouts
+
+
+@dataclass
+class TrainerConfig:
+    loss: LossConfig = field(default_factory=LossConfig)  # loss and advantage shaping
+    optim: OptimConfig = field(default_factory=OptimConfig)  # optimizer
+    lora: LoraConfig = field(default_factory=LoraConfig)  # set by the lora group
+    micro_batch_size: int = 64  # samples per forward/backward; gradients accumulate over the step
+    device: str = "auto"  # auto (cuda when visible) | cpu | cuda
+    num_threads: int = 1  # torch CPU threads (1 is fastest on shared small CPUs)
+
+
+@dataclass
+class InferenceConfig:
+    host: str = "127.0.0.1"  # bind address of the vLLM servers
+    port: int = 0  # student server port; 0 = a free port chosen at plan time
+    dtype: str = "auto"  # vLLM --dtype; auto = float32 on CPU, bfloat16 on GPU
+    max_model_len: int = 512  # vLLM --max-model-len
+    kv_cache_bytes: int = 67108864  # CPU: vLLM --kv-cache-memory-bytes
+    gpu_memory_utilization: float = 0.9  # GPU: vLLM --gpu-memory-utilization
+    enforce_eager: bool = True  # vLLM --enforce-eager (fast start; no CUDA graphs)
+    extra_args: List[str] = field(default_factory=list)  # more vLLM CLI arguments, passed as given
+
+
+@dataclass
+class TeacherConfig:
+    kind: TeacherKind = TeacherKind.none  # set by the teacher group
+    model: str = ""  # local_vllm: "tiny" (built-in, trained longer) or a local model dir; external: the endpoint's model name
+    warm_start: WarmStartConfig = field(
+        default_factory=lambda: WarmStartConfig(steps=500, lr=3e-3, schedule="cosine")
+    )  # recipe of the built-in tiny teacher
+    base_url: Optional[str] = None  # external: OpenAI-compatible base URL, e.g. https://api.openai.com/v1
+    api_key_env: Optional[str] = None  # name of the env var that holds the API key (the key itself never enters the config)
+    headers: Dict[str, str] = field(default_factory=dict)  # extra HTTP headers (no secrets: use api_key_env)
+    port: int = 0  # local_vllm: teacher server port; 0 = a free port chosen at plan time
+    max_retries: int = 5  # retries (with backoff) of a failed teacher request
+    request_timeout_s: float = 120.0  # per teacher request
+
+
+@dataclass
+class DeploymentConfig:
+    num_infer_gpus: int = 0  # GPUs of the student vLLM server; 0 = CPU
+    num_train_gpus: int = 0  # GPUs of the trainer; 0 = CPU
+    num_teacher_gpus: Optional[int] = None  # GPUs of the local teacher vLLM server; None = no GPUs for it
+
+
+@dataclass
+class WandbConfig:
+    mode: WandbMode = WandbMode.auto  # auto | online | offline | disabled
+    project: str = "prime-rl"  # W&B project
+    entity: Optional[str] = None  # W&B entity (team or user)
+    name: Optional[str] = None  # run name (multirun: the job's overrides)
+    group: Optional[str] = None  # run group (multirun: the sweep)
+    tags: List[str] = field(default_factory=list)  # extra tags (mode, teacher and lora are always added)
+
+
+@dataclass
+class MonitorConfig:
+    wandb: WandbConfig = field(default_factory=WandbConfig)  # Weights & Biases
+    samples_interval: int = 10  # log a table of rollout samples every N steps; 0 = never
+
+
+@dataclass
+class CkptConfig:
+    interval: int = 50  # checkpoint trainer + orchestrator every N steps; 0 = only at the end
+    resume: bool = False  # continue from the latest checkpoint in the run dir
+    keep: int = 2  # checkpoints kept on disk (oldest deleted first)
+
+
+@dataclass
+class LauncherConfig:
+    dry_run: bool = False  # print the process plan, write configs/, start nothing
+    ready_timeout_s: float = 300.0  # give up on a server that is not ready after this long
+    stop_grace_s: float = 5.0  # between SIGTERM and SIGKILL of a process group
+
+
+@dataclass
+class Config:
+    training_mode: TrainingMode = TrainingMode.rl  # rl | opd | sft (picked by the training_mode group)
+    max_steps: int = 60  # optimizer steps
+    seed: int = 0  # seed of sampling order, rollouts and training
+    run_dir: Optional[str] = None  # set by the launcher to the Hydra run dir
+    model: ModelConfig = field(default_factory=ModelConfig)  # the student
+    task: TaskConfig = field(default_factory=TaskConfig)  # data and verifier
+    orchestrator: OrchestratorConfig = field(default_factory=OrchestratorConfig)  # rollouts, rewards, advantages
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)  # loss, optimizer, LoRA
+    inference: InferenceConfig = field(default_factory=InferenceConfig)  # vLLM servers
+    teacher: TeacherConfig = field(default_factory=TeacherConfig)  # opd / sft teacher
+    deployment: DeploymentConfig = field(default_factory=DeploymentConfig)  # GPU split
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)  # W&B, samples
+    ckpt: CkptConfig = field(default_factory=CkptConfig)  # checkpoints and resume
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)  # process supervision

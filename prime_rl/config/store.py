@@ -1,0 +1,24 @@
+"""Registers the schema with Hydra and turns configs (composed or written to a run dir) into typed objects."""
+
+from pathlib import Path
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+from prime_rl.config.schema import Config
+
+
+def register_configs() -> None:
+    """Make `base_config` (the whole schema) available to `conf/config.yaml`'s defaults list."""
+    ConfigStore.instance().store(name="base_config", node=Config)
+
+
+def to_config(cfg: DictConfig) -> Config:
+    """Typed, fully resolved Config from a composed DictConfig (raises on a missing or mistyped value)."""
+    return OmegaConf.to_object(cfg)
+
+
+def load_config(path: str | Path) -> Config:
+    """Read a role config the launcher wrote (`<run>/configs/<role>.yaml`) into a typed Config."""
+    merged = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(path))
+    return OmegaConf.to_object(merged)

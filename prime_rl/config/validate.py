@@ -1,0 +1,233 @@
+"""Every cross-field rule of a run (DESIGN.md §3), checked before any process starts or job is submitted.
+
+A broken rule raises ConfigError, whose one-line message names the offending keys and the fix;
+`launch.py` prints it and exits with code 2.
+"""
+
+import os
+from pathlib import Path
+from typing import Sequence
+from urllib.parse import urlparse
+
+from prime_rl.config.schema import Config, LossType, TeacherKind, TrainingMode
+
+# Header names that carry credentials; they belong in teacher.api_key_env, never in a config file.
+SECRET_HEADERS = {"authorization", "api-key", "x-api-key", "proxy-authorization"}
+
+
+class ConfigError(ValueError):
+    def __init__(self, keys: Sequence[str], problem: str, fix: str):
+        self.keys = list(keys)
+        super().__init__(f"invalid config [{', '.join(keys)}]: {problem}; fix: {fix}")
+
+
+def check(ok: bool, keys: Sequence[str], problem: str, fix: str) -> None:
+    if not ok:
+        raise ConfigError(keys, problem, fix)
+
+
+def validate(cfg: Config, visible_gpus: int = 0) -> None:
+    """Raise ConfigError on the first broken rule. `visible_gpus`: GPUs this process may use."""
+    for rule in (_ranges, _mode, _teacher, _lora, _paths, _gpus):
+        rule(cfg, visible_gpus)
+
+
+def _ranges(cfg: Config, _: int) -> None:
+    o, t = cfg.orchestrator, cfg.trainer
+    check(cfg.max_steps >= 1, ["max_steps"], f"must be >= 1, got {cfg.max_steps}", "set max_steps=100")
+    check(o.rollouts_per_example >= 1, ["orchestrator.rollouts_per_example"], "must be >= 1", "set it to 1 or more")
+    check(
+        o.batch_size >= 1 and o.batch_size % o.rollouts_per_example == 0,
+        ["orchestrator.batch_size", "orchestrator.rollouts_per_example"],
+        f"batch_size {o.batch_size} is not a positive multiple of rollouts_per_example {o.rollouts_per_example}",
+        "make batch_size a multiple of rollouts_per_example",
+    )
+    check(o.max_async_level >= 0, ["orchestrator.max_async_level"], "must be >= 0", "use 0 (synchronous) or more")
+    check(o.sampling.temperature >= 0, ["orchestrator.sampling.temperature"], "must be >= 0", "use e.g. 1.0")
+    check(0 < o.sampling.top_p <= 1, ["orchestrator.sampling.top_p"], "must be in (0, 1]", "use e.g. 1.0")
+    check(
+        0 < o.sampling.max_tokens < cfg.inference.max_model_len,
+        ["orchestrator.sampling.max_tokens", "inference.max_model_len"],
+        "max_tokens must be positive and below max_model_len",
+        "lower max_tokens or raise inference.max_model_len",
+    )
+    check(o.eval.interval >= 0, ["orchestrator.eval.interval"], "must be >= 0", "use 0 to disable eval")
+    check(o.eval.num_examples >= 1, ["orchestrator.eval.num_examples"], "must be >= 1", "use e.g. 64")
+    check(t.optim.lr >= 0, ["trainer.optim.lr"], f"must be >= 0, got {t.optim.lr}", "use e.g. 3e-4")
+    check(t.optim.max_grad_norm > 0, ["trainer.optim.max_grad_norm"], "must be > 0", "use e.g. 1.0")
+    check(t.micro_batch_size >= 1, ["trainer.micro_batch_size"], "must be >= 1", "use e.g. 64")
+    check(t.loss.adv_tau >= 0, ["trainer.loss.adv_tau"], "must be >= 0", "use 1.0, or 0 for pure distillation")
+    check(t.loss.teacher_tau >= 0, ["trainer.loss.teacher_tau"], "must be >= 0", "use a value > 0 in opd, 0 else")
+    check(t.loss.kl_tau >= 0, ["trainer.loss.kl_tau"], "must be >= 0", "use 0 to disable")
+    check(t.loss.mask_band > 0, ["trainer.loss.mask_band"], "must be > 0", "use e.g. 0.2")
+    check(cfg.ckpt.interval >= 0, ["ckpt.interval"], "must be >= 0", "use 0 to checkpoint only at the end")
+    for key, port in (("inference.port", cfg.inference.port), ("teacher.port", cfg.teacher.port)):
+        check(0 <= port <= 65535, [key], f"{port} is not a port", "use 0 to pick a free port")
+
+
+def _mode(cfg: Config, _: int) -> None:
+    mode, loss, teacher = cfg.training_mode, cfg.trainer.loss, cfg.teacher.kind
+    check(
+        cfg.orchestrator.training_mode == mode,
+        ["training_mode", "orchestrator.training_mode"],
+        f"orchestrator.training_mode={cfg.orchestrator.training_mode.value} differs from training_mode={mode.value}",
+        "set only the top-level training_mode=…",
+    )
+    want_loss = LossType.sft if mode == TrainingMode.sft else LossType.rl
+    check(
+        loss.type == want_loss,
+        ["training_mode", "trainer.loss.type"],
+        f"{mode.value} trains with loss.type={want_loss.value}, got {loss.type.value}",
+        f"drop trainer.loss.type (training_mode={mode.value} sets it)",
+    )
+    if mode == TrainingMode.rl:
+        check(
+            teacher == TeacherKind.none,
+            ["training_mode", "teacher"],
+            f"rl takes no teacher, got teacher={teacher.value}",
+            "use teacher=none, or training_mode=opd|sft to learn from a teacher",
+        )
+    else:
+        check(
+            teacher != TeacherKind.none,
+            ["training_mode", "teacher"],
+            f"{mode.value} needs a teacher",
+            "add teacher=local_vllm or teacher=external",
+        )
+    if mode == TrainingMode.opd:
+        check(
+            loss.teacher_tau > 0,
+            ["trainer.loss.teacher_tau"],
+            "opd needs teacher_tau > 0",
+            "set trainer.loss.teacher_tau=1.0",
+        )
+    else:
+        check(
+            loss.teacher_tau == 0,
+            ["trainer.loss.teacher_tau", "training_mode"],
+            f"teacher_tau={loss.teacher_tau} only applies in opd",
+            "set trainer.loss.teacher_tau=0 or training_mode=opd",
+        )
+    if mode == TrainingMode.rl:
+        check(
+            cfg.orchestrator.verification.enabled,
+            ["orchestrator.verification.enabled", "training_mode"],
+            "rl learns from rewards, so verification must be on",
+            "set orchestrator.verification.enabled=true",
+        )
+    check(
+        cfg.orchestrator.verification.enabled or loss.adv_tau == 0 or mode == TrainingMode.sft,
+        ["trainer.loss.adv_tau", "orchestrator.verification.enabled"],
+        f"adv_tau={loss.adv_tau} needs rewards but verification is off",
+        "set trainer.loss.adv_tau=0 (pure distillation) or orchestrator.verification.enabled=true",
+    )
+
+
+def _teacher(cfg: Config, _: int) -> None:
+    t, kind = cfg.teacher, cfg.teacher.kind
+    if kind == TeacherKind.none:
+        return
+    check(bool(t.model), ["teacher.model"], f"teacher={kind.value} needs a model", "set teacher.model=…")
+    if kind == TeacherKind.external:
+        url = urlparse(t.base_url or "")
+        check(
+            url.scheme in ("http", "https") and bool(url.netloc),
+            ["teacher.base_url"],
+            f"{t.base_url!r} is not an http(s) URL",
+            "set teacher.base_url=https://host/v1",
+        )
+        check(
+            cfg.deployment.num_teacher_gpus is None,
+            ["deployment.num_teacher_gpus", "teacher"],
+            "an external teacher runs elsewhere and gets no local GPUs",
+            "drop deployment.num_teacher_gpus or use teacher=local_vllm",
+        )
+        if t.api_key_env:
+            check(
+                bool(os.environ.get(t.api_key_env)),
+                ["teacher.api_key_env"],
+                f"environment variable {t.api_key_env} (the teacher's API key) is not set",
+                f"export {t.api_key_env}=<key> before launching",
+            )
+    leaked = sorted(h for h in t.headers if h.lower() in SECRET_HEADERS)
+    check(
+        not leaked,
+        [f"teacher.headers.{h}" for h in leaked],
+        "credentials in headers would be written to config dumps",
+        "put the key in an env var and set teacher.api_key_env=<VAR>",
+    )
+
+
+def _lora(cfg: Config, _: int) -> None:
+    lora = cfg.trainer.lora
+    if not lora.enabled:
+        return
+    check(lora.rank >= 1, ["trainer.lora.rank"], "must be >= 1", "use e.g. 8")
+    check(lora.alpha > 0, ["trainer.lora.alpha"], "must be > 0", "use e.g. 16")
+    check(bool(lora.target_modules), ["trainer.lora.target_modules"], "is empty", "list modules, e.g. [q_proj,v_proj]")
+
+
+def _paths(cfg: Config, _: int) -> None:
+    if cfg.model.name != "tiny":
+        check(
+            (Path(cfg.model.name).expanduser() / "config.json").is_file(),
+            ["model.name"],
+            f"{cfg.model.name!r} is neither 'tiny' nor a local Hugging Face model dir (no config.json)",
+            "use model.name=tiny or a path to a saved model",
+        )
+    if cfg.teacher.kind == TeacherKind.local_vllm and cfg.teacher.model != "tiny":
+        check(
+            (Path(cfg.teacher.model).expanduser() / "config.json").is_file(),
+            ["teacher.model"],
+            f"{cfg.teacher.model!r} is neither 'tiny' nor a local model dir (no config.json)",
+            "use teacher.model=tiny or a path to a saved model",
+        )
+    task = cfg.task
+    if task.name == "jsonl":
+        for key, path in (("task.path", task.path), ("task.eval_path", task.eval_path)):
+            if path is None and key == "task.eval_path":
+                continue
+            check(
+                path is not None and os.access(Path(path).expanduser(), os.R_OK),
+                [key],
+                f"dataset {path} is missing or unreadable" if path else f"task=jsonl needs {key}",
+                f"point {key} at a readable .jsonl file",
+            )
+    else:
+        from prime_rl.tasks import BUILTIN_TASKS
+
+        check(
+            task.name in BUILTIN_TASKS,
+            ["task.name"],
+            f"unknown task {task.name!r}",
+            f"use one of {', '.join(sorted(BUILTIN_TASKS))} or task=jsonl task.path=…",
+        )
+
+
+def _gpus(cfg: Config, visible_gpus: int) -> None:
+    d = cfg.deployment
+    counts = {"deployment.num_infer_gpus": d.num_infer_gpus, "deployment.num_train_gpus": d.num_train_gpus}
+    if d.num_teacher_gpus is not None:
+        counts["deployment.num_teacher_gpus"] = d.num_teacher_gpus
+        check(
+            cfg.teacher.kind == TeacherKind.local_vllm,
+            ["deployment.num_teacher_gpus", "teacher"],
+            f"GPUs for a teacher server, but teacher={cfg.teacher.kind.value} starts none",
+            "drop deployment.num_teacher_gpus or use teacher=local_vllm",
+        )
+    for key, n in counts.items():
+        check(n >= 0, [key], f"must be >= 0, got {n}", "use 0 for CPU")
+    if d.num_infer_gpus > 0 and cfg.teacher.kind == TeacherKind.local_vllm:
+        check(
+            bool(d.num_teacher_gpus),
+            ["deployment.num_teacher_gpus"],
+            "a GPU deployment with teacher=local_vllm needs GPUs for the teacher server",
+            "set deployment.num_teacher_gpus=1",
+        )
+    asked = sum(counts.values())
+    check(
+        asked <= visible_gpus,
+        list(counts),
+        f"{asked} GPUs asked but {visible_gpus} visible",
+        "lower the GPU counts or set CUDA_VISIBLE_DEVICES to more devices",
+    )

@@ -1,0 +1,29 @@
+"""Which GPUs this process may use, and how they are split between the roles."""
+
+import os
+import shutil
+import subprocess
+from typing import Dict, List
+
+from prime_rl.config.schema import DeploymentConfig
+
+
+def visible_gpus() -> List[str]:
+    """Device ids from CUDA_VISIBLE_DEVICES (SLURM sets it), else every GPU nvidia-smi lists, else none."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [d.strip() for d in env.split(",") if d.strip()]
+    if shutil.which("nvidia-smi") is None:
+        return []
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+
+
+def gpu_slices(d: DeploymentConfig, visible: List[str]) -> Dict[str, List[str]]:
+    """Contiguous slices of the visible devices: student inference, then trainer, then teacher."""
+    counts = [("inference", d.num_infer_gpus), ("trainer", d.num_train_gpus), ("teacher_inference", d.num_teacher_gpus or 0)]
+    slices, start = {"orchestrator": []}, 0
+    for role, n in counts:
+        slices[role] = visible[start : start + n]
+        start += n
+    return slices

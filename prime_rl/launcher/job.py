@@ -1,0 +1,63 @@
+"""One job, start to finish: typed config -> validation -> plan -> (dry run: print and stop) -> supervised run."""
+
+import sys
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+from rich.console import Console
+
+from prime_rl.config import Config, ConfigError, to_config, validate
+from prime_rl.launcher.gpus import visible_gpus
+from prime_rl.launcher.plan import Plan, build_plan, write_role_configs
+
+console = Console(stderr=True)
+
+
+def load_and_validate(cfg: DictConfig) -> Config:
+    """The typed config of a composed DictConfig, or exit 2 with one line saying what is wrong."""
+    try:
+        typed = to_config(cfg)
+        validate(typed, visible_gpus=len(visible_gpus()))
+    except ConfigError as e:
+        fail(str(e))
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None) or "?"
+        fail(f"invalid config [{key}]: {str(e).splitlines()[0]}; fix: give {key} a valid value")
+    return typed
+
+
+def fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def run_job(cfg: DictConfig) -> None:
+    typed = load_and_validate(cfg)
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    plan = build_plan(typed, run_dir, visible_gpus())
+    write_role_configs(plan)
+    print_plan(plan)
+    if typed.launcher.dry_run:
+        return
+    from prime_rl.launcher.supervisor import run_plan
+
+    sys.exit(run_plan(plan))
+
+
+def print_plan(plan: Plan) -> None:
+    c = plan.config
+    teacher = f", teacher={c.teacher.kind.value}" if c.teacher.kind.value != "none" else ""
+    console.print(
+        f"[bold]plan[/bold] training_mode={c.training_mode.value}{teacher}, lora={'on' if c.trainer.lora.enabled else 'off'}, "
+        f"max_steps={c.max_steps}, run dir {plan.run_dir}"
+    )
+    for role in plan.roles:
+        console.print(f"[bold cyan]{role.name}[/bold cyan]")
+        console.print(f"  command: {' '.join(role.command)}", soft_wrap=True)
+        console.print(f"  env:     {' '.join(f'{k}={v}' for k, v in role.env.items()) or '-'}", soft_wrap=True)
+        console.print(f"  gpus:    {','.join(role.gpus) or 'cpu'}")
+        console.print(f"  port:    {role.port or '-'}")
+        console.print(f"  log:     {role.log_file}")
+        console.print(f"  config:  {role.config_file}")

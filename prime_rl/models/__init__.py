@@ -1,0 +1,5 @@
+"""Local models: the built-in tiny Qwen2 student/teacher (built and warm-started once, cached) or a model dir."""
+
+from prime_rl.models.recipe import model_dir, student_dir, teacher_dir
+
+__all__ = ["model_dir", "student_dir", "teacher_dir"]

@@ -1,0 +1,40 @@
+"""Where a model lives: a user's model dir as given, or the cache dir of a built-in tiny model's recipe.
+
+A tiny model is fully determined by its recipe (architecture, warm-start SFT, task), so the recipe's hash
+names its cache dir: a changed knob builds a new model, an unchanged one reuses the cached build.
+"""
+
+import hashlib
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+from prime_rl.config.schema import Config, TaskConfig, TinyModelConfig, WarmStartConfig
+
+RECIPE_VERSION = 1  # bump when the builder changes what a recipe produces
+
+
+def cache_root(cache_dir: str | None) -> Path:
+    return Path(cache_dir or os.environ.get("PRIME_RL_CACHE") or "~/.cache/prime_rl").expanduser()
+
+
+def recipe(tiny: TinyModelConfig, warm_start: WarmStartConfig, task: TaskConfig) -> dict:
+    return {"version": RECIPE_VERSION, "tiny": asdict(tiny), "warm_start": asdict(warm_start), "task": asdict(task)}
+
+
+def model_dir(name: str, tiny: TinyModelConfig, warm_start: WarmStartConfig, task: TaskConfig, cache_dir) -> Path:
+    if name != "tiny":
+        return Path(name).expanduser().resolve()
+    key = hashlib.sha256(json.dumps(recipe(tiny, warm_start, task), sort_keys=True).encode()).hexdigest()[:16]
+    return cache_root(cache_dir) / "models" / f"tiny-{task.name}-{warm_start.steps}-{key}"
+
+
+def student_dir(cfg: Config) -> Path:
+    m = cfg.model
+    return model_dir(m.name, m.tiny, m.warm_start, cfg.task, m.cache_dir)
+
+
+def teacher_dir(cfg: Config) -> Path:
+    """The local teacher's dir; the tiny teacher is the student's architecture trained longer."""
+    return model_dir(cfg.teacher.model, cfg.model.tiny, cfg.teacher.warm_start, cfg.task, cfg.model.cache_dir)
