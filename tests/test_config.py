@@ -1,0 +1,229 @@
+"""Composition, validation rules and the dry-run plan (issue: foundation)."""
+
+import itertools
+import subprocess
+import time
+
+import pytest
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+from prime_rl.config import ConfigError, TeacherKind, TrainingMode, load_config, validate
+from prime_rl.launcher.plan import build_plan
+from tests.conftest import ROOT, compose_config, launch_cmd
+
+KEY_ENV = "PRIME_RL_TEST_TEACHER_KEY"
+
+
+@pytest.fixture(autouse=True)
+def _teacher_key(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+
+
+def check(overrides, visible_gpus=0):
+    validate(compose_config(overrides), visible_gpus=visible_gpus)
+
+
+def test_cfg_job_prints_the_propagated_opd_config():
+    out = subprocess.run(
+        launch_cmd("--cfg", "job", "training_mode=opd", "teacher=local_vllm"),
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    ).stdout
+    cfg = OmegaConf.create(out)
+    assert cfg.training_mode == "opd" and cfg.orchestrator.training_mode == "opd"
+    assert cfg.trainer.loss.teacher_tau > 0 and cfg.trainer.loss.adv_tau == 1.0
+    assert cfg.orchestrator.verification.enabled is True
+    assert "num_teacher_gpus" in cfg.deployment
+    assert cfg.teacher.kind == "local_vllm"
+
+
+def test_sft_sets_the_nll_loss_and_a_local_teacher():
+    cfg = compose_config(["training_mode=sft"])
+    assert cfg.trainer.loss.type.value == "sft"
+    assert cfg.teacher.kind == TeacherKind.local_vllm
+
+
+@pytest.mark.parametrize("order", [["training_mode=opd", "teacher=external"], ["teacher=external", "training_mode=opd"]])
+def test_command_line_teacher_wins_over_the_mode_default(order):
+    assert compose_config(order).teacher.kind == TeacherKind.external
+
+
+def test_unknown_key_is_an_error():
+    with pytest.raises(ConfigCompositionException, match="teacher_ta"):
+        compose_config(["trainer.loss.teacher_ta=1"])
+
+
+def test_wrong_type_is_an_error():
+    with pytest.raises(ConfigCompositionException, match="max_steps"):
+        compose_config(["max_steps=many"])
+
+
+VALID = {
+    ("rl", "none"), ("opd", "local_vllm"), ("opd", "external"), ("sft", "local_vllm"), ("sft", "external"),
+}
+
+
+@pytest.mark.parametrize(
+    "mode,teacher,lora",
+    list(itertools.product(["rl", "opd", "sft"], ["none", "local_vllm", "external"], ["on", "off"])),
+)
+def test_every_mode_teacher_lora_combination(mode, teacher, lora):
+    overrides = [f"training_mode={mode}", f"teacher={teacher}", f"lora={lora}"]
+    cfg = compose_config(overrides)
+    assert cfg.trainer.lora.enabled is (lora == "on")
+    assert cfg.training_mode == TrainingMode(mode) == cfg.orchestrator.training_mode
+    if (mode, teacher) in VALID:
+        validate(cfg)
+    else:
+        with pytest.raises(ConfigError, match="teacher"):
+            validate(cfg)
+
+
+@pytest.mark.parametrize("name", ["rl", "opd", "opd_lora", "sft", "sft_lora", "sft_external"])
+def test_every_experiment_composes_and_validates(name):
+    cfg = compose_config([f"experiment={name}"])
+    validate(cfg)
+    assert cfg.training_mode.value == name.split("_")[0]
+    assert cfg.trainer.lora.enabled is name.endswith("_lora")
+    expected_teacher = {"rl": "none", "sft_external": "external"}.get(name, "local_vllm")
+    assert cfg.teacher.kind.value == expected_teacher
+
+
+# (accepted overrides, rejected overrides, a key the error must name)
+RULES = {
+    "rl forbids a teacher": ([], ["teacher=local_vllm"], "teacher"),
+    "rl needs teacher_tau 0": (["trainer.loss.teacher_tau=0"], ["trainer.loss.teacher_tau=0.5"], "trainer.loss.teacher_tau"),
+    "rl needs verification": ([], ["orchestrator.verification.enabled=false"], "orchestrator.verification.enabled"),
+    "opd needs a teacher": (["training_mode=opd"], ["training_mode=opd", "teacher=none"], "teacher"),
+    "opd needs teacher_tau > 0": (
+        ["training_mode=opd", "trainer.loss.teacher_tau=0.3"], ["training_mode=opd", "trainer.loss.teacher_tau=0"],
+        "trainer.loss.teacher_tau",
+    ),
+    "sft needs a teacher": (["training_mode=sft"], ["training_mode=sft", "teacher=none"], "teacher"),
+    "sft trains with the nll loss": (["training_mode=sft"], ["training_mode=sft", "trainer.loss.type=rl"], "trainer.loss.type"),
+    "mode is set in one place": (["training_mode=opd"], ["orchestrator.training_mode=opd"], "orchestrator.training_mode"),
+    "adv_tau > 0 needs verification": (
+        ["training_mode=opd", "trainer.loss.adv_tau=0", "orchestrator.verification.enabled=false"],
+        ["training_mode=opd", "orchestrator.verification.enabled=false"],
+        "trainer.loss.adv_tau",
+    ),
+    "external teacher gets no GPUs": (
+        ["training_mode=opd", "teacher=external"],
+        ["training_mode=opd", "teacher=external", "deployment.num_teacher_gpus=1"],
+        "deployment.num_teacher_gpus",
+    ),
+    "no teacher gets no GPUs": ([], ["deployment.num_teacher_gpus=0"], "deployment.num_teacher_gpus"),
+    "external teacher needs an http url": (
+        ["training_mode=sft", "teacher=external", "teacher.base_url=http://127.0.0.1:8000/v1"],
+        ["training_mode=sft", "teacher=external", "teacher.base_url=127.0.0.1:8000"],
+        "teacher.base_url",
+    ),
+    "external teacher key env must be set": (
+        ["training_mode=sft", "teacher=external", "teacher.api_key_env=OPENAI_API_KEY"],
+        ["training_mode=sft", "teacher=external", f"teacher.api_key_env={KEY_ENV}"],
+        "teacher.api_key_env",
+    ),
+    "no credentials in headers": (
+        ["training_mode=sft", "teacher=external", "+teacher.headers.X-Org=lab"],
+        ["training_mode=sft", "teacher=external", "+teacher.headers.Authorization=Bearer x"],
+        "teacher.headers.Authorization",
+    ),
+    "teacher model must be named": (["training_mode=opd"], ["training_mode=opd", "teacher.model=''"], "teacher.model"),
+    "batch is whole groups": (["orchestrator.batch_size=64"], ["orchestrator.batch_size=100"], "orchestrator.batch_size"),
+    "max_steps >= 1": (["max_steps=1"], ["max_steps=0"], "max_steps"),
+    "lr >= 0": (["trainer.optim.lr=0"], ["trainer.optim.lr=-1"], "trainer.optim.lr"),
+    "port in range": (["inference.port=8000"], ["inference.port=70000"], "inference.port"),
+    "completion fits the context": (
+        ["orchestrator.sampling.max_tokens=64"], ["orchestrator.sampling.max_tokens=600"], "inference.max_model_len",
+    ),
+    "lora rank >= 1": (["lora=on"], ["lora=on", "trainer.lora.rank=0"], "trainer.lora.rank"),
+    "known task": (["task=sort"], ["task.name=nope"], "task.name"),
+    "model dir exists": ([], ["model.name=/nonexistent/model"], "model.name"),
+    "jsonl needs a readable file": ([], ["task=jsonl", "task.path=/nonexistent.jsonl"], "task.path"),
+}
+
+
+@pytest.mark.parametrize("rule", list(RULES))
+def test_rule_accepts_and_rejects(rule, monkeypatch):
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    accepted, rejected, key = RULES[rule]
+    check(accepted)
+    with pytest.raises(ConfigError) as err:
+        check(rejected)
+    assert key in err.value.keys
+    assert "\n" not in str(err.value) and "fix:" in str(err.value)
+
+
+def test_gpu_rules_against_visible_devices():
+    two = ["deployment.num_infer_gpus=1", "deployment.num_train_gpus=1"]
+    check(two, visible_gpus=2)
+    with pytest.raises(ConfigError, match="2 GPUs asked but 1 visible"):
+        check(two, visible_gpus=1)
+    opd_gpu = ["training_mode=opd", *two]
+    check([*opd_gpu, "deployment.num_teacher_gpus=1"], visible_gpus=3)
+    with pytest.raises(ConfigError) as err:
+        check(opd_gpu, visible_gpus=3)
+    assert err.value.keys == ["deployment.num_teacher_gpus"]
+
+
+def test_local_model_dir_and_jsonl_task_are_accepted(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"prompt": "hi", "answer": "ih"}\n')
+    check([f"model.name={tmp_path}", "task=jsonl", f"task.path={data}"])
+
+
+def test_rejected_launch_exits_2_fast_and_starts_nothing(tmp_path):
+    run_dir = tmp_path / "run"
+    start = time.monotonic()
+    proc = subprocess.run(
+        launch_cmd("training_mode=opd", "trainer.loss.teacher_tau=0", f"hydra.run.dir={run_dir}"),
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert time.monotonic() - start < 20
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert lines == [lines[0]] and "trainer.loss.teacher_tau" in lines[0] and "fix:" in lines[0]
+    assert not (run_dir / "configs").exists() and not (run_dir / "logs").exists()
+
+
+def test_opd_dry_run_plan(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        launch_cmd("training_mode=opd", "teacher=local_vllm", "launcher.dry_run=true", f"hydra.run.dir={run_dir}"),
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for role in ("inference", "teacher_inference", "orchestrator", "trainer"):
+        assert role in proc.stderr
+        cfg = load_config(run_dir / "configs" / f"{role}.yaml")
+        assert cfg.run_dir == str(run_dir.resolve())
+    assert cfg.inference.port != cfg.teacher.port and cfg.inference.port > 0 and cfg.teacher.port > 0
+    assert f"--port {cfg.inference.port}" in proc.stderr and f"--port {cfg.teacher.port}" in proc.stderr
+    assert not (run_dir / "logs").exists()  # nothing was started
+
+
+def test_gpu_slices_are_disjoint_and_ordered(tmp_path):
+    cfg = compose_config(
+        ["training_mode=opd", "deployment.num_infer_gpus=1", "deployment.num_train_gpus=2", "deployment.num_teacher_gpus=1"]
+    )
+    validate(cfg, visible_gpus=4)
+    plan = build_plan(cfg, tmp_path, ["0", "1", "2", "3"])
+    slices = {r.name: r.gpus for r in plan.roles}
+    assert slices == {"inference": ["0"], "trainer": ["1", "2"], "teacher_inference": ["3"], "orchestrator": []}
+    assert plan.role("inference").env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert plan.role("trainer").env["CUDA_VISIBLE_DEVICES"] == "1,2"
+    assert "--tensor-parallel-size" in plan.role("inference").command
+
+
+def test_gpu_slices_follow_cuda_visible_devices(tmp_path):
+    run_dir = tmp_path / "run"
+    env_overrides = ["deployment.num_infer_gpus=1", "deployment.num_train_gpus=1"]
+    proc = subprocess.run(
+        launch_cmd(*env_overrides, "launcher.dry_run=true", f"hydra.run.dir={run_dir}"),
+        capture_output=True, text=True, cwd=ROOT, timeout=60,
+        env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": "5,7", "COLUMNS": "400"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "CUDA_VISIBLE_DEVICES=5 " in proc.stderr or "CUDA_VISIBLE_DEVICES=5\n" in proc.stderr
+    assert "CUDA_VISIBLE_DEVICES=7" in proc.stderr
