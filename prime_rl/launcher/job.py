@@ -1,5 +1,6 @@
 """One job, start to finish: typed config -> validation -> plan -> (dry run: print and stop) -> supervised run."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -8,7 +9,10 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 
-from prime_rl.config import Config, ConfigError, to_config, validate
+from prime_rl.config import Config, ConfigError, TeacherKind, to_config, validate
+from prime_rl.launcher.resume import prepare_resume
+from prime_rl.monitor.metrics import write_summary
+from prime_rl.run_dir import RunDir
 from prime_rl.launcher.gpus import visible_gpus
 from prime_rl.launcher.plan import Plan, build_plan, write_role_configs
 
@@ -41,9 +45,26 @@ def run_job(cfg: DictConfig) -> None:
     print_plan(plan)
     if typed.launcher.dry_run:
         return
-    from prime_rl.launcher.supervisor import run_plan
+    sys.exit(run(plan))
 
-    sys.exit(run_plan(plan))
+
+def run(plan: Plan) -> int:
+    """Build what the servers need, start everything, and summarise a finished run."""
+    from prime_rl.launcher.supervisor import run_plan
+    from prime_rl.models import ensure_student, ensure_teacher
+
+    cfg = plan.config
+    console.print("preparing models (built once, then cached)")
+    ensure_student(cfg)
+    if cfg.teacher.kind == TeacherKind.local_vllm:
+        ensure_teacher(cfg)
+    if cfg.ckpt.resume:
+        console.print(f"resuming from step {prepare_resume(RunDir(plan.run_dir))}")
+    code = run_plan(plan)
+    if code == 0:
+        summary = write_summary(plan.run_dir)
+        console.print("[bold]summary[/bold] " + json.dumps(summary))
+    return code
 
 
 def print_plan(plan: Plan) -> None:

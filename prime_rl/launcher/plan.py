@@ -12,11 +12,10 @@ from typing import Dict, List, Optional
 from omegaconf import OmegaConf
 
 from prime_rl.config.schema import Config, TeacherKind
+from prime_rl.inference.server import STUDENT_MODEL_NAME, TEACHER_MODEL_NAME, vllm_command
 from prime_rl.launcher.gpus import gpu_slices
 from prime_rl.models import student_dir, teacher_dir
 
-STUDENT_MODEL_NAME = "student"
-TEACHER_MODEL_NAME = "teacher"
 
 
 @dataclass
@@ -91,35 +90,7 @@ def build_plan(cfg: Config, run_dir: Path, visible: List[str]) -> Plan:
 
 def _vllm_role(cfg: Config, name: str, model: Path, served_name: str, port: int, gpus: List[str],
                lora_rank: int, run_dir: Path) -> Role:
-    inf = cfg.inference
-    on_gpu = bool(gpus)
-    command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model),
-        "--served-model-name", served_name,
-        "--host", inf.host,
-        "--port", str(port),
-        "--dtype", inf.dtype if inf.dtype != "auto" else ("bfloat16" if on_gpu else "float32"),
-        "--max-model-len", str(inf.max_model_len),
-        "--seed", str(cfg.seed),
-    ]
-    if inf.enforce_eager:
-        command.append("--enforce-eager")
-    if on_gpu:
-        command += ["--tensor-parallel-size", str(len(gpus)), "--gpu-memory-utilization", str(inf.gpu_memory_utilization)]
-    else:
-        command += ["--distributed-executor-backend", "uni", "--kv-cache-memory-bytes", str(inf.kv_cache_bytes)]
-    # vLLM's dev-mode endpoints (pause, collective_rpc reload, weight version) carry in-place weight updates.
-    env = {"VLLM_SERVER_DEV_MODE": "1"}
-    if lora_rank:
-        command += ["--enable-lora", "--max-lora-rank", str(lora_rank)]
-        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
-    if not on_gpu:
-        # One engine process per server: fast start, and a process-group kill takes all of it.
-        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    else:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-    command += list(inf.extra_args)
+    command, env = vllm_command(cfg, model, served_name, port, gpus, lora_rank)
     return Role(
         name=name,
         command=command,

@@ -1,0 +1,160 @@
+"""Async HTTP client for OpenAI-compatible servers (vLLM or external), with bounded retries.
+
+Generation goes through `/v1/completions` with token-id prompts so the trainer sees exactly the tokens
+the sampler saw; teacher scoring reads vLLM's prompt logprobs; chat is for external teachers.
+"""
+
+import asyncio
+import os
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import httpx
+
+RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+
+
+class InferenceError(RuntimeError):
+    """A request that failed for good (after retries, or with a non-retryable answer)."""
+
+
+@dataclass
+class Completion:
+    token_ids: List[int]  # sampled completion tokens
+    logprobs: List[float]  # the sampler's logprob of each sampled token
+    text: str
+    finish_reason: Optional[str]
+
+
+@dataclass
+class Sampling:
+    temperature: float
+    top_p: float
+    max_tokens: int
+
+
+class InferenceClient:
+    def __init__(
+        self,
+        base_url: str,
+        api_key_env: Optional[str] = None,
+        headers: Optional[Dict[str, str]] = None,
+        timeout_s: float = 120.0,
+        max_retries: int = 3,
+        backoff_s: float = 0.5,
+    ):
+        hdrs = dict(headers or {})
+        key = os.environ.get(api_key_env) if api_key_env else None
+        if key:
+            hdrs["Authorization"] = f"Bearer {key}"
+        self.base_url = base_url.rstrip("/")
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.http = httpx.AsyncClient(
+            headers=hdrs, timeout=httpx.Timeout(timeout_s), limits=httpx.Limits(max_connections=256)
+        )
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    async def post(self, path: str, payload: Optional[dict] = None, params: Optional[dict] = None) -> dict:
+        """POST with retries on connection errors, timeouts, malformed JSON and 5xx/429; other errors fail at once."""
+        url = self.base_url + path
+        for attempt in range(self.max_retries + 1):
+            try:
+                resp = await self.http.post(url, json=payload, params=params)
+                if resp.status_code not in RETRYABLE_STATUS:
+                    if resp.status_code >= 400:
+                        raise InferenceError(f"POST {url} -> HTTP {resp.status_code}: {resp.text[:300]}")
+                    return resp.json() if resp.content else {}
+                problem = f"HTTP {resp.status_code}: {resp.text[:200]}"
+            except (httpx.TransportError, ValueError) as e:
+                problem = f"{type(e).__name__}: {e}"
+            if attempt < self.max_retries:
+                await asyncio.sleep(self.backoff_s * 2**attempt)
+        raise InferenceError(f"POST {url} failed after {self.max_retries + 1} attempts, last: {problem}")
+
+    async def complete(self, model: str, prompt_ids: List[int], n: int, sampling: Sampling, seed: Optional[int] = None) -> List[Completion]:
+        """n samples for one token-id prompt, with the sampler's token ids and logprobs."""
+        payload = {
+            "model": model,
+            "prompt": prompt_ids,
+            "n": n,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_tokens": sampling.max_tokens,
+            "logprobs": 0,
+            "return_token_ids": True,
+        }
+        if seed is not None:
+            payload["seed"] = seed
+        return parse_completions(await self.post("/v1/completions", payload))
+
+    async def prompt_logprobs(self, model: str, token_ids: List[int]) -> List[Optional[float]]:
+        """The server's logprob of every given token in context (None for the first, which has no context)."""
+        payload = {"model": model, "prompt": token_ids, "max_tokens": 1, "prompt_logprobs": 0, "temperature": 1.0}
+        return parse_prompt_logprobs(await self.post("/v1/completions", payload), token_ids)
+
+    async def chat(self, model: str, messages: List[dict], n: int, sampling: Sampling) -> List[str]:
+        """n chat completions; only standard OpenAI fields, so any compatible endpoint accepts it."""
+        payload = {
+            "model": model,
+            "messages": messages,
+            "n": n,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_tokens": sampling.max_tokens,
+        }
+        data = await self.post("/v1/chat/completions", payload)
+        try:
+            return [c["message"]["content"] or "" for c in data["choices"]]
+        except (KeyError, TypeError) as e:
+            raise InferenceError(f"malformed chat response (missing {e}): {str(data)[:300]}") from e
+
+    async def reload_weights(self, weights_dir: str, version: str) -> None:
+        """Swap the served weights in place (vLLM dev mode): no request sees a half-updated model."""
+        await self.post("/pause", params={"mode": "wait"})
+        try:
+            await self.post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": weights_dir}})
+            await self.post("/reset_prefix_cache")
+            await self.post("/update_weight_version", {"new_version": version})
+        finally:
+            await self.post("/resume")
+
+    async def load_lora(self, name: str, adapter_dir: str) -> None:
+        """Load (or replace in place, under the same name) a peft adapter in vLLM."""
+        await self.post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": adapter_dir, "load_inplace": True})
+        await self.post("/reset_prefix_cache")
+
+
+def parse_completions(data: dict) -> List[Completion]:
+    try:
+        choices = sorted(data["choices"], key=lambda c: c["index"])
+        return [
+            Completion(
+                token_ids=list(c["token_ids"]),
+                logprobs=[float(x) for x in c["logprobs"]["token_logprobs"]],
+                text=c["text"],
+                finish_reason=c.get("finish_reason"),
+            )
+            for c in choices
+        ]
+    except (KeyError, TypeError) as e:
+        raise InferenceError(f"malformed completions response (missing {e}): {str(data)[:300]}") from e
+
+
+def parse_prompt_logprobs(data: dict, token_ids: List[int]) -> List[Optional[float]]:
+    """Pick, at each position, the entry of the token actually there (the dict also holds the top-1 token)."""
+    try:
+        entries = data["choices"][0]["prompt_logprobs"]
+    except (KeyError, IndexError, TypeError) as e:
+        raise InferenceError(f"no prompt_logprobs in response (missing {e}): {str(data)[:300]}") from e
+    if entries is None or len(entries) != len(token_ids):
+        raise InferenceError(f"endpoint returned no per-token prompt logprobs for {len(token_ids)} tokens")
+    out: List[Optional[float]] = [None]
+    for tok, entry in zip(token_ids[1:], entries[1:]):
+        hit = (entry or {}).get(str(tok)) or (entry or {}).get(tok)
+        if hit is None:
+            raise InferenceError(f"prompt_logprobs lack an entry for token id {tok}")
+        out.append(float(hit["logprob"]))
+    return out

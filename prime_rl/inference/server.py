@@ -1,0 +1,41 @@
+"""The `vllm serve` command (run as the vLLM OpenAI server module) for the student or the teacher."""
+
+import sys
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+from prime_rl.config.schema import Config
+
+STUDENT_MODEL_NAME = "student"  # served name of the student's base weights
+TEACHER_MODEL_NAME = "teacher"  # served name of the local teacher
+
+
+def vllm_command(cfg: Config, model: Path, served_name: str, port: int, gpus: List[str], lora_rank: int) -> Tuple[List[str], Dict[str, str]]:
+    """(argv, env additions) of one vLLM server; `gpus` empty means the CPU build."""
+    inf = cfg.inference
+    on_gpu = bool(gpus)
+    argv = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model),
+        "--served-model-name", served_name,
+        "--host", inf.host,
+        "--port", str(port),
+        "--dtype", inf.dtype if inf.dtype != "auto" else ("bfloat16" if on_gpu else "float32"),
+        "--max-model-len", str(inf.max_model_len),
+        "--seed", str(cfg.seed),
+    ]
+    if inf.enforce_eager:
+        argv.append("--enforce-eager")
+    # Dev mode exposes pause / collective_rpc(reload_weights) / update_weight_version for in-place updates.
+    env = {"VLLM_SERVER_DEV_MODE": "1"}
+    if on_gpu:
+        argv += ["--tensor-parallel-size", str(len(gpus)), "--gpu-memory-utilization", str(inf.gpu_memory_utilization)]
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    else:
+        argv += ["--distributed-executor-backend", "uni", "--kv-cache-memory-bytes", str(inf.kv_cache_bytes)]
+        # One engine process per server: fast start, and a process-group kill takes all of it.
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    if lora_rank:
+        argv += ["--enable-lora", "--max-lora-rank", str(lora_rank)]
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    return argv + list(inf.extra_args), env

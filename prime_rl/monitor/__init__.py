@@ -1,0 +1,1 @@
+"""Metrics: metrics.jsonl (written by the trainer), summary.json at the end."""

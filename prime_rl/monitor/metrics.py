@@ -1,0 +1,39 @@
+"""Reading metrics.jsonl and summarising a run into summary.json."""
+
+import json
+from pathlib import Path
+from typing import Dict, List
+
+
+def read_metrics(path: Path) -> List[Dict]:
+    """Every complete line of metrics.jsonl (a torn last line from a killed writer is skipped)."""
+    rows = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    return rows
+
+
+def summarize(rows: List[Dict]) -> Dict:
+    train = [r for r in rows if "loss" in r]
+    evals = [r for r in rows if "eval/reward" in r]
+    rewards = [r["reward/mean"] for r in train if "reward/mean" in r]
+    summary = {"steps": len(train)}
+    if evals:
+        summary.update({"eval/reward_first": evals[0]["eval/reward"], "eval/reward_final": evals[-1]["eval/reward"],
+                        "eval/step_first": evals[0]["step"], "eval/step_final": evals[-1]["step"]})
+    if rewards:
+        tail = rewards[-max(1, len(rewards) // 10):]
+        summary.update({"reward/first": rewards[0], "reward/final": sum(tail) / len(tail)})
+    if train:
+        summary["train_time_s"] = sum(r.get("time/step", 0.0) for r in train)
+        summary["loss/final"] = train[-1]["loss"]
+    return summary
+
+
+def write_summary(run_dir: Path) -> Dict:
+    summary = summarize(read_metrics(run_dir / "metrics.jsonl"))
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary

@@ -1,0 +1,17 @@
+"""`python -m prime_rl.orchestrator --config <run>/configs/orchestrator.yaml`"""
+
+import argparse
+import asyncio
+
+from prime_rl.config import load_config
+from prime_rl.orchestrator.loop import run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--config", required=True, help="role config written by the launcher")
+    asyncio.run(run(load_config(parser.parse_args().config)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,13 @@
+"""GRPO advantages: each rollout's reward minus the mean of its prompt's group."""
+
+from typing import List
+
+import torch
+
+
+def grpo_advantages(rewards: List[float], group_size: int, std_normalize: bool = False) -> List[float]:
+    r = torch.tensor(rewards, dtype=torch.float64).view(-1, group_size)
+    adv = r - r.mean(dim=1, keepdim=True)
+    if std_normalize:
+        adv = adv / (r.std(dim=1, keepdim=True, unbiased=False) + 1e-6)
+    return adv.flatten().tolist()

@@ -1,0 +1,42 @@
+"""The file the orchestrator hands the trainer each step: samples plus the step's orchestrator metrics.
+
+Written to a temp name then renamed, so the trainer never reads half a batch.
+"""
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+
+
+@dataclass
+class Sample:
+    prompt_ids: List[int]
+    completion_ids: List[int]
+    inference_logprobs: List[float]  # mu: the sampler's logprob of each completion token (rl/opd)
+    advantage: float = 0.0  # sequence-level advantage (GRPO)
+    reward: Optional[float] = None  # task reward (None when verification is off)
+    teacher_logprobs: Optional[List[float]] = None  # opd: log p_T of each completion token
+
+
+@dataclass
+class Batch:
+    step: int
+    policy_version: int  # weights step the rollouts were sampled from
+    samples: List[Sample]
+    metrics: Dict[str, float] = field(default_factory=dict)  # orchestrator metrics of this step
+
+
+def write_batch(batch: Batch, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save({"step": batch.step, "policy_version": batch.policy_version,
+                "samples": [asdict(s) for s in batch.samples], "metrics": batch.metrics}, tmp)
+    os.replace(tmp, path)
+
+
+def read_batch(path: Path) -> Batch:
+    raw = torch.load(path, weights_only=True)
+    return Batch(raw["step"], raw["policy_version"], [Sample(**s) for s in raw["samples"]], raw["metrics"])

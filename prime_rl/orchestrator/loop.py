@@ -1,0 +1,189 @@
+"""The orchestrator's loop (DESIGN.md §4): for each step, a recent enough policy, rollouts, rewards,
+advantages, teacher signals, then one batch file for the trainer. Evaluation rides along every few steps."""
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass
+from typing import List, Optional
+
+from transformers import AutoTokenizer
+
+from prime_rl.config.schema import Config, TeacherKind, TrainingMode
+from prime_rl.inference.client import InferenceClient, Sampling
+from prime_rl.inference.server import STUDENT_MODEL_NAME
+from prime_rl.models import student_dir, teacher_dir
+from prime_rl.orchestrator.advantages import grpo_advantages
+from prime_rl.orchestrator.batch import Batch, Sample, write_batch
+from prime_rl.orchestrator.chat import prompt_ids, retokenize
+from prime_rl.orchestrator.policy import PolicySync
+from prime_rl.orchestrator.teacher import check_same_tokenizer, probe_prompt_logprobs, teacher_client, teacher_logprobs
+from prime_rl.run_dir import RunDir
+from prime_rl.tasks import Example, Task, load_task
+
+
+@dataclass
+class Context:
+    cfg: Config
+    run_dir: RunDir
+    task: Task
+    tokenizer: object
+    student: InferenceClient
+    student_model: str  # served name to sample from (the LoRA adapter's name with lora=on)
+    teacher: Optional[InferenceClient]
+    teacher_model: Optional[str]
+
+
+async def run(cfg: Config) -> None:
+    ctx = make_context(cfg)
+    start = (ctx.run_dir.latest_checkpoint() or 0) if cfg.ckpt.resume else 0
+    lora = cfg.trainer.lora
+    policy = PolicySync(ctx.run_dir, ctx.student, lora.name if lora.enabled else None, cfg.launcher.ready_timeout_s * 4)
+    try:
+        if cfg.training_mode == TrainingMode.opd:
+            await preflight_opd(ctx)
+        for step in range(start, cfg.max_steps):
+            version = await policy.ensure(max(step - cfg.orchestrator.max_async_level, start))
+            batch = await make_batch(ctx, step, version)
+            batch.metrics["time/reload"] = policy.reload_s
+            policy.reload_s = 0.0
+            if due_for_eval(cfg, step):
+                batch.metrics.update(await evaluate(ctx))
+            write_batch(batch, ctx.run_dir.rollouts(step))
+            print(json.dumps({"step": step, **batch.metrics}), flush=True)
+        await policy.ensure(cfg.max_steps)
+        if cfg.orchestrator.eval.interval:
+            final = {"step": cfg.max_steps, **await evaluate(ctx)}
+            with ctx.run_dir.metrics.open("a") as f:
+                f.write(json.dumps(final) + "\n")
+            print(json.dumps(final), flush=True)
+    finally:
+        await ctx.student.close()
+        if ctx.teacher:
+            await ctx.teacher.close()
+
+
+def make_context(cfg: Config) -> Context:
+    teacher, teacher_model = teacher_client(cfg) if cfg.teacher.kind != TeacherKind.none else (None, None)
+    lora = cfg.trainer.lora
+    return Context(
+        cfg=cfg,
+        run_dir=RunDir(cfg.run_dir),
+        task=load_task(cfg.task),
+        tokenizer=AutoTokenizer.from_pretrained(student_dir(cfg)),
+        student=InferenceClient(
+            f"http://{cfg.inference.host}:{cfg.inference.port}",
+            timeout_s=cfg.orchestrator.request_timeout_s,
+            max_retries=cfg.orchestrator.max_retries,
+        ),
+        student_model=lora.name if lora.enabled else STUDENT_MODEL_NAME,
+        teacher=teacher,
+        teacher_model=teacher_model,
+    )
+
+
+def due_for_eval(cfg: Config, step: int) -> bool:
+    interval = cfg.orchestrator.eval.interval
+    return bool(interval) and step % interval == 0
+
+
+def step_prompts(cfg: Config, task: Task, step: int) -> List[Example]:
+    """The step's prompts: a deterministic function of (seed, step), so a resumed run sees the same data."""
+    n = cfg.orchestrator.batch_size // cfg.orchestrator.rollouts_per_example
+    return random.Random(cfg.seed * 1_000_003 + step).sample(task.train, n)
+
+
+async def make_batch(ctx: Context, step: int, version: int) -> Batch:
+    cfg = ctx.cfg
+    start = time.monotonic()
+    examples = step_prompts(cfg, ctx.task, step)
+    if cfg.training_mode == TrainingMode.sft:
+        groups = await asyncio.gather(*(teacher_rollouts(ctx, ex) for ex in examples))
+    else:
+        groups = await asyncio.gather(*(student_rollouts(ctx, ex, step, i) for i, ex in enumerate(examples)))
+    generate_s = time.monotonic() - start
+    samples = [s for group in groups for s in group]
+    metrics = {"time/generate": generate_s, "policy/staleness": float(step - version)}
+    if cfg.orchestrator.verification.enabled:
+        metrics.update(score(ctx, examples, groups))
+    if cfg.training_mode == TrainingMode.opd:
+        start = time.monotonic()
+        await attach_teacher_logprobs(ctx, samples)
+        metrics["time/teacher"] = time.monotonic() - start
+    n_tokens = sum(len(s.completion_ids) for s in samples)
+    metrics["seq_len/completion"] = n_tokens / len(samples)
+    metrics["throughput/generate_tokens_per_s"] = n_tokens / max(generate_s, 1e-9)
+    return Batch(step=step, policy_version=version, samples=samples, metrics=metrics)
+
+
+async def student_rollouts(ctx: Context, ex: Example, step: int, index: int) -> List[Sample]:
+    cfg = ctx.cfg
+    prompt = prompt_ids(ctx.tokenizer, ex.prompt)
+    completions = await ctx.student.complete(
+        ctx.student_model, prompt, cfg.orchestrator.rollouts_per_example, sampling(cfg),
+        seed=cfg.seed * 1_000_003 + step * 10_007 + index,
+    )
+    return [Sample(prompt, c.token_ids, c.logprobs) for c in completions]
+
+
+async def teacher_rollouts(ctx: Context, ex: Example) -> List[Sample]:
+    cfg = ctx.cfg
+    texts = await ctx.teacher.chat(
+        ctx.teacher_model, [{"role": "user", "content": ex.prompt}], cfg.orchestrator.rollouts_per_example, sampling(cfg)
+    )
+    return [Sample(*retokenize(ctx.tokenizer, ex.prompt, text), inference_logprobs=[]) for text in texts]
+
+
+def sampling(cfg: Config, temperature: Optional[float] = None) -> Sampling:
+    s = cfg.orchestrator.sampling
+    return Sampling(temperature=s.temperature if temperature is None else temperature, top_p=s.top_p, max_tokens=s.max_tokens)
+
+
+def completion_text(ctx: Context, sample: Sample) -> str:
+    return ctx.tokenizer.decode(sample.completion_ids, skip_special_tokens=True)
+
+
+def score(ctx: Context, examples: List[Example], groups: List[List[Sample]]) -> dict:
+    """Rewards from the task's verifier, GRPO advantages, and the step's reward metrics."""
+    rewards = []
+    for ex, group in zip(examples, groups):
+        for s in group:
+            s.reward = ctx.task.reward(completion_text(ctx, s), ex)
+            rewards.append(s.reward)
+    o = ctx.cfg.orchestrator
+    for s, adv in zip((s for g in groups for s in g), grpo_advantages(rewards, o.rollouts_per_example, o.std_normalize)):
+        s.advantage = adv
+    return {
+        "reward/mean": sum(rewards) / len(rewards),
+        "reward/exact": sum(r == 1.0 for r in rewards) / len(rewards),
+    }
+
+
+async def attach_teacher_logprobs(ctx: Context, samples: List[Sample]) -> None:
+    scores = await asyncio.gather(
+        *(teacher_logprobs(ctx.teacher, ctx.teacher_model, s.prompt_ids, s.completion_ids) for s in samples)
+    )
+    for s, lp in zip(samples, scores):
+        s.teacher_logprobs = lp
+
+
+async def evaluate(ctx: Context) -> dict:
+    """Mean reward of one sample per eval prompt from the current policy."""
+    cfg = ctx.cfg
+    examples = ctx.task.eval[: cfg.orchestrator.eval.num_examples]
+    eval_sampling = sampling(cfg, temperature=cfg.orchestrator.eval.temperature)
+
+    async def one(i: int, ex: Example) -> float:
+        [c] = await ctx.student.complete(ctx.student_model, prompt_ids(ctx.tokenizer, ex.prompt), 1, eval_sampling, seed=cfg.seed + i)
+        return ctx.task.reward(ctx.tokenizer.decode(c.token_ids, skip_special_tokens=True), ex)
+
+    rewards = await asyncio.gather(*(one(i, ex) for i, ex in enumerate(examples)))
+    return {"eval/reward": sum(rewards) / len(rewards), "eval/exact": sum(r == 1.0 for r in rewards) / len(rewards)}
+
+
+async def preflight_opd(ctx: Context) -> None:
+    """Before the first step: same tokenizer as the student, and an endpoint that returns prompt logprobs."""
+    if ctx.cfg.teacher.kind == TeacherKind.local_vllm:
+        check_same_tokenizer(ctx.tokenizer, teacher_dir(ctx.cfg))
+    await probe_prompt_logprobs(ctx.teacher, ctx.teacher_model, prompt_ids(ctx.tokenizer, ctx.task.train[0].prompt))

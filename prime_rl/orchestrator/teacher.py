@@ -1,0 +1,50 @@
+"""The teacher: per-token scoring of student rollouts (opd) and rollouts of its own (sft)."""
+
+from pathlib import Path
+from typing import List
+
+from prime_rl.config.schema import Config, TeacherKind
+from prime_rl.inference.client import InferenceClient, InferenceError
+from prime_rl.inference.server import TEACHER_MODEL_NAME
+
+
+class TeacherError(RuntimeError):
+    """The teacher cannot serve this run (wrong tokenizer, no prompt logprobs)."""
+
+
+def teacher_client(cfg: Config) -> tuple[InferenceClient, str]:
+    """(client, model name) for the configured teacher."""
+    t = cfg.teacher
+    if t.kind == TeacherKind.local_vllm:
+        url, model = f"http://{cfg.inference.host}:{t.port}", TEACHER_MODEL_NAME
+    else:
+        url, model = t.base_url, t.model
+    client = InferenceClient(url, api_key_env=t.api_key_env, headers=t.headers,
+                             timeout_s=t.request_timeout_s, max_retries=t.max_retries)
+    return client, model
+
+
+async def teacher_logprobs(client: InferenceClient, model: str, prompt: List[int], completion: List[int]) -> List[float]:
+    """log p_T of each completion token given the prompt and the completion before it."""
+    scores = await client.prompt_logprobs(model, prompt + completion)
+    return [float(x) for x in scores[len(prompt):]]
+
+
+def check_same_tokenizer(student_tok, teacher_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    teacher_tok = AutoTokenizer.from_pretrained(teacher_dir)
+    if student_tok.get_vocab() != teacher_tok.get_vocab():
+        raise TeacherError(f"teacher tokenizer at {teacher_dir} differs from the student's (vocab); opd scores tokens, so they must match")
+    if student_tok.all_special_tokens != teacher_tok.all_special_tokens:
+        raise TeacherError(f"teacher tokenizer at {teacher_dir} has other special tokens than the student's; they must match")
+
+
+async def probe_prompt_logprobs(client: InferenceClient, model: str, token_ids: List[int]) -> None:
+    """One scoring request before training: the endpoint must return a logprob for every token we send."""
+    try:
+        scores = await client.prompt_logprobs(model, token_ids)
+    except InferenceError as e:
+        raise TeacherError(f"teacher endpoint {client.base_url} cannot score prompts (opd needs vLLM prompt_logprobs): {e}") from e
+    if any(s is None for s in scores[1:]):
+        raise TeacherError(f"teacher endpoint {client.base_url} returned incomplete prompt logprobs")

@@ -1,0 +1,1 @@
+"""The trainer: per-token logprobs, the rl / sft losses, AdamW, weight export and checkpoints."""

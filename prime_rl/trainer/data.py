@@ -1,0 +1,32 @@
+"""Samples from a batch file -> padded micro-batches of tensors aligned for token_logprobs."""
+
+from typing import List
+
+import torch
+
+from prime_rl.orchestrator.batch import Sample
+from prime_rl.trainer.loss import TokenBatch
+
+
+def collate(samples: List[Sample], pad_id: int) -> TokenBatch:
+    width = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+    shape = (len(samples), width)
+    ids = torch.full(shape, pad_id, dtype=torch.long)
+    attn, loss_mask = torch.zeros(shape, dtype=torch.long), torch.zeros(shape, dtype=torch.long)
+    mu, teacher = torch.zeros(shape), torch.zeros(shape)
+    for i, s in enumerate(samples):
+        p, c = len(s.prompt_ids), len(s.completion_ids)
+        ids[i, : p + c] = torch.tensor(s.prompt_ids + s.completion_ids)
+        attn[i, : p + c] = 1
+        loss_mask[i, p : p + c] = 1
+        if s.inference_logprobs:
+            mu[i, p : p + c] = torch.tensor(s.inference_logprobs)
+        if s.teacher_logprobs is not None:
+            teacher[i, p : p + c] = torch.tensor(s.teacher_logprobs)
+    has_teacher = samples[0].teacher_logprobs is not None
+    advantages = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
+    return TokenBatch(ids, attn, loss_mask, mu, advantages, teacher if has_teacher else None)
+
+
+def micro_batches(samples: List[Sample], size: int, pad_id: int) -> List[TokenBatch]:
+    return [collate(samples[i : i + size], pad_id) for i in range(0, len(samples), size)]

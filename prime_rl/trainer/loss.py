@@ -1,0 +1,82 @@
+"""Losses over the completion tokens of one micro-batch (DESIGN.md §5).
+
+Sums are divided by the token count of the whole step (`total_tokens`), not the micro-batch, so
+gradient accumulation over micro-batches gives the same gradient as one big batch.
+"""
+
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+import torch
+
+from prime_rl.config.schema import LossConfig
+
+
+@dataclass
+class TokenBatch:
+    input_ids: torch.Tensor  # [B, T] prompt + completion, right-padded
+    attention_mask: torch.Tensor  # [B, T]
+    loss_mask: torch.Tensor  # [B, T] 1 where the token is a completion token (predicted from position t-1)
+    inference_logprobs: torch.Tensor  # [B, T] mu at completion positions, 0 elsewhere
+    advantages: torch.Tensor  # [B] sequence-level advantages
+    teacher_logprobs: Optional[torch.Tensor] = None  # [B, T] log p_T at completion positions (opd)
+
+
+def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+    """[B, T] logprob of each token given the ones before it (position 0, which has no context, gets 0)."""
+    logprobs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    picked = logprobs.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return torch.nn.functional.pad(picked, (1, 0))
+
+
+def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """[B, T] entropy of the next-token distribution predicting each position (aligned like token_logprobs)."""
+    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    return torch.nn.functional.pad(-(logp.exp() * logp).sum(-1), (1, 0))
+
+
+def distill_advantage(logprobs: torch.Tensor, batch: TokenBatch, cfg: LossConfig, center: float) -> torch.Tensor:
+    """Per-token log p_T - log pi (no gradient), clamped to +-teacher_adv_clip, minus the step's mean `center`."""
+    adv = (batch.teacher_logprobs - logprobs).detach()
+    if cfg.teacher_adv_clip > 0:
+        adv = adv.clamp(-cfg.teacher_adv_clip, cfg.teacher_adv_clip)
+    return adv - center
+
+
+def rl_loss(logprobs: torch.Tensor, batch: TokenBatch, cfg: LossConfig, total_tokens: int, center: float = 0.0):
+    """Importance-weighted policy gradient with a trust-region mask; returns (loss, metric sums)."""
+    mask = batch.loss_mask.float()
+    log_ratio = (logprobs - batch.inference_logprobs) * mask
+    ratio = log_ratio.exp()
+    in_band = ((logprobs.exp() - batch.inference_logprobs.exp()).abs() <= cfg.mask_band).float() * mask
+    adv = cfg.adv_tau * batch.advantages[:, None].expand_as(logprobs)
+    if cfg.teacher_tau > 0:
+        adv = adv + cfg.teacher_tau * distill_advantage(logprobs, batch, cfg, center)
+    per_token = -adv.detach() * ratio + cfg.kl_tau * log_ratio**2
+    loss = (per_token * in_band).sum() / total_tokens
+    sums = {
+        "mismatch_kl": ((ratio - 1 - log_ratio) * mask).sum().item(),
+        "masked_fraction": (mask - in_band).sum().item(),
+    }
+    if batch.teacher_logprobs is not None:
+        sums["teacher_kl"] = ((logprobs - batch.teacher_logprobs).detach() * mask).sum().item()
+    return loss, sums
+
+
+def sft_loss(logprobs: torch.Tensor, batch: TokenBatch, total_tokens: int):
+    """Masked NLL of the completion tokens."""
+    return -(logprobs * batch.loss_mask.float()).sum() / total_tokens, {}
+
+
+def distill_center(batch_teacher: torch.Tensor, batch_mu: torch.Tensor, mask: torch.Tensor, cfg: LossConfig) -> float:
+    """The step's mean distillation advantage, estimated with the sampler's logprobs (mu ~ pi, known up front)."""
+    if not cfg.teacher_adv_center:
+        return 0.0
+    adv = batch_teacher - batch_mu
+    if cfg.teacher_adv_clip > 0:
+        adv = adv.clamp(-cfg.teacher_adv_clip, cfg.teacher_adv_clip)
+    return ((adv * mask).sum() / mask.sum().clamp(min=1)).item()
+
+
+def metric_means(sums: Dict[str, float], total_tokens: int) -> Dict[str, float]:
+    return {k: v / total_tokens for k, v in sums.items()}

@@ -1,0 +1,117 @@
+"""The trainer's loop: wait for the step's batch, one optimizer step, export weights, log, checkpoint."""
+
+import json
+import math
+import time
+
+import torch
+
+from prime_rl.config.schema import Config, LossType
+from prime_rl.orchestrator.batch import Batch, read_batch
+from prime_rl.run_dir import RunDir
+from prime_rl.trainer.checkpoint import load_checkpoint, save_checkpoint
+from prime_rl.trainer.data import micro_batches
+from prime_rl.trainer.loss import distill_center, metric_means, rl_loss, sft_loss, token_entropy, token_logprobs
+from prime_rl.trainer.model import load_model, pick_device
+from prime_rl.trainer.weights import export_weights, prune_weights
+
+
+def train(cfg: Config) -> None:
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(cfg.trainer.num_threads)
+    run_dir = RunDir(cfg.run_dir)
+    device = pick_device(cfg.trainer.device)
+    model, tokenizer = load_model(cfg, device)
+    optimizer, scheduler = make_optimizer(cfg, model)
+    start = (run_dir.latest_checkpoint() or 0) if cfg.ckpt.resume else 0
+    if start:
+        load_checkpoint(run_dir, start, model, optimizer, scheduler)
+    export_weights(model, tokenizer, run_dir, start)
+    last = time.monotonic()
+    for step in range(start, cfg.max_steps):
+        batch = wait_for_batch(run_dir, step, timeout_s=cfg.launcher.ready_timeout_s * 4)
+        metrics = train_step(cfg, model, optimizer, scheduler, batch, tokenizer.pad_token_id, device)
+        export_weights(model, tokenizer, run_dir, step + 1)
+        prune_weights(run_dir, keep_from=step + 1 - cfg.orchestrator.max_async_level - 1)
+        run_dir.rollouts(step).unlink(missing_ok=True)
+        step_s, last = time.monotonic() - last, time.monotonic()
+        timing = {"time/step": step_s, "throughput/tokens_per_s": metrics["tokens"] / step_s}
+        log_metrics(run_dir, {"step": step, **batch.metrics, **metrics, **timing})
+        done = step + 1
+        if done == cfg.max_steps or (cfg.ckpt.interval and done % cfg.ckpt.interval == 0):
+            save_checkpoint(run_dir, done, model, optimizer, scheduler, cfg.ckpt.keep)
+
+
+def make_optimizer(cfg: Config, model):
+    o = cfg.trainer.optim
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
+    warmup = max(o.warmup_steps, 0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (warmup + 1)))
+    return optimizer, scheduler
+
+
+def wait_for_batch(run_dir: RunDir, step: int, timeout_s: float) -> Batch:
+    path, deadline = run_dir.rollouts(step), time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no batch for step {step} after {timeout_s:.0f}s; is the orchestrator alive?")
+        time.sleep(0.02)
+    return read_batch(path)
+
+
+def train_step(cfg: Config, model, optimizer, scheduler, batch: Batch, pad_id: int, device) -> dict:
+    start = time.monotonic()
+    model.train()
+    loss_cfg = cfg.trainer.loss
+    mbs = micro_batches(batch.samples, cfg.trainer.micro_batch_size, pad_id)
+    total_tokens = int(sum(mb.loss_mask.sum() for mb in mbs))
+    center = batch_distill_center(mbs, loss_cfg) if loss_cfg.teacher_tau > 0 else 0.0
+    sums = {"loss": 0.0, "entropy": 0.0}
+    for mb in mbs:
+        mb = to_device(mb, device)
+        logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
+        logprobs = token_logprobs(logits, mb.input_ids)
+        if loss_cfg.type == LossType.sft:
+            loss, extra = sft_loss(logprobs, mb, total_tokens)
+        else:
+            loss, extra = rl_loss(logprobs, mb, loss_cfg, total_tokens, center)
+        loss.backward()
+        sums["loss"] += loss.item() * total_tokens
+        sums["entropy"] += (token_entropy(logits.detach()) * mb.loss_mask).sum().item()
+        for k, v in extra.items():
+            sums[k] = sums.get(k, 0.0) + v
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.optim.max_grad_norm)
+    lr = scheduler.get_last_lr()[0]
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    train_s = time.monotonic() - start
+    return {
+        **metric_means(sums, total_tokens),
+        "grad_norm": float(grad_norm) if math.isfinite(float(grad_norm)) else float("nan"),
+        "lr": lr,
+        "time/train": train_s,
+        "throughput/train_tokens_per_s": total_tokens / max(train_s, 1e-9),
+        "tokens": total_tokens,
+    }
+
+
+def batch_distill_center(mbs, loss_cfg) -> float:
+    teacher = torch.cat([mb.teacher_logprobs.flatten() for mb in mbs])
+    mu = torch.cat([mb.inference_logprobs.flatten() for mb in mbs])
+    mask = torch.cat([mb.loss_mask.flatten().float() for mb in mbs])
+    return distill_center(teacher, mu, mask, loss_cfg)
+
+
+def to_device(mb, device):
+    fields = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in vars(mb).items()}
+    return type(mb)(**fields)
+
+
+def log_metrics(run_dir: RunDir, metrics: dict) -> None:
+    """One line per step in metrics.jsonl; the trainer is its only writer while the run trains."""
+    line = json.dumps(metrics)
+    with run_dir.metrics.open("a") as f:
+        f.write(line + "\n")
+    print(line, flush=True)

@@ -1,0 +1,24 @@
+"""Weight export for the inference server: weights/step_N/ (safetensors, or a peft adapter dir) + STABLE."""
+
+import shutil
+
+from prime_rl.run_dir import STABLE, RunDir
+
+
+def export_weights(model, tokenizer, run_dir: RunDir, step: int) -> None:
+    """Write to a temp dir, rename, then mark STABLE: a reader never sees a half-written export."""
+    final = run_dir.weights(step)
+    tmp = final.with_name(final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    (final / STABLE).touch()
+
+
+def prune_weights(run_dir: RunDir, keep_from: int) -> None:
+    """Delete exports older than `keep_from` (the server may still be loading anything newer)."""
+    for step in run_dir.steps_in("weights"):
+        if step < keep_from:
+            shutil.rmtree(run_dir.weights(step), ignore_errors=True)

@@ -1,0 +1,129 @@
+"""Unit tests of the pure pieces: losses by hand, advantages, the batch file, vLLM response parsing."""
+
+import math
+
+import pytest
+import torch
+
+from prime_rl.config.schema import LossConfig
+from prime_rl.inference.client import InferenceError, parse_completions, parse_prompt_logprobs
+from prime_rl.orchestrator.advantages import grpo_advantages
+from prime_rl.orchestrator.batch import Batch, Sample, read_batch, write_batch
+from prime_rl.trainer.data import collate
+from prime_rl.trainer.loss import TokenBatch, distill_center, rl_loss, sft_loss, token_logprobs
+
+
+def one_sequence_batch(mu, advantage=1.0, teacher=None):
+    """Two prompt tokens then len(mu) completion tokens; logprob slots are aligned to the predicted token."""
+    n = 2 + len(mu)
+    loss_mask = torch.tensor([[0, 0] + [1] * len(mu)])
+    pad = lambda xs: torch.tensor([[0.0, 0.0] + list(xs)])  # noqa: E731
+    return TokenBatch(
+        input_ids=torch.zeros(1, n, dtype=torch.long),
+        attention_mask=torch.ones(1, n, dtype=torch.long),
+        loss_mask=loss_mask,
+        inference_logprobs=pad(mu),
+        advantages=torch.tensor([advantage]),
+        teacher_logprobs=pad(teacher) if teacher is not None else None,
+    )
+
+
+def test_rl_loss_matches_a_hand_computation():
+    pi = [math.log(0.5), math.log(0.4), math.log(0.9)]
+    mu = [math.log(0.5), math.log(0.5), math.log(0.1)]  # token 3 leaves the 0.2 band: |0.9 - 0.1| = 0.8
+    batch = one_sequence_batch(mu, advantage=2.0)
+    logprobs = torch.tensor([[0.0, 0.0] + pi], requires_grad=True)
+    loss, sums = rl_loss(logprobs, batch, LossConfig(adv_tau=1.0, mask_band=0.2), total_tokens=4)
+    # kept tokens: ratio 1.0 and 0.8, advantage 2 -> -(2*1 + 2*0.8) / 4 (normalised by the step's 4 tokens)
+    assert loss.item() == pytest.approx(-(2 * 1.0 + 2 * 0.8) / 4)
+    assert sums["masked_fraction"] == pytest.approx(1.0)
+    loss.backward()
+    assert logprobs.grad[0, 4] == 0  # the masked token gets no gradient
+    assert logprobs.grad[0, 3].item() == pytest.approx(-2 * 0.8 / 4)  # d(-A*rho)/dlogpi = -A*rho / N
+
+
+def test_kl_tau_adds_the_squared_log_ratio():
+    pi, mu = [math.log(0.5)], [math.log(0.4)]
+    batch = one_sequence_batch(mu, advantage=0.0)
+    logprobs = torch.tensor([[0.0, 0.0] + pi])
+    loss, _ = rl_loss(logprobs, batch, LossConfig(kl_tau=0.5), total_tokens=1)
+    assert loss.item() == pytest.approx(0.5 * math.log(0.5 / 0.4) ** 2)
+
+
+def test_distillation_advantage_is_clamped_centered_and_weighted():
+    pi = [math.log(0.5), math.log(0.5)]
+    teacher = [math.log(0.5) - 10.0, math.log(0.5) + 1.0]  # raw advantages -10 and +1
+    batch = one_sequence_batch(pi, advantage=0.0, teacher=teacher)
+    logprobs = torch.tensor([[0.0, 0.0] + pi])
+    cfg = LossConfig(adv_tau=0.0, teacher_tau=0.5, teacher_adv_clip=2.0)
+    center = distill_center(batch.teacher_logprobs, batch.inference_logprobs, batch.loss_mask.float(), cfg)
+    assert center == pytest.approx((-2.0 + 1.0) / 2)
+    loss, sums = rl_loss(logprobs, batch, cfg, total_tokens=2, center=center)
+    # clamped (-2, +1), centered (-1.5, +1.5), weighted by 0.5 -> sum 0: loss 0; teacher_kl = mean(pi - pT)
+    assert loss.item() == pytest.approx(0.0, abs=1e-6)
+    assert sums["teacher_kl"] / 2 == pytest.approx((10.0 - 1.0) / 2)
+
+
+def test_sft_loss_is_token_normalised_nll():
+    batch = one_sequence_batch([0.0, 0.0])
+    logprobs = torch.tensor([[-5.0, -5.0, -1.0, -3.0]])
+    loss, _ = sft_loss(logprobs, batch, total_tokens=4)
+    assert loss.item() == pytest.approx((1.0 + 3.0) / 4)
+
+
+def test_token_logprobs_picks_the_next_token():
+    logits = torch.log(torch.tensor([[[0.1, 0.9], [0.7, 0.3], [0.5, 0.5]]]))
+    ids = torch.tensor([[0, 1, 0]])
+    out = token_logprobs(logits, ids)
+    assert out[0].tolist() == pytest.approx([0.0, math.log(0.9), math.log(0.7)])
+
+
+def test_grpo_advantages_subtract_the_group_mean():
+    adv = grpo_advantages([1.0, 0.0, 0.5, 0.5, 0.2, 0.4], group_size=2)
+    assert adv == pytest.approx([0.5, -0.5, 0.0, 0.0, -0.1, 0.1])
+    normed = grpo_advantages([1.0, 0.0], group_size=2, std_normalize=True)
+    assert normed == pytest.approx([1.0, -1.0], rel=1e-4)
+
+
+def test_batch_file_round_trip(tmp_path):
+    samples = [
+        Sample([1, 2], [3, 4, 5], [-0.1, -0.2, -0.3], advantage=0.5, reward=0.75, teacher_logprobs=[-1.0, -2.0, -3.0]),
+        Sample([1], [6], [-0.4], advantage=-0.5, reward=0.25, teacher_logprobs=[-0.5]),
+    ]
+    path = tmp_path / "rollouts" / "step_3.bin"
+    write_batch(Batch(3, 2, samples, {"reward/mean": 0.5}), path)
+    back = read_batch(path)
+    assert back.step == 3 and back.policy_version == 2 and back.metrics == {"reward/mean": 0.5}
+    assert back.samples == samples
+    assert not list(path.parent.glob("*.tmp"))
+
+
+def test_collate_aligns_completion_logprobs_with_the_loss_mask():
+    tb = collate([Sample([7, 8], [9, 10], [-0.1, -0.2], advantage=1.0), Sample([7], [9], [-0.3])], pad_id=0)
+    assert tb.input_ids.tolist() == [[7, 8, 9, 10], [7, 9, 0, 0]]
+    assert tb.loss_mask.tolist() == [[0, 0, 1, 1], [0, 1, 0, 0]]
+    assert tb.inference_logprobs[0].tolist() == pytest.approx([0, 0, -0.1, -0.2])
+    assert tb.teacher_logprobs is None
+
+
+def test_parse_completions_reads_token_ids_and_logprobs():
+    data = {"choices": [
+        {"index": 1, "text": "b", "token_ids": [5], "logprobs": {"token_logprobs": [-0.5]}, "finish_reason": "length"},
+        {"index": 0, "text": "a<", "token_ids": [4, 2], "logprobs": {"token_logprobs": [-0.1, -0.2]}, "finish_reason": "stop"},
+    ]}
+    out = parse_completions(data)
+    assert [c.token_ids for c in out] == [[4, 2], [5]]
+    assert out[0].logprobs == [-0.1, -0.2] and out[0].finish_reason == "stop"
+    with pytest.raises(InferenceError, match="malformed"):
+        parse_completions({"choices": [{"index": 0, "text": "a"}]})
+
+
+def test_parse_prompt_logprobs_takes_the_actual_token_not_the_first_key():
+    data = {"choices": [{"prompt_logprobs": [
+        None,
+        {"9": {"logprob": -0.1, "rank": 1}, "4": {"logprob": -2.5, "rank": 3}},  # top-1 first, actual token 4
+        {"7": {"logprob": -0.3, "rank": 1}},
+    ]}]}
+    assert parse_prompt_logprobs(data, [1, 4, 7]) == [None, -2.5, -0.3]
+    with pytest.raises(InferenceError):
+        parse_prompt_logprobs({"choices": [{"prompt_logprobs": None}]}, [1, 4, 7])
