@@ -1,6 +1,5 @@
 """One job, start to finish: typed config -> validation -> plan -> (dry run: print and stop) -> supervised run."""
 
-import json
 import sys
 from pathlib import Path
 
@@ -11,7 +10,6 @@ from rich.console import Console
 
 from prime_rl.config import Config, ConfigError, TeacherKind, to_config, validate
 from prime_rl.launcher.resume import prepare_resume
-from prime_rl.monitor.metrics import write_summary
 from prime_rl.run_dir import RunDir
 from prime_rl.launcher.gpus import visible_gpus
 from prime_rl.launcher.plan import Plan, build_plan, write_role_configs
@@ -60,11 +58,7 @@ def run(plan: Plan) -> int:
         ensure_teacher(cfg)
     if cfg.ckpt.resume:
         console.print(f"resuming from step {prepare_resume(RunDir(plan.run_dir))}")
-    code = run_plan(plan)
-    if code == 0:
-        summary = write_summary(plan.run_dir)
-        console.print("[bold]summary[/bold] " + json.dumps(summary))
-    return code
+    return run_plan(plan)
 
 
 def print_plan(plan: Plan) -> None:

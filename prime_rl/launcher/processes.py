@@ -1,0 +1,138 @@
+"""Child processes of a run, one process group each: spawn, watch, and stop the whole group.
+
+Every role runs as the leader of its own session, so everything it starts (a vLLM server's engine core,
+a trainer's helpers) shares its process group, and signalling the group reaches all of them. We never
+signal only the leader: killing a vLLM server's main process orphans its engine core.
+"""
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Callable, List, Optional
+
+from prime_rl.launcher.plan import Role
+
+KILL_WAIT_S = 3.0  # SIGKILL cannot be ignored; this only covers processes stuck in the kernel
+
+
+@dataclass(eq=False)  # compared by identity
+class Child:
+    role: Role
+    popen: subprocess.Popen
+    stopped: bool = False  # its group has been emptied; never signal this pgid again (it may be reused)
+
+    @property
+    def pgid(self) -> int:
+        return self.popen.pid  # a session leader's pgid is its pid
+
+    def exit_code(self) -> Optional[int]:
+        """The leader's exit code, or None while it runs (also reaps it, so it never lingers as a zombie)."""
+        return self.popen.poll()
+
+    def group_alive(self) -> bool:
+        self.exit_code()
+        return group_alive(self.pgid)
+
+    def signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.pgid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def spawn(role: Role) -> Child:
+    """Start a role in its own session, output appended to its log, environment = ours + the role's."""
+    role.log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(role.log_file, "ab") as log:
+        # A header per start, so a log appended to across restarts shows where each attempt begins.
+        header = f"=== {datetime.now():%Y-%m-%d %H:%M:%S} launcher starts {role.name}: {' '.join(role.command)}\n"
+        log.write(header.encode())
+        log.flush()
+        popen = subprocess.Popen(
+            role.command,
+            env=os.environ | role.env,
+            stdin=subprocess.DEVNULL,  # no child may read the launcher's terminal
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+    return Child(role, popen)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any live process is left in the group (the leader may have exited leaving members behind)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return _has_live_member(pgid) if os.path.isdir("/proc") else True
+
+
+def _has_live_member(pgid: int) -> bool:
+    # A member orphaned by its parent stays a zombie in the group until init reaps it, and the init of many
+    # containers never does, so killpg(pgid, 0) keeps succeeding. Zombies hold no resources: skip them.
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # exited while we looked
+        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
+        if int(fields[2]) == pgid and fields[0] not in "ZX":
+            return True
+    return False
+
+
+def stop_children(children: List[Child], grace_s: float, hurry: Callable[[], bool] = lambda: False,
+                  say: Callable[[str], None] = lambda _: None) -> None:
+    """SIGTERM every group, wait up to grace_s for all to be empty, then SIGKILL what is left.
+
+    All groups share one grace period, so stopping takes grace_s, not grace_s per role. `hurry()` turning
+    true (a second Ctrl-C) skips the rest of the grace period. Idempotent: stopped groups are skipped.
+    """
+    running = [c for c in children if not c.stopped and c.group_alive()]
+    for c in children:
+        c.stopped = c.stopped or c not in running
+    if not running:
+        return
+    say(f"stopping {', '.join(c.role.name for c in running)} (SIGTERM, SIGKILL after {grace_s:g} s)")
+    for c in running:
+        c.signal_group(signal.SIGTERM)
+    left = _wait_empty(running, grace_s, hurry)
+    if left:
+        say(f"SIGKILL {', '.join(c.role.name for c in left)} (still running after SIGTERM)")
+        for c in left:
+            c.signal_group(signal.SIGKILL)
+        for c in _wait_empty(left, KILL_WAIT_S, lambda: False):
+            say(f"warning: process group {c.pgid} of {c.role.name} survived SIGKILL")
+
+
+def _wait_empty(children: List[Child], timeout_s: float, hurry: Callable[[], bool]) -> List[Child]:
+    """Wait until each group is empty; the ones that are not when time runs out (or hurry() is true)."""
+    deadline = time.monotonic() + timeout_s
+    left = list(children)
+    while True:
+        for c in left:
+            c.stopped = not c.group_alive()
+        left = [c for c in left if not c.stopped]
+        if not left or time.monotonic() >= deadline or hurry():
+            return left
+        time.sleep(0.1)
+
+
+def log_tail(path: Path, lines: int = 20) -> List[str]:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 64 * 1024))  # logs can be large; the tail is at the end
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return []
+    return text.splitlines()[-lines:]

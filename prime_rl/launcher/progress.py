@@ -1,0 +1,139 @@
+"""The launcher's view of a run's progress: follow metrics.jsonl, show one live line, summarise at the end."""
+
+import json
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+
+class MetricsTail:
+    """Follows metrics.jsonl while the trainer and orchestrator append to it.
+
+    Both write to the same file with different keys, so the latest value of each key is kept. A line being
+    written is not complete yet: it waits for its newline. Lines that are not JSON objects are skipped.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+        self.latest: Dict[str, object] = {}
+        self.last_record: Optional[dict] = None
+        self.step_times: Dict[int, float] = {}  # step -> time/step, each step counted once
+
+    def poll(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                if f.seek(0, 2) < self.offset:  # rewritten from scratch: start over
+                    self.offset, self.partial = 0, b""
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return  # not written yet
+        self.offset += len(data)
+        *lines, self.partial = (self.partial + data).split(b"\n")
+        for line in lines:
+            self._add(line)
+
+    def _add(self, line: bytes) -> None:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(record, dict):
+            return
+        self.last_record = record
+        step, step_time, highest = record.get("step"), record.get("time/step"), self.step
+        self.latest.update(record)
+        if isinstance(step, int):
+            # The orchestrator may log a step ahead of the trainer; show the furthest one.
+            self.latest["step"] = max(step, highest)
+            if isinstance(step_time, (int, float)):
+                self.step_times.setdefault(step, float(step_time))
+
+    @property
+    def step(self) -> int:
+        step = self.latest.get("step")
+        return step if isinstance(step, int) else 0
+
+    def eta_s(self, max_steps: int, elapsed_s: float) -> Optional[float]:
+        """Remaining time from the mean step time so far (the trainer's time/step, else wall clock)."""
+        if self.step_times:
+            per_step = sum(self.step_times.values()) / len(self.step_times)
+        elif self.step > 0:
+            per_step = elapsed_s / self.step
+        else:
+            return None
+        return per_step * max(0, max_steps - self.step)
+
+
+class ProgressLine:
+    """One live line on stderr: step/max_steps, reward, loss, tokens/s, ETA."""
+
+    def __init__(self, console: Console, metrics: MetricsTail, max_steps: int):
+        self.metrics = metrics
+        self.started = time.monotonic()
+        self.progress = Progress(
+            TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[info]}"),
+            console=console, refresh_per_second=2,  # the line changes once a step; spare the shared CPUs
+        )
+        self.task = self.progress.add_task("run", total=max_steps, info="waiting for the first step")
+        self.max_steps = max_steps
+
+    def __enter__(self) -> "ProgressLine":
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.stop()
+
+    def update(self) -> None:
+        self.metrics.poll()
+        if self.metrics.last_record is None:
+            return
+        self.progress.update(self.task, completed=self.metrics.step, info=self.info())
+
+    def info(self) -> str:
+        m = self.metrics.latest
+        parts = [
+            _fmt("reward", m.get("reward/mean"), "{:.3f}"),
+            _fmt("eval", m.get("eval/reward"), "{:.3f}"),
+            _fmt("loss", m.get("loss"), "{:.4f}"),
+            _fmt("tok/s", m.get("throughput/tokens_per_s"), "{:,.0f}"),
+        ]
+        eta = self.metrics.eta_s(self.max_steps, time.monotonic() - self.started)
+        if eta is not None:
+            parts.append(f"ETA {format_duration(eta)}")
+        return "  ".join(p for p in parts if p)
+
+
+def _fmt(label: str, value: object, spec: str) -> str:
+    return f"{label} {spec.format(value)}" if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+def summary_lines(run_dir: Path, metrics: MetricsTail) -> List[str]:
+    """The final numbers: summary.json's scalar entries if it exists, else the last metrics record."""
+    metrics.poll()
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        source = "summary.json"
+    except (OSError, ValueError):
+        summary, source = metrics.last_record, "metrics.jsonl (last line)"
+    if not isinstance(summary, dict):
+        return ["no metrics were written"]
+    scalars = {k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))}
+    return [f"summary ({source}):"] + [f"  {k}: {_number(v)}" for k, v in scalars.items()]
+
+
+def _number(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

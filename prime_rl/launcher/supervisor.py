@@ -1,0 +1,188 @@
+"""Runs a plan: start the servers, wait until they serve, start orchestrator and trainer, watch them finish.
+
+Fail fast: any child failing, a server exiting, a server not ready in time, or a signal to the launcher
+stops every process group (processes.py) and returns non-zero, naming the role and showing its log tail.
+"""
+
+import atexit
+import signal
+import threading
+import time
+from datetime import datetime
+from typing import Dict, List, Optional
+
+import httpx
+from rich.console import Console
+
+from prime_rl.launcher.plan import Plan, Role
+from prime_rl.launcher.processes import Child, log_tail, spawn, stop_children
+from prime_rl.monitor.metrics import write_summary
+from prime_rl.launcher.progress import MetricsTail, ProgressLine, format_duration, summary_lines
+
+POLL_S = 0.5  # how often children are checked: a dead child is noticed within this
+HTTP_TIMEOUT_S = 2.0  # per readiness request; a hung server must not stall the loop
+TAIL_LINES = 20
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed
+
+
+class RoleFailed(Exception):
+    def __init__(self, role: Role, reason: str):
+        super().__init__(f"{role.name} {reason}")
+        self.role, self.reason = role, reason
+
+
+class Interrupted(Exception):
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def run_plan(plan: Plan) -> int:
+    """Run every role of the plan to completion; the exit code the launcher should return."""
+    return Supervisor(plan).run()
+
+
+class Supervisor:
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.launcher = plan.config.launcher
+        self.console = Console(stderr=True)
+        self.children: List[Child] = []  # in start order
+        self.signum: Optional[int] = None  # set by the signal handler, acted on by the loop
+        self.stopping = False
+        self.hurry = False  # a second signal: skip what is left of the stop grace period
+        (plan.run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        self.log = open(plan.run_dir / "logs" / "launcher.log", "a", buffering=1)
+        self.metrics = MetricsTail(plan.run_dir / "metrics.jsonl")
+
+    def run(self) -> int:
+        atexit.register(self.stop)  # whatever happens in this process, its children go with it
+        previous = self.handle_signals()
+        try:
+            return self.run_roles()
+        finally:
+            self.stop()  # also on an unexpected error
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.log.close()
+
+    def run_roles(self) -> int:
+        started = time.monotonic()
+        servers = [r for r in self.plan.roles if r.health_url]
+        workers = [r for r in self.plan.roles if not r.health_url]
+        self.say(f"run dir {self.plan.run_dir}; logs in {self.plan.run_dir / 'logs'}")
+        try:
+            self.wait_ready([self.start(r) for r in servers])
+            self.watch([self.start(r) for r in workers])
+        except RoleFailed as e:
+            self.stop()
+            self.report_failure(e)
+            return 1
+        except Interrupted as e:
+            self.stop()
+            self.say(f"stopped by signal ({signal.Signals(e.signum).name})", style="bold yellow")
+            return 128 + e.signum
+        self.stop()
+        self.say(f"run finished in {format_duration(time.monotonic() - started)}", style="bold green")
+        write_summary(self.plan.run_dir)
+        for line in summary_lines(self.plan.run_dir, self.metrics):
+            self.say(line)
+        return 0
+
+    def start(self, role: Role) -> Child:
+        self.check()  # a signal or failure while starting: start nothing more
+        try:
+            child = spawn(role)
+        except OSError as e:
+            raise RoleFailed(role, f"could not start ({e})") from e
+        self.children.append(child)
+        self.say(f"started {role.name} (pid {child.pgid}, log {role.log_file})")
+        return child
+
+    def wait_ready(self, servers: List[Child]) -> None:
+        """Wait until every server answers /health and /v1/models, bounded by launcher.ready_timeout_s."""
+        timeout = self.launcher.ready_timeout_s
+        started = time.monotonic()
+        pending = list(servers)
+        if pending:
+            self.say(f"waiting up to {timeout:g} s for {', '.join(c.role.name for c in pending)} to serve")
+        with httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False) as http:  # no proxy for our own servers
+            while pending:
+                self.check()
+                for child in [c for c in pending if serves(http, c.role)]:
+                    pending.remove(child)
+                    self.say(f"{child.role.name} ready after {time.monotonic() - started:.1f} s")
+                if pending and time.monotonic() - started > timeout:
+                    role = pending[0].role
+                    raise RoleFailed(role, f"not ready after {timeout:g} s (no 200 from {role.health_url})")
+                if pending:
+                    time.sleep(POLL_S)
+
+    def watch(self, workers: List[Child]) -> None:
+        """Show progress until orchestrator and trainer have both exited 0."""
+        with ProgressLine(self.console, self.metrics, self.plan.config.max_steps) as progress:
+            while True:
+                self.check()
+                progress.update()
+                if all(c.exit_code() == 0 for c in workers):
+                    return
+                time.sleep(POLL_S)
+
+    def check(self) -> None:
+        """Raise if the launcher was signalled or a child failed. A worker exiting 0 is done, not failed;
+        a server exiting at all is a failure, since the run still needs it."""
+        if self.signum is not None:
+            raise Interrupted(self.signum)
+        for child in self.children:
+            code = child.exit_code()
+            if code is not None and (code != 0 or child.role.health_url):
+                raise RoleFailed(child.role, f"failed ({describe_exit(code)})")
+
+    def stop(self) -> None:
+        """Stop every started role: orchestrator and trainer first, so no server is stopped with requests
+        in flight (vLLM can hang on SIGTERM then), then the servers. Idempotent."""
+        self.stopping = True
+        workers = [c for c in reversed(self.children) if not c.role.health_url]
+        servers = [c for c in reversed(self.children) if c.role.health_url]
+        for group in (workers, servers):
+            stop_children(group, self.launcher.stop_grace_s, hurry=lambda: self.hurry, say=self.say)
+
+    def handle_signals(self) -> Dict[int, object]:
+        """Route stop signals to the loop; the previous handlers, to restore afterwards."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}  # only the main thread may set handlers; atexit and finally still stop the children
+        return {sig: signal.signal(sig, self.on_signal) for sig in STOP_SIGNALS}
+
+    def on_signal(self, signum: int, frame: object) -> None:
+        # Only set flags: raising here could interrupt a spawn half-way and lose track of a child.
+        if self.signum is not None or self.stopping:
+            self.hurry = True  # asked twice: SIGKILL now
+        else:
+            self.signum = signum
+
+    def report_failure(self, e: RoleFailed) -> None:
+        self.say(f"error: role {e.role.name} {e.reason}; last lines of {e.role.log_file}:", style="bold red")
+        for line in log_tail(e.role.log_file, TAIL_LINES):
+            self.say(f"  {line}")
+
+    def say(self, message: str, style: Optional[str] = None) -> None:
+        """To the terminal and to logs/launcher.log."""
+        self.console.print(message, style=style, markup=False, highlight=False, soft_wrap=True)
+        if not self.log.closed:
+            self.log.write(f"{datetime.now():%Y-%m-%d %H:%M:%S} {message}\n")
+
+
+def serves(http: httpx.Client, role: Role) -> bool:
+    """/health answers once the engine is up; /v1/models once the model is actually served."""
+    models_url = role.health_url.removesuffix("/health") + "/v1/models"
+    try:
+        return all(http.get(url).status_code == 200 for url in (role.health_url, models_url))
+    except httpx.HTTPError:
+        return False
+
+
+def describe_exit(code: int) -> str:
+    try:
+        return f"exit code {code}, killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+    except ValueError:  # a signal without a name
+        return f"exit code {code}"

@@ -1,0 +1,234 @@
+"""The supervisor on stand-in children: tiny HTTP servers for the vLLM roles, sleeping or exiting processes for
+orchestrator and trainer. Every stand-in starts a grandchild in its own process group and records both pids,
+so each test can check that nothing of the run survives."""
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List
+
+import pytest
+
+from prime_rl.config.schema import Config, LauncherConfig
+from prime_rl.launcher.plan import Plan, Role, free_port
+from prime_rl.launcher.processes import group_alive, spawn, stop_children
+from prime_rl.launcher.progress import MetricsTail, summary_lines
+from prime_rl.launcher.supervisor import run_plan
+
+# argv: pid_file mode [args...]; modes: server PORT | silent | worker SECONDS EXIT_CODE [metrics]; "stubborn"
+# anywhere makes the grandchild ignore SIGTERM.
+STANDIN = r"""
+import json, os, subprocess, sys, time
+from pathlib import Path
+pid_file, mode, args = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
+name = pid_file.stem
+shell = "trap '' TERM; exec sleep 600" if "stubborn" in args else "exec sleep 600"
+grandchild = subprocess.Popen(["sh", "-c", shell])  # same process group as this stand-in
+time.sleep(0.1)  # let sh install the trap before anyone reads the pid file and signals
+pid_file.with_suffix(".tmp").write_text(f"{os.getpid()} {grandchild.pid}")
+pid_file.with_suffix(".tmp").rename(pid_file)
+print(f"{name} running", flush=True)
+if mode == "server":
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path in ("/health", "/v1/models") else 404)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+        def log_message(self, *a):
+            pass
+    HTTPServer(("127.0.0.1", int(args[0])), Handler).serve_forever()
+elif mode == "silent":
+    time.sleep(600)
+else:
+    if "metrics" in args:
+        run_dir = pid_file.parent.parent
+        with open(run_dir / "metrics.jsonl", "a") as f:
+            for step in (1, 2, 3):
+                f.write(json.dumps({"step": step, "reward/mean": 0.5, "loss": 0.25, "time/step": 0.1}) + "\n")
+            f.write('{"step": 4, "rew')  # a line still being written
+        (run_dir / "summary.json").write_text(json.dumps({"final_reward": 0.875, "steps": 3}))
+    for i in range(30):
+        print(f"{name} log line {i}")
+    sys.stdout.flush()
+    time.sleep(float(args[0]))
+    sys.exit(int(args[1]))
+"""
+
+DRIVER = (
+    "import pickle, sys; from prime_rl.launcher.supervisor import run_plan; "
+    "sys.exit(run_plan(pickle.load(open(sys.argv[1], 'rb'))))"
+)
+
+
+def standin(run_dir: Path, name: str, mode: str, *args: str) -> Role:
+    port = int(args[0]) if mode == "server" else None
+    return Role(
+        name=name,
+        command=[sys.executable, "-c", STANDIN, str(run_dir / "pids" / f"{name}.pids"), mode, *args],
+        env={},
+        gpus=[],
+        log_file=run_dir / "logs" / f"{name}.log",
+        config_file=run_dir / "configs" / f"{name}.yaml",
+        port=port,
+        health_url=f"http://127.0.0.1:{port}/health" if port else None,
+    )
+
+
+def make_plan(run_dir: Path, roles: List[Role], ready_timeout_s: float = 20.0, stop_grace_s: float = 2.0) -> Plan:
+    config = Config(max_steps=3, launcher=LauncherConfig(ready_timeout_s=ready_timeout_s, stop_grace_s=stop_grace_s))
+    return Plan(run_dir, config, roles)
+
+
+def server(run_dir: Path, name: str = "inference") -> Role:
+    return standin(run_dir, name, "server", str(free_port(set())))
+
+
+def recorded_pids(run_dir: Path) -> List[int]:
+    return [int(p) for f in (run_dir / "pids").glob("*.pids") for p in f.read_text().split()]
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie (an orphan's zombie stays until init reaps it, which some inits never do)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except OSError:
+        return False
+
+
+def assert_nothing_survives(run_dir: Path, expected_pid_files: int) -> None:
+    pids = recorded_pids(run_dir)
+    assert len(pids) == 2 * expected_pid_files  # each stand-in and its grandchild
+    assert [p for p in pids if alive(p)] == []
+    leaders = pids[::2]  # a stand-in is its group's leader: pgid == pid
+    assert [p for p in leaders if group_alive(p)] == []
+
+
+def wait_for(predicate, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    (tmp_path / "pids").mkdir()
+    yield tmp_path
+    for pid in recorded_pids(tmp_path):  # a failed test must not leave its stand-ins behind
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_success_returns_0_and_leaves_no_process(run_dir, capsys):
+    plan = make_plan(run_dir, [
+        server(run_dir),
+        standin(run_dir, "orchestrator", "worker", "0.3", "0"),
+        standin(run_dir, "trainer", "worker", "0.6", "0", "metrics"),
+    ])
+    assert run_plan(plan) == 0
+    # The trainer's grandchild outlived its leader; stopping the group took it too.
+    assert_nothing_survives(run_dir, 3)
+    err = capsys.readouterr().err
+    assert "summary (summary.json)" in err and "final_reward: 0.875" in err
+    launcher_log = (run_dir / "logs" / "launcher.log").read_text()
+    assert "inference ready after" in launcher_log and "run finished" in launcher_log
+    assert "trainer log line 29" in (run_dir / "logs" / "trainer.log").read_text()
+
+
+def test_child_failure_returns_1_naming_role_and_log_tail(run_dir, capsys):
+    plan = make_plan(run_dir, [
+        server(run_dir),
+        standin(run_dir, "orchestrator", "worker", "60", "0"),
+        standin(run_dir, "trainer", "worker", "0.3", "3"),
+    ])
+    started = time.monotonic()
+    assert run_plan(plan) == 1
+    assert time.monotonic() - started < 8
+    err = capsys.readouterr().err
+    log = run_dir / "logs" / "trainer.log"
+    assert f"error: role trainer failed (exit code 3); last lines of {log}:" in err
+    assert "trainer log line 29" in err and "trainer log line 10" in err and "trainer log line 9\n" not in err
+    assert_nothing_survives(run_dir, 3)
+
+
+def test_server_never_ready_gives_up_naming_role(run_dir, capsys):
+    plan = make_plan(run_dir, [
+        standin(run_dir, "inference", "silent"),
+        standin(run_dir, "orchestrator", "worker", "60", "0"),
+    ], ready_timeout_s=1.5)
+    plan.roles[0].health_url = f"http://127.0.0.1:{free_port(set())}/health"  # nobody listens there
+    started = time.monotonic()
+    assert run_plan(plan) == 1
+    assert 1.5 <= time.monotonic() - started < 8
+    assert "error: role inference not ready after 1.5 s" in capsys.readouterr().err
+    assert not (run_dir / "logs" / "orchestrator.log").exists()  # never started
+    assert_nothing_survives(run_dir, 1)
+
+
+def start_launcher(run_dir: Path, plan: Plan) -> subprocess.Popen:
+    (run_dir / "plan.pkl").write_bytes(pickle.dumps(plan))
+    launcher = subprocess.Popen([sys.executable, "-c", DRIVER, str(run_dir / "plan.pkl")],
+                                stderr=open(run_dir / "stderr.txt", "wb"))
+    wait_for(lambda: len(list((run_dir / "pids").glob("*.pids"))) == len(plan.roles), 20)
+    return launcher
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_stops_everything(run_dir, sig):
+    plan = make_plan(run_dir, [
+        server(run_dir),
+        standin(run_dir, "orchestrator", "worker", "60", "0"),
+        standin(run_dir, "trainer", "worker", "60", "0"),
+    ])
+    launcher = start_launcher(run_dir, plan)
+    launcher.send_signal(sig)
+    assert launcher.wait(timeout=10) == 128 + sig
+    assert "stopped by signal" in (run_dir / "stderr.txt").read_text()
+    assert_nothing_survives(run_dir, 3)
+
+
+def test_second_ctrl_c_kills_at_once(run_dir):
+    plan = make_plan(run_dir, [standin(run_dir, "trainer", "worker", "60", "0", "stubborn")], stop_grace_s=60)
+    launcher = start_launcher(run_dir, plan)
+    launcher.send_signal(signal.SIGINT)
+    wait_for(lambda: "stopping trainer" in (run_dir / "logs" / "launcher.log").read_text(), 5)
+    started = time.monotonic()
+    launcher.send_signal(signal.SIGINT)
+    assert launcher.wait(timeout=10) == 130
+    assert time.monotonic() - started < 5  # not the 60 s grace period
+    assert_nothing_survives(run_dir, 1)
+
+
+def test_member_ignoring_sigterm_gets_sigkilled(run_dir):
+    child = spawn(standin(run_dir, "orchestrator", "worker", "60", "0", "stubborn"))
+    wait_for(lambda: (run_dir / "pids" / "orchestrator.pids").exists(), 10)
+    started = time.monotonic()
+    stop_children([child], grace_s=1.0)
+    assert time.monotonic() - started >= 1.0  # the group outlived SIGTERM, so it waited the grace period
+    assert child.exit_code() == -signal.SIGTERM  # the leader itself did stop on SIGTERM
+    assert_nothing_survives(run_dir, 1)
+    stop_children([child], grace_s=1.0)  # idempotent: nothing left to signal
+    assert child.stopped
+
+
+def test_metrics_tail_tolerates_partial_and_odd_lines(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    tail = MetricsTail(path)
+    tail.poll()  # no file yet
+    path.write_text('{"step": 1, "time/step": 2.0, "reward/mean": 0.1}\nnot json\n[1]\n{"step": 2, "lo')
+    tail.poll()
+    assert tail.step == 1 and tail.latest["reward/mean"] == 0.1
+    with open(path, "a") as f:
+        f.write('ss": 0.5, "time/step": 4.0}\n{"step": 1, "eval/reward": 0.7}\n')
+    tail.poll()
+    assert tail.step == 2 and tail.latest["loss"] == 0.5 and tail.latest["eval/reward"] == 0.7
+    assert tail.eta_s(max_steps=4, elapsed_s=0) == pytest.approx(3.0 * 2)
+    assert summary_lines(tmp_path, tail)[0] == "summary (metrics.jsonl (last line)):"
