@@ -53,7 +53,6 @@ else:
             for step in (1, 2, 3):
                 f.write(json.dumps({"step": step, "reward/mean": 0.5, "loss": 0.25, "time/step": 0.1}) + "\n")
             f.write('{"step": 4, "rew')  # a line still being written
-        (run_dir / "summary.json").write_text(json.dumps({"final_reward": 0.875, "steps": 3}))
     for i in range(30):
         print(f"{name} log line {i}")
     sys.stdout.flush()
@@ -137,7 +136,9 @@ def test_success_returns_0_and_leaves_no_process(run_dir, capsys):
     # The trainer's grandchild outlived its leader; stopping the group took it too.
     assert_nothing_survives(run_dir, 3)
     err = capsys.readouterr().err
-    assert "summary (summary.json)" in err and "final_reward: 0.875" in err
+    # the launcher summarises metrics.jsonl into summary.json (the torn last line is skipped)
+    assert "summary (summary.json)" in err and "steps: 3" in err and "loss/final: 0.25" in err
+    assert json.loads((run_dir / "summary.json").read_text())["reward/final"] == 0.5
     launcher_log = (run_dir / "logs" / "launcher.log").read_text()
     assert "inference ready after" in launcher_log and "run finished" in launcher_log
     assert "trainer log line 29" in (run_dir / "logs" / "trainer.log").read_text()
