@@ -16,7 +16,7 @@ from prime_rl.inference.server import STUDENT_MODEL_NAME
 from prime_rl.models import student_dir, teacher_dir
 from prime_rl.orchestrator.advantages import grpo_advantages
 from prime_rl.orchestrator.batch import Batch, Sample, write_batch
-from prime_rl.orchestrator.chat import prompt_ids, retokenize
+from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.orchestrator.policy import PolicySync
 from prime_rl.orchestrator.teacher import check_same_tokenizer, probe_prompt_logprobs, teacher_client, teacher_logprobs
 from prime_rl.run_dir import RunDir
@@ -132,7 +132,8 @@ async def teacher_rollouts(ctx: Context, ex: Example) -> List[Sample]:
     texts = await ctx.teacher.chat(
         ctx.teacher_model, [{"role": "user", "content": ex.prompt}], cfg.orchestrator.rollouts_per_example, sampling(cfg)
     )
-    return [Sample(*retokenize(ctx.tokenizer, ex.prompt, text), inference_logprobs=[]) for text in texts]
+    prompt = prompt_ids(ctx.tokenizer, ex.prompt)
+    return [Sample(prompt, answer_ids(ctx.tokenizer, text), inference_logprobs=[]) for text in texts]
 
 
 def sampling(cfg: Config, temperature: Optional[float] = None) -> Sampling:

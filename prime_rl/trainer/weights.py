@@ -10,7 +10,7 @@ def export_weights(model, tokenizer, run_dir: RunDir, step: int) -> None:
     final = run_dir.weights(step)
     tmp = final.with_name(final.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, safe_serialization=True)
+    model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)

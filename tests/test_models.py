@@ -1,0 +1,177 @@
+"""The built-in tiny tokenizer and model, the cached build and the SFT warm start / CLI."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+
+import httpx
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from prime_rl.config.schema import Config, TaskConfig, TinyModelConfig, WarmStartConfig
+from prime_rl.models import build, ensure_model, ensure_student, ensure_teacher, student_dir, teacher_dir
+from prime_rl.models.tiny import build_tiny_model, save_model
+from prime_rl.models.tokenizer import build_tokenizer
+from prime_rl.models.chat import prompt_ids
+from prime_rl.sft.train import eval_reward, sft_batch, sft_train
+from prime_rl.tasks import Example, load_task
+
+torch.set_num_threads(1)  # one thread is fastest on small shared CPUs
+QUICK = WarmStartConfig(steps=2, batch_size=8, warmup_steps=1)
+TEXTS = ["reverse: abcde", "héllo wörld\n\t 日本 🎉", "<|im_start|>user\nhi<|im_end|>\n", "sort: zyx  \n\n"]
+
+
+def test_tokenizer_is_deterministic_and_round_trips(tmp_path):
+    tok = build_tokenizer()
+    assert tok.backend_tokenizer.to_str() == build_tokenizer().backend_tokenizer.to_str()
+    assert len(tok) <= TinyModelConfig().vocab_size
+    for text in TEXTS:
+        assert tok.decode(tok.encode(text)) == text
+    ids = prompt_ids(tok, "reverse: abcde")
+    tokens = ["<|im_start|>", "user\n", "reverse: ", *"abcde", "<|im_end|>", "Ċ", "<|im_start|>", "assistant\n"]
+    assert tok.convert_ids_to_tokens(ids) == tokens
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|pad|>"
+    # What transformers and vLLM load from a model dir tokenizes exactly like the in-memory tokenizer.
+    save_model(build_tiny_model(TinyModelConfig(), tok), tok, tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert [loaded.encode(t) for t in TEXTS] == [tok.encode(t) for t in TEXTS]
+    assert prompt_ids(loaded, "sort: ab") == prompt_ids(tok, "sort: ab")
+    assert loaded.eos_token_id == tok.eos_token_id and loaded.pad_token_id == tok.pad_token_id
+
+
+def test_tiny_model_is_untied_with_the_expected_size():
+    model = build_tiny_model(TinyModelConfig(), build_tokenizer())
+    assert not model.config.tie_word_embeddings
+    assert model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr()
+    assert sum(p.numel() for p in model.parameters()) == 377_984
+    same_seed = build_tiny_model(TinyModelConfig(), build_tokenizer())
+    assert torch.equal(model.lm_head.weight, same_seed.lm_head.weight)
+
+
+def test_sft_batch_masks_prompt_and_padding():
+    tok = build_tokenizer()
+    batch = sft_batch(tok, [Example("reverse: ab", "ba"), Example("reverse: abcd", "dcba")])
+    targets = [row[row != -100].tolist() for row in batch["labels"]]
+    assert targets == [tok.encode("ba") + [tok.eos_token_id], tok.encode("dcba") + [tok.eos_token_id]]
+    assert batch["attention_mask"].sum(1).tolist() == [9 + 3, 11 + 5]
+
+
+def test_ensure_model_builds_once_then_reuses(tmp_path, monkeypatch):
+    builds = []
+    real_build = build._build
+    monkeypatch.setattr(build, "_build", lambda *a: builds.append(a) or real_build(*a))
+    args = ("tiny", TinyModelConfig(), QUICK, TaskConfig(num_train=64), str(tmp_path))
+    # Two launchers at once: the file lock makes the second wait and reuse the first's build.
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(ensure_model(*args))) for _ in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert len(builds) == 1 and results[0] == results[1]
+    path = results[0]
+    done_mtime = (path / build.DONE).stat().st_mtime_ns
+    assert ensure_model(*args) == path and (path / build.DONE).stat().st_mtime_ns == done_mtime
+    assert json.loads((path / "recipe.json").read_text())["warm_start"]["steps"] == QUICK.steps
+    assert AutoModelForCausalLM.from_pretrained(path).num_parameters() == 377_984
+    assert not list((tmp_path / "models").glob("*.tmp-*"))
+    other = ensure_model("tiny", TinyModelConfig(), replace(QUICK, seed=1), TaskConfig(num_train=64), str(tmp_path))
+    assert other != path and len(builds) == 2
+    assert ensure_model(str(tmp_path), *args[1:]) == tmp_path.resolve()
+
+
+def test_ensure_student_and_teacher_match_their_dirs(tmp_path, monkeypatch):
+    monkeypatch.setattr(build, "_build", lambda out, *a: (out / build.DONE).touch())
+    cfg = Config()
+    cfg.model.cache_dir = str(tmp_path)
+    cfg.teacher.model = "tiny"
+    assert ensure_student(cfg) == student_dir(cfg) and ensure_teacher(cfg) == teacher_dir(cfg)
+    assert student_dir(cfg) != teacher_dir(cfg)
+
+
+def test_warm_start_improves_greedy_reward():
+    task = load_task(TaskConfig(num_train=2000, num_eval=64))
+    tok = build_tokenizer()
+    model = build_tiny_model(TinyModelConfig(), tok).eval()
+    before = eval_reward(model, tok, task)
+    sft_train(model, tok, task.train, WarmStartConfig(steps=50))
+    after = eval_reward(model, tok, task)
+    assert before < 0.1 and after > before + 0.2, (before, after)
+
+
+def test_sft_cli_trains_and_saves_a_loadable_model(tmp_path):
+    data = tmp_path / "train.jsonl"
+    rows = [{"prompt": e.prompt, "answer": e.answer} for e in load_task(TaskConfig(num_train=32)).train]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "prime_rl.sft", "--data", str(data), "--model", "tiny", "--out", str(out)]
+    subprocess.run(cmd + ["--steps", "3", "--batch-size", "8", "--lr", "1e-3"], check=True, timeout=120)
+    model = AutoModelForCausalLM.from_pretrained(out)
+    init = build_tiny_model(TinyModelConfig(), build_tokenizer())
+    assert not torch.equal(model.lm_head.weight, init.lm_head.weight)  # trained, not just saved
+    assert AutoTokenizer.from_pretrained(out).encode("reverse: ab") == build_tokenizer().encode("reverse: ab")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.vllm
+def test_vllm_serves_tiny_model_like_transformers(tmp_path):
+    path = ensure_model("tiny", TinyModelConfig(), WarmStartConfig(), TaskConfig(), str(tmp_path))
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    port = _free_port()
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(path)]
+    cmd += ["--served-model-name", "student", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"]
+    cmd += ["--max-model-len", "512", "--enforce-eager", "--distributed-executor-backend", "uni"]
+    cmd += ["--kv-cache-memory-bytes", "67108864"]
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}  # it would override the byte limit
+    log = open(tmp_path / "vllm.log", "w")
+    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    server = subprocess.Popen(cmd, env=env, stdout=log, stderr=log, start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 300
+        while not _healthy(url):
+            assert server.poll() is None and time.time() < deadline, (tmp_path / "vllm.log").read_text()[-3000:]
+            time.sleep(0.5)
+        for prompt in ["reverse: abcdef", "reverse: xyz", "reverse: hello"]:
+            ids = prompt_ids(tok, prompt)
+            request = {"model": "student", "prompt": ids, "max_tokens": 16, "temperature": 0, "logprobs": 0}
+            response = httpx.post(f"{url}/v1/completions", json={**request, "return_token_ids": True}, timeout=120)
+            choice = response.json()["choices"][0]
+            with torch.no_grad():
+                out = model.generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False)
+                logprobs = model(out).logits[0, len(ids) - 1 : -1].log_softmax(-1)
+            expected = out[0, len(ids) :].tolist()
+            assert choice["prompt_token_ids"] == ids and choice["token_ids"] == expected
+            assert choice["text"] == tok.decode(expected, skip_special_tokens=True)
+            hf = [logprobs[i, t].item() for i, t in enumerate(expected)]
+            assert choice["logprobs"]["token_logprobs"] == pytest.approx(hf, abs=1e-3)
+    finally:
+        _stop(server)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _stop(server: subprocess.Popen) -> None:
+    """TERM the server's process group, KILL it if still there after 5 s (a lone KILL orphans the engine)."""
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(5)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
