@@ -215,7 +215,7 @@ class LauncherConfig:
 @dataclass
 class Config:
     training_mode: TrainingMode = TrainingMode.rl  # rl | opd | sft (picked by the training_mode group)
-    max_steps: int = 60  # optimizer steps
+    max_steps: int = 250  # optimizer steps
     seed: int = 0  # seed of sampling order, rollouts and training
     run_dir: Optional[str] = None  # set by the launcher to the Hydra run dir
     model: ModelConfig = field(default_factory=ModelConfig)  # the student

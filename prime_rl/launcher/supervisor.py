@@ -5,6 +5,7 @@ stops every process group (processes.py) and returns non-zero, naming the role a
 """
 
 import atexit
+import logging
 import signal
 import threading
 import time
@@ -23,6 +24,7 @@ POLL_S = 0.5  # how often children are checked: a dead child is noticed within t
 HTTP_TIMEOUT_S = 2.0  # per readiness request; a hung server must not stall the loop
 TAIL_LINES = 20
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed
+logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per readiness poll is noise
 
 
 class RoleFailed(Exception):

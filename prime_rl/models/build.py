@@ -50,7 +50,9 @@ def _build(out: Path, tiny: TinyModelConfig, warm_start: WarmStartConfig, task_c
     from prime_rl.models.tokenizer import build_tokenizer
     from prime_rl.sft.train import eval_reward, sft_train
     from prime_rl.tasks.task import load_task
+    from transformers.utils.logging import disable_progress_bar
 
+    disable_progress_bar()
     torch.set_num_threads(1)  # fastest for a tiny model; more threads thrash on small shared CPUs
     start = time.time()
     log.info("building tiny model (%d warm-start steps) in %s", warm_start.steps, out)

@@ -5,6 +5,7 @@ import math
 import time
 
 import torch
+from transformers.utils.logging import disable_progress_bar
 
 from prime_rl.config.schema import Config, LossType
 from prime_rl.orchestrator.batch import Batch, read_batch
@@ -17,6 +18,7 @@ from prime_rl.trainer.weights import export_weights, prune_weights
 
 
 def train(cfg: Config) -> None:
+    disable_progress_bar()  # a bar per weight export would flood the log
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.trainer.num_threads)
     run_dir = RunDir(cfg.run_dir)

@@ -1,0 +1,86 @@
+"""`python launch.py` for real: vLLM server, orchestrator and trainer on CPU, learning on the reverse task."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, launch_cmd
+
+# A short run that learns clearly on 2 CPU cores: few steps, a higher lr than the long default run.
+SHORT = ["max_steps=30", "trainer.optim.lr=1e-3", "trainer.optim.warmup_steps=2", "orchestrator.eval.interval=30"]
+
+
+def run_processes(marker: str) -> list[int]:
+    """Pids of live processes whose command line mentions `marker` (a run dir)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker in cmdline and state != "Z" and int(entry.name) != os.getpid():
+            pids.append(int(entry.name))
+    return pids
+
+
+def launch(run_dir: Path, *overrides: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    proc = subprocess.run(launch_cmd(*overrides, f"hydra.run.dir={run_dir}"), capture_output=True, text=True,
+                          cwd=ROOT, timeout=timeout)
+    assert not run_processes(str(run_dir)), "processes of the run outlived the launcher"
+    return proc
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+@pytest.mark.vllm
+def test_rl_improves_eval_reward_and_lr_zero_does_not(tmp_path):
+    learn = launch(tmp_path / "learn", *SHORT)
+    assert learn.returncode == 0, learn.stderr[-3000:]
+    s = summary(tmp_path / "learn")
+    assert s["steps"] == 30 and s["eval/step_first"] == 0 and s["eval/step_final"] == 30
+    assert s["eval/reward_final"] > s["eval/reward_first"] + 0.08, s
+
+    frozen = launch(tmp_path / "frozen", *SHORT, "trainer.optim.lr=0")
+    assert frozen.returncode == 0, frozen.stderr[-3000:]
+    f = summary(tmp_path / "frozen")
+    assert abs(f["eval/reward_final"] - f["eval/reward_first"]) < 0.03, f
+    rows = [json.loads(line) for line in (tmp_path / "learn" / "metrics.jsonl").read_text().splitlines()]
+    train_rows = [r for r in rows if "loss" in r]
+    assert [r["step"] for r in train_rows] == list(range(30))
+    for key in ("reward/mean", "loss", "entropy", "mismatch_kl", "grad_norm", "lr", "time/generate", "time/train",
+                "time/step", "throughput/tokens_per_s"):
+        assert all(key in r for r in train_rows), key
+    assert max(r["mismatch_kl"] for r in train_rows) < 0.05  # the server really runs the trainer's weights
+
+
+@pytest.mark.vllm
+def test_killing_the_trainer_fails_the_run_fast_naming_it(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(launch_cmd("max_steps=200", f"hydra.run.dir={run_dir}"), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (run_dir / "metrics.jsonl").exists() or len((run_dir / "metrics.jsonl").read_text().splitlines()) < 3:
+            assert proc.poll() is None and time.monotonic() < deadline, "run did not reach step 3"
+            time.sleep(0.5)
+        [trainer] = [p for p in run_processes("configs/trainer.yaml") if str(run_dir) in Path(f"/proc/{p}/cmdline").read_text()]
+        os.kill(trainer, signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        assert time.monotonic() - killed < 10
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert "role trainer failed" in err
+    assert not run_processes(str(run_dir))

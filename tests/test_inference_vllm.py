@@ -1,0 +1,82 @@
+"""The inference client against a real vLLM server: sampling with token ids, teacher scoring, weight reload."""
+
+import asyncio
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from prime_rl.config.schema import Config
+from prime_rl.inference.client import InferenceClient, InferenceError, Sampling
+from prime_rl.models import ensure_student
+from prime_rl.models.chat import prompt_ids
+from prime_rl.run_dir import RunDir
+from prime_rl.trainer.weights import export_weights
+from tests.vllm_server import serve
+
+PROMPTS = [f"reverse: {w}" for w in ["abcdef", "xyz", "hello", "qwerty", "mnop", "zzyx", "kite", "robot"]]
+GREEDY = Sampling(temperature=0.0, top_p=1.0, max_tokens=16)
+
+
+@pytest.fixture(scope="module")
+def student():
+    path = ensure_student(Config())
+    return path, AutoTokenizer.from_pretrained(path)
+
+
+def hf_greedy(model, ids):
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False)
+    return out[0, len(ids):].tolist()
+
+
+async def vllm_greedy(client, tok):
+    outs = await asyncio.gather(*(client.complete("student", prompt_ids(tok, p), 1, GREEDY) for p in PROMPTS))
+    return [o[0].token_ids for o in outs]
+
+
+@pytest.mark.vllm
+def test_reload_then_scoring_match_transformers(student, tmp_path):
+    path, tok = student
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    run_dir = RunDir(tmp_path / "run")
+    export_weights(model, tok, run_dir, 1)
+
+    async def scenario(url):
+        client = InferenceClient(url, max_retries=1)
+        before = await vllm_greedy(client, tok)
+        await client.reload_weights(str(run_dir.weights(1)), "step-1")
+        after = await vllm_greedy(client, tok)
+        ids = prompt_ids(tok, PROMPTS[0]) + after[0]
+        scores = await client.prompt_logprobs("student", ids)
+        await client.close()
+        return before, after, ids, scores
+
+    with serve(path, tmp_path) as url:
+        before, after, ids, scores = asyncio.run(scenario(url))
+    expected = [hf_greedy(model, prompt_ids(tok, p)) for p in PROMPTS]
+    assert after == expected  # the server now runs the exported weights
+    assert before != after  # ... and they differ from the ones it started with
+    with torch.no_grad():
+        hf = model(torch.tensor([ids])).logits[0].log_softmax(-1)
+    expected_scores = [hf[i - 1, t].item() for i, t in enumerate(ids) if i > 0]
+    assert scores[0] is None and scores[1:] == pytest.approx(expected_scores, abs=1e-3)
+
+
+def test_client_gives_up_after_bounded_retries_on_a_refused_connection():
+    from prime_rl.launcher.plan import free_port
+
+    client = InferenceClient(f"http://127.0.0.1:{free_port(set())}", max_retries=2, backoff_s=0.01)
+
+    async def call():
+        try:
+            await client.complete("student", [1, 2], 1, GREEDY)
+        finally:
+            await client.close()
+
+    with pytest.raises(InferenceError, match="after 3 attempts"):
+        asyncio.run(call())
