@@ -97,7 +97,7 @@ class OrchestratorConfig:
     batch_size: int = 128  # rollouts per step (= prompts x rollouts_per_example)
     rollouts_per_example: int = 8  # rollouts per prompt (GRPO group size)
     max_async_level: int = 1  # rollouts of step n may come from a policy at most this many steps old
-    std_normalize: bool = False  # divide GRPO advantages by the group's reward std
+    std_normalize: bool = True  # divide GRPO advantages by the group's reward std (GRPO); false = mean-centred only
     sampling: SamplingConfig = field(default_factory=SamplingConfig)  # rollout sampling
     verification: VerificationConfig = field(default_factory=VerificationConfig)  # reward computation
     eval: EvalConfig = field(default_factory=EvalConfig)  # periodic evaluation
