@@ -28,6 +28,11 @@ class RunDir:
         return self.root / "metrics.jsonl"
 
     @property
+    def merged(self) -> Path:
+        """lora=on: the final model with the adapter merged in."""
+        return self.root / "merged"
+
+    @property
     def summary(self) -> Path:
         return self.root / "summary.json"
 

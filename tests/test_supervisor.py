@@ -138,7 +138,7 @@ def test_success_returns_0_and_leaves_no_process(run_dir, capsys):
     err = capsys.readouterr().err
     # the launcher summarises metrics.jsonl into summary.json (the torn last line is skipped)
     assert "summary (summary.json)" in err and "steps: 3" in err and "loss/final: 0.25" in err
-    assert json.loads((run_dir / "summary.json").read_text())["reward/final"] == 0.5
+    assert json.loads((run_dir / "summary.json").read_text())["reward/mean/final"] == 0.5
     launcher_log = (run_dir / "logs" / "launcher.log").read_text()
     assert "inference ready after" in launcher_log and "run finished" in launcher_log
     assert "trainer log line 29" in (run_dir / "logs" / "trainer.log").read_text()

@@ -58,8 +58,11 @@ class InferenceClient:
         await self.http.aclose()
 
     async def post(self, path: str, payload: Optional[dict] = None, params: Optional[dict] = None) -> dict:
+        """POST to base_url + path (see post_url)."""
+        return await self.post_url(self.base_url + path, payload, params)
+
+    async def post_url(self, url: str, payload: Optional[dict] = None, params: Optional[dict] = None) -> dict:
         """POST with retries on connection errors, timeouts, malformed JSON and 5xx/429; other errors fail at once."""
-        url = self.base_url + path
         for attempt in range(self.max_retries + 1):
             try:
                 resp = await self.http.post(url, json=payload, params=params)

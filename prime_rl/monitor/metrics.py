@@ -19,14 +19,18 @@ def read_metrics(path: Path) -> List[Dict]:
 def summarize(rows: List[Dict]) -> Dict:
     train = [r for r in rows if "loss" in r]
     evals = [r for r in rows if "eval/reward" in r]
-    rewards = [r["reward/mean"] for r in train if "reward/mean" in r]
     summary = {"steps": len(train)}
     if evals:
         summary.update({"eval/reward_first": evals[0]["eval/reward"], "eval/reward_final": evals[-1]["eval/reward"],
                         "eval/step_first": evals[0]["step"], "eval/step_final": evals[-1]["step"]})
-    if rewards:
-        tail = rewards[-max(1, len(rewards) // 10):]
-        summary.update({"reward/first": rewards[0], "reward/final": sum(tail) / len(tail)})
+    teacher = [r["eval/teacher_reward"] for r in rows if "eval/teacher_reward" in r]
+    if teacher:
+        summary["eval/teacher_reward"] = teacher[0]
+    for key in ("reward/mean", "teacher_kl"):
+        series = [r[key] for r in train if key in r]
+        if series:
+            tail = series[-max(1, len(series) // 10):]  # the last tenth: one noisy step is no final value
+            summary.update({f"{key}/first": series[0], f"{key}/final": sum(tail) / len(tail)})
     if train:
         summary["train_time_s"] = sum(r.get("time/step", 0.0) for r in train)
         summary["loss/final"] = train[-1]["loss"]

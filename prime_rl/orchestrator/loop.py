@@ -18,7 +18,13 @@ from prime_rl.orchestrator.advantages import grpo_advantages
 from prime_rl.orchestrator.batch import Batch, Sample, write_batch
 from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.orchestrator.policy import PolicySync
-from prime_rl.orchestrator.teacher import check_same_tokenizer, probe_prompt_logprobs, teacher_client, teacher_logprobs
+from prime_rl.orchestrator.teacher import (
+    check_same_tokenization,
+    check_same_tokenizer,
+    probe_prompt_logprobs,
+    teacher_client,
+    teacher_logprobs,
+)
 from prime_rl.run_dir import RunDir
 from prime_rl.tasks import Example, Task, load_task
 
@@ -50,10 +56,13 @@ async def run(cfg: Config) -> None:
             policy.reload_s = 0.0
             if due_for_eval(cfg, step):
                 batch.metrics.update(await evaluate(ctx))
+                if step == start and ctx.teacher:
+                    batch.metrics.update(await evaluate_teacher(ctx))
+            batch.metrics["verifier/calls"] = float(ctx.task.verifier_calls)
             write_batch(batch, ctx.run_dir.rollouts(step))
             print(json.dumps({"step": step, **batch.metrics}), flush=True)
         await policy.ensure(cfg.max_steps)
-        if cfg.orchestrator.eval.interval:
+        if due_for_eval(cfg, 0):
             final = {"step": cfg.max_steps, **await evaluate(ctx)}
             with ctx.run_dir.metrics.open("a") as f:
                 f.write(json.dumps(final) + "\n")
@@ -84,8 +93,9 @@ def make_context(cfg: Config) -> Context:
 
 
 def due_for_eval(cfg: Config, step: int) -> bool:
+    """Evaluation needs the verifier, so verification off means no evaluation either."""
     interval = cfg.orchestrator.eval.interval
-    return bool(interval) and step % interval == 0
+    return cfg.orchestrator.verification.enabled and bool(interval) and step % interval == 0
 
 
 def step_prompts(cfg: Config, task: Task, step: int) -> List[Example]:
@@ -141,8 +151,8 @@ def sampling(cfg: Config, temperature: Optional[float] = None) -> Sampling:
     return Sampling(temperature=s.temperature if temperature is None else temperature, top_p=s.top_p, max_tokens=s.max_tokens)
 
 
-def completion_text(ctx: Context, sample: Sample) -> str:
-    return ctx.tokenizer.decode(sample.completion_ids, skip_special_tokens=True)
+def completion_text(ctx: Context, completion_ids: List[int]) -> str:
+    return ctx.tokenizer.decode(completion_ids, skip_special_tokens=True)
 
 
 def score(ctx: Context, examples: List[Example], groups: List[List[Sample]]) -> dict:
@@ -150,7 +160,7 @@ def score(ctx: Context, examples: List[Example], groups: List[List[Sample]]) -> 
     rewards = []
     for ex, group in zip(examples, groups):
         for s in group:
-            s.reward = ctx.task.reward(completion_text(ctx, s), ex)
+            s.reward = ctx.task.reward(completion_text(ctx, s.completion_ids), ex)
             rewards.append(s.reward)
     o = ctx.cfg.orchestrator
     for s, adv in zip((s for g in groups for s in g), grpo_advantages(rewards, o.rollouts_per_example, o.std_normalize)):
@@ -177,14 +187,30 @@ async def evaluate(ctx: Context) -> dict:
 
     async def one(i: int, ex: Example) -> float:
         [c] = await ctx.student.complete(ctx.student_model, prompt_ids(ctx.tokenizer, ex.prompt), 1, eval_sampling, seed=cfg.seed + i)
-        return ctx.task.reward(ctx.tokenizer.decode(c.token_ids, skip_special_tokens=True), ex)
+        return ctx.task.reward(completion_text(ctx, c.token_ids), ex)
 
     rewards = await asyncio.gather(*(one(i, ex) for i, ex in enumerate(examples)))
     return {"eval/reward": sum(rewards) / len(rewards), "eval/exact": sum(r == 1.0 for r in rewards) / len(rewards)}
 
 
+async def evaluate_teacher(ctx: Context) -> dict:
+    """The teacher's eval reward under the same sampling: the level the student is distilled toward."""
+    cfg = ctx.cfg
+    examples = ctx.task.eval[: cfg.orchestrator.eval.num_examples]
+    eval_sampling = sampling(cfg, temperature=cfg.orchestrator.eval.temperature)
+    texts = await asyncio.gather(
+        *(ctx.teacher.chat(ctx.teacher_model, [{"role": "user", "content": ex.prompt}], 1, eval_sampling) for ex in examples)
+    )
+    rewards = [ctx.task.reward(t[0], ex) for t, ex in zip(texts, examples)]
+    return {"eval/teacher_reward": sum(rewards) / len(rewards)}
+
+
 async def preflight_opd(ctx: Context) -> None:
     """Before the first step: same tokenizer as the student, and an endpoint that returns prompt logprobs."""
+    example = ctx.task.train[0]
+    probe = prompt_ids(ctx.tokenizer, example.prompt) + answer_ids(ctx.tokenizer, example.answer)
     if ctx.cfg.teacher.kind == TeacherKind.local_vllm:
         check_same_tokenizer(ctx.tokenizer, teacher_dir(ctx.cfg))
-    await probe_prompt_logprobs(ctx.teacher, ctx.teacher_model, prompt_ids(ctx.tokenizer, ctx.task.train[0].prompt))
+    else:
+        await check_same_tokenization(ctx.teacher, ctx.teacher_model, ctx.tokenizer, ctx.tokenizer.decode(probe))
+    await probe_prompt_logprobs(ctx.teacher, ctx.teacher_model, probe)

@@ -31,6 +31,7 @@ async def teacher_logprobs(client: InferenceClient, model: str, prompt: List[int
 
 
 def check_same_tokenizer(student_tok, teacher_dir: Path) -> None:
+    """A local teacher's tokenizer files must define the student's vocab and special tokens exactly."""
     from transformers import AutoTokenizer
 
     teacher_tok = AutoTokenizer.from_pretrained(teacher_dir)
@@ -38,6 +39,18 @@ def check_same_tokenizer(student_tok, teacher_dir: Path) -> None:
         raise TeacherError(f"teacher tokenizer at {teacher_dir} differs from the student's (vocab); opd scores tokens, so they must match")
     if student_tok.all_special_tokens != teacher_tok.all_special_tokens:
         raise TeacherError(f"teacher tokenizer at {teacher_dir} has other special tokens than the student's; they must match")
+
+
+async def check_same_tokenization(client: InferenceClient, model: str, student_tok, probe_text: str) -> None:
+    """A remote teacher's tokenizer, seen through vLLM's /tokenize: the probe must split into the student's ids."""
+    root = client.base_url.removesuffix("/v1")
+    try:
+        data = await client.post_url(f"{root}/tokenize", {"model": model, "prompt": probe_text, "add_special_tokens": False})
+        teacher_ids = data["tokens"]
+    except (InferenceError, KeyError, TypeError) as e:
+        raise TeacherError(f"cannot check the teacher's tokenizer at {root}/tokenize (opd needs a vLLM teacher): {e}") from e
+    if teacher_ids != student_tok.encode(probe_text, add_special_tokens=False):
+        raise TeacherError(f"teacher at {root} tokenizes differently from the student; opd needs the same tokenizer")
 
 
 async def probe_prompt_logprobs(client: InferenceClient, model: str, token_ids: List[int]) -> None:

@@ -25,8 +25,10 @@ class Task:
     name: str
     train: List[Example]
     eval: List[Example]
+    verifier_calls: int = 0  # how often reward() ran: logged, so a run with verification off can prove it never did
 
     def reward(self, completion: str, example: Example) -> float:
+        self.verifier_calls += 1
         return similarity_reward(completion, example.answer)
 
 

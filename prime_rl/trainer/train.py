@@ -14,7 +14,7 @@ from prime_rl.trainer.checkpoint import load_checkpoint, save_checkpoint
 from prime_rl.trainer.data import micro_batches
 from prime_rl.trainer.loss import distill_center, metric_means, rl_loss, sft_loss, token_entropy, token_logprobs
 from prime_rl.trainer.model import load_model, pick_device
-from prime_rl.trainer.weights import export_weights, prune_weights
+from prime_rl.trainer.weights import export_merged, export_weights, prune_weights
 
 
 def train(cfg: Config) -> None:
@@ -42,6 +42,8 @@ def train(cfg: Config) -> None:
         done = step + 1
         if done == cfg.max_steps or (cfg.ckpt.interval and done % cfg.ckpt.interval == 0):
             save_checkpoint(run_dir, done, model, optimizer, scheduler, cfg.ckpt.keep)
+    if cfg.trainer.lora.enabled:
+        export_merged(model, tokenizer, run_dir.merged)
 
 
 def make_optimizer(cfg: Config, model):

@@ -22,3 +22,10 @@ def prune_weights(run_dir: RunDir, keep_from: int) -> None:
     for step in run_dir.steps_in("weights"):
         if step < keep_from:
             shutil.rmtree(run_dir.weights(step), ignore_errors=True)
+
+
+def export_merged(model, tokenizer, out_dir) -> None:
+    """lora=on, end of training: the base model with the adapter folded in, loadable without peft."""
+    merged = model.merge_and_unload()
+    merged.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
