@@ -119,11 +119,11 @@ def test_parse_completions_reads_token_ids_and_logprobs():
 
 
 def test_parse_prompt_logprobs_takes_the_actual_token_not_the_first_key():
-    data = {"choices": [{"prompt_logprobs": [
+    choice = {"prompt_logprobs": [
         None,
         {"9": {"logprob": -0.1, "rank": 1}, "4": {"logprob": -2.5, "rank": 3}},  # top-1 first, actual token 4
         {"7": {"logprob": -0.3, "rank": 1}},
-    ]}]}
-    assert parse_prompt_logprobs(data, [1, 4, 7]) == [None, -2.5, -0.3]
+    ]}
+    assert parse_prompt_logprobs(choice, [1, 4, 7]) == [None, -2.5, -0.3]
     with pytest.raises(InferenceError):
-        parse_prompt_logprobs({"choices": [{"prompt_logprobs": None}]}, [1, 4, 7])
+        parse_prompt_logprobs({"prompt_logprobs": None}, [1, 4, 7])

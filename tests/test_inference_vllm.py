@@ -31,8 +31,8 @@ def hf_greedy(model, ids):
 
 
 async def vllm_greedy(client, tok):
-    outs = await asyncio.gather(*(client.complete("student", prompt_ids(tok, p), 1, GREEDY) for p in PROMPTS))
-    return [o[0].token_ids for o in outs]
+    groups = await client.complete("student", [prompt_ids(tok, p) for p in PROMPTS], 1, GREEDY)
+    return [g[0].token_ids for g in groups]
 
 
 @pytest.mark.vllm
@@ -52,7 +52,7 @@ def test_reload_then_scoring_match_transformers(student, tmp_path):
         await client.reload_weights(str(run_dir.weights(1)), "step-1")
         after = await vllm_greedy(client, tok)
         ids = prompt_ids(tok, PROMPTS[0]) + after[0]
-        scores = await client.prompt_logprobs("student", ids)
+        [scores] = await client.prompt_logprobs("student", [ids])
         await client.close()
         return before, after, ids, scores
 
@@ -74,7 +74,7 @@ def test_client_gives_up_after_bounded_retries_on_a_refused_connection():
 
     async def call():
         try:
-            await client.complete("student", [1, 2], 1, GREEDY)
+            await client.complete("student", [[1, 2]], 1, GREEDY)
         finally:
             await client.close()
 

@@ -77,11 +77,13 @@ class InferenceClient:
                 await asyncio.sleep(self.backoff_s * 2**attempt)
         raise InferenceError(f"POST {url} failed after {self.max_retries + 1} attempts, last: {problem}")
 
-    async def complete(self, model: str, prompt_ids: List[int], n: int, sampling: Sampling, seed: Optional[int] = None) -> List[Completion]:
-        """n samples for one token-id prompt, with the sampler's token ids and logprobs."""
+    async def complete(
+        self, model: str, prompts: List[List[int]], n: int, sampling: Sampling, seed: Optional[int] = None
+    ) -> List[List[Completion]]:
+        """n samples for each token-id prompt, in one request, with the sampler's token ids and logprobs."""
         payload = {
             "model": model,
-            "prompt": prompt_ids,
+            "prompt": prompts,
             "n": n,
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
@@ -91,12 +93,20 @@ class InferenceClient:
         }
         if seed is not None:
             payload["seed"] = seed
-        return parse_completions(await self.post("/v1/completions", payload))
+        flat = parse_completions(await self.post("/v1/completions", payload))
+        if len(flat) != n * len(prompts):
+            raise InferenceError(f"asked for {n} x {len(prompts)} completions, got {len(flat)}")
+        return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
 
-    async def prompt_logprobs(self, model: str, token_ids: List[int]) -> List[Optional[float]]:
-        """The server's logprob of every given token in context (None for the first, which has no context)."""
-        payload = {"model": model, "prompt": token_ids, "max_tokens": 1, "prompt_logprobs": 0, "temperature": 1.0}
-        return parse_prompt_logprobs(await self.post("/v1/completions", payload), token_ids)
+    async def prompt_logprobs(self, model: str, sequences: List[List[int]]) -> List[List[Optional[float]]]:
+        """For each sequence, the server's logprob of every token in context (None for the first one)."""
+        payload = {"model": model, "prompt": sequences, "max_tokens": 1, "prompt_logprobs": 0, "temperature": 1.0}
+        data = await self.post("/v1/completions", payload)
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not isinstance(choices, list) or len(choices) != len(sequences):
+            raise InferenceError(f"expected {len(sequences)} choices with prompt_logprobs, got: {str(data)[:300]}")
+        ordered = sorted(choices, key=lambda c: c.get("index", 0))
+        return [parse_prompt_logprobs(c, seq) for c, seq in zip(ordered, sequences)]
 
     async def chat(self, model: str, messages: List[dict], n: int, sampling: Sampling) -> List[str]:
         """n chat completions; only standard OpenAI fields, so any compatible endpoint accepts it."""
@@ -146,12 +156,9 @@ def parse_completions(data: dict) -> List[Completion]:
         raise InferenceError(f"malformed completions response (missing {e}): {str(data)[:300]}") from e
 
 
-def parse_prompt_logprobs(data: dict, token_ids: List[int]) -> List[Optional[float]]:
+def parse_prompt_logprobs(choice: dict, token_ids: List[int]) -> List[Optional[float]]:
     """Pick, at each position, the entry of the token actually there (the dict also holds the top-1 token)."""
-    try:
-        entries = data["choices"][0]["prompt_logprobs"]
-    except (KeyError, IndexError, TypeError) as e:
-        raise InferenceError(f"no prompt_logprobs in response (missing {e}): {str(data)[:300]}") from e
+    entries = choice.get("prompt_logprobs")
     if entries is None or len(entries) != len(token_ids):
         raise InferenceError(f"endpoint returned no per-token prompt logprobs for {len(token_ids)} tokens")
     out: List[Optional[float]] = [None]

@@ -111,7 +111,7 @@ async def make_batch(ctx: Context, step: int, version: int) -> Batch:
     if cfg.training_mode == TrainingMode.sft:
         groups = await asyncio.gather(*(teacher_rollouts(ctx, ex) for ex in examples))
     else:
-        groups = await asyncio.gather(*(student_rollouts(ctx, ex, step, i) for i, ex in enumerate(examples)))
+        groups = await student_rollouts(ctx, examples, step)
     generate_s = time.monotonic() - start
     samples = [s for group in groups for s in group]
     metrics = {"time/generate": generate_s, "policy/staleness": float(step - version)}
@@ -127,14 +127,14 @@ async def make_batch(ctx: Context, step: int, version: int) -> Batch:
     return Batch(step=step, policy_version=version, samples=samples, metrics=metrics)
 
 
-async def student_rollouts(ctx: Context, ex: Example, step: int, index: int) -> List[Sample]:
+async def student_rollouts(ctx: Context, examples: List[Example], step: int) -> List[List[Sample]]:
+    """One group of rollouts_per_example samples per prompt, all in one request."""
     cfg = ctx.cfg
-    prompt = prompt_ids(ctx.tokenizer, ex.prompt)
-    completions = await ctx.student.complete(
-        ctx.student_model, prompt, cfg.orchestrator.rollouts_per_example, sampling(cfg),
-        seed=cfg.seed * 1_000_003 + step * 10_007 + index,
+    prompts = [prompt_ids(ctx.tokenizer, ex.prompt) for ex in examples]
+    groups = await ctx.student.complete(
+        ctx.student_model, prompts, cfg.orchestrator.rollouts_per_example, sampling(cfg), seed=cfg.seed * 1_000_003 + step
     )
-    return [Sample(prompt, c.token_ids, c.logprobs) for c in completions]
+    return [[Sample(p, c.token_ids, c.logprobs) for c in group] for p, group in zip(prompts, groups)]
 
 
 async def teacher_rollouts(ctx: Context, ex: Example) -> List[Sample]:
@@ -172,9 +172,7 @@ def score(ctx: Context, examples: List[Example], groups: List[List[Sample]]) -> 
 
 
 async def attach_teacher_logprobs(ctx: Context, samples: List[Sample]) -> None:
-    scores = await asyncio.gather(
-        *(teacher_logprobs(ctx.teacher, ctx.teacher_model, s.prompt_ids, s.completion_ids) for s in samples)
-    )
+    scores = await teacher_logprobs(ctx.teacher, ctx.teacher_model, [(s.prompt_ids, s.completion_ids) for s in samples])
     for s, lp in zip(samples, scores):
         s.teacher_logprobs = lp
 
@@ -184,12 +182,9 @@ async def evaluate(ctx: Context) -> dict:
     cfg = ctx.cfg
     examples = ctx.task.eval[: cfg.orchestrator.eval.num_examples]
     eval_sampling = sampling(cfg, temperature=cfg.orchestrator.eval.temperature)
-
-    async def one(i: int, ex: Example) -> float:
-        [c] = await ctx.student.complete(ctx.student_model, prompt_ids(ctx.tokenizer, ex.prompt), 1, eval_sampling, seed=cfg.seed + i)
-        return ctx.task.reward(completion_text(ctx, c.token_ids), ex)
-
-    rewards = await asyncio.gather(*(one(i, ex) for i, ex in enumerate(examples)))
+    prompts = [prompt_ids(ctx.tokenizer, ex.prompt) for ex in examples]
+    groups = await ctx.student.complete(ctx.student_model, prompts, 1, eval_sampling, seed=cfg.seed)
+    rewards = [ctx.task.reward(completion_text(ctx, g[0].token_ids), ex) for g, ex in zip(groups, examples)]
     return {"eval/reward": sum(rewards) / len(rewards), "eval/exact": sum(r == 1.0 for r in rewards) / len(rewards)}
 
 

@@ -1,7 +1,7 @@
 """The teacher: per-token scoring of student rollouts (opd) and rollouts of its own (sft)."""
 
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
 
 from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.inference.client import InferenceClient, InferenceError
@@ -24,10 +24,10 @@ def teacher_client(cfg: Config) -> tuple[InferenceClient, str]:
     return client, model
 
 
-async def teacher_logprobs(client: InferenceClient, model: str, prompt: List[int], completion: List[int]) -> List[float]:
-    """log p_T of each completion token given the prompt and the completion before it."""
-    scores = await client.prompt_logprobs(model, prompt + completion)
-    return [float(x) for x in scores[len(prompt):]]
+async def teacher_logprobs(client: InferenceClient, model: str, pairs: List[Tuple[List[int], List[int]]]) -> List[List[float]]:
+    """For each (prompt, completion): log p_T of each completion token given everything before it."""
+    scores = await client.prompt_logprobs(model, [p + c for p, c in pairs])
+    return [[float(x) for x in s[len(p):]] for s, (p, _) in zip(scores, pairs)]
 
 
 def check_same_tokenizer(student_tok, teacher_dir: Path) -> None:
@@ -56,7 +56,7 @@ async def check_same_tokenization(client: InferenceClient, model: str, student_t
 async def probe_prompt_logprobs(client: InferenceClient, model: str, token_ids: List[int]) -> None:
     """One scoring request before training: the endpoint must return a logprob for every token we send."""
     try:
-        scores = await client.prompt_logprobs(model, token_ids)
+        [scores] = await client.prompt_logprobs(model, [token_ids])
     except InferenceError as e:
         raise TeacherError(f"teacher endpoint {client.base_url} cannot score prompts (opd needs vLLM prompt_logprobs): {e}") from e
     if any(s is None for s in scores[1:]):

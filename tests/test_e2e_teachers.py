@@ -1,0 +1,148 @@
+"""opd and sft for real: a student and a teacher vLLM server (or an external endpoint), orchestrator, trainer."""
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from prime_rl.config.schema import Config
+from prime_rl.models import ensure_teacher
+from tests.conftest import ROOT, launch_cmd
+from tests.test_e2e_rl import launch, summary
+from tests.vllm_server import serve
+
+KEY_ENV = "PRIME_RL_TEST_TEACHER_KEY"
+
+
+def rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def teacher_dir() -> Path:
+    return ensure_teacher(Config())
+
+
+@pytest.mark.vllm
+def test_opd_distills_the_teacher(tmp_path, teacher_dir):
+    run = launch(tmp_path / "run", "experiment=opd", "max_steps=30", "orchestrator.eval.interval=30")
+    assert run.returncode == 0, run.stderr[-3000:]
+    s = summary(tmp_path / "run")
+    kl = [r["teacher_kl"] for r in rows(tmp_path / "run") if "teacher_kl" in r]
+    assert len(kl) == 30 and sum(kl[-5:]) / 5 <= kl[0] / 2, kl
+    assert s["eval/teacher_reward"] > s["eval/reward_first"]
+    assert s["eval/reward_final"] > s["eval/reward_first"] + 0.1, s  # toward the teacher
+
+
+@pytest.mark.vllm
+def test_pure_distillation_never_calls_the_verifier(tmp_path, teacher_dir):
+    run = launch(tmp_path / "run", "experiment=opd", "max_steps=3", "trainer.loss.adv_tau=0",
+                 "orchestrator.verification.enabled=false")
+    assert run.returncode == 0, run.stderr[-3000:]
+    train = [r for r in rows(tmp_path / "run") if "loss" in r]
+    assert len(train) == 3
+    assert all(r["verifier/calls"] == 0 for r in train)
+    assert not any("reward/mean" in r or "eval/reward" in r for r in train)
+    assert all("teacher_kl" in r for r in train)
+
+
+@pytest.mark.vllm
+def test_sft_from_the_local_teacher_learns(tmp_path, teacher_dir):
+    run = launch(tmp_path / "run", "experiment=sft", "max_steps=20", "orchestrator.eval.interval=20")
+    assert run.returncode == 0, run.stderr[-3000:]
+    s = summary(tmp_path / "run")
+    assert s["eval/reward_final"] > s["eval/reward_first"] + 0.2, s
+    assert s["reward/mean/first"] > 0.9  # the teacher's rollouts are scored too: they are near perfect
+
+
+@pytest.mark.vllm
+def test_sft_external_reads_the_key_from_env_and_never_writes_it(tmp_path, teacher_dir, monkeypatch):
+    secret = "sk-prime-rl-test-9f8e7d6c5b4a"
+    monkeypatch.setenv(KEY_ENV, secret)
+    with serve(teacher_dir, tmp_path, served_name="tiny-teacher", extra_args=["--api-key", secret]) as url:
+        run = launch(tmp_path / "run", "experiment=sft_external", "max_steps=3", f"teacher.base_url={url}/v1",
+                     "teacher.model=tiny-teacher", f"teacher.api_key_env={KEY_ENV}")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert len([r for r in rows(tmp_path / "run") if "loss" in r]) == 3
+    leaks = [p for p in (tmp_path / "run").rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert leaks == []
+    assert secret not in run.stdout + run.stderr
+
+
+@pytest.mark.vllm
+def test_opd_with_a_different_tokenizer_fails_before_training(tmp_path, teacher_dir):
+    other = tmp_path / "other-teacher"
+    shutil.copytree(teacher_dir, other)
+    config = json.loads((other / "tokenizer.json").read_text())
+    config["added_tokens"].append({"id": 300, "content": "<|other|>", "single_word": False, "lstrip": False,
+                                   "rstrip": False, "normalized": False, "special": True})
+    (other / "tokenizer.json").write_text(json.dumps(config))
+    run = launch(tmp_path / "run", "training_mode=opd", f"teacher.model={other}", "max_steps=3")
+    assert run.returncode != 0
+    assert "role orchestrator failed" in run.stderr and "differs from the student" in run.stderr
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()  # nothing was trained
+
+
+class NoPromptLogprobsTeacher:
+    """A stand-in OpenAI-compatible endpoint that tokenizes like the student but never returns prompt logprobs."""
+
+    def __init__(self, tokenizer):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/tokenize":
+                    answer = {"tokens": tokenizer.encode(body["prompt"], add_special_tokens=False)}
+                else:
+                    answer = {"choices": [{"index": 0, "text": "x", "finish_reason": "length"}]}
+                data = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.mark.vllm
+def test_opd_against_an_endpoint_without_prompt_logprobs_fails_before_training(tmp_path, monkeypatch):
+    from transformers import AutoTokenizer
+
+    from prime_rl.models import ensure_student
+
+    monkeypatch.setenv(KEY_ENV, "unused")
+    teacher = NoPromptLogprobsTeacher(AutoTokenizer.from_pretrained(ensure_student(Config())))
+    try:
+        run = launch(tmp_path / "run", "training_mode=opd", "teacher=external", f"teacher.base_url={teacher.url}",
+                     "teacher.model=x", f"teacher.api_key_env={KEY_ENV}", "teacher.max_retries=0", "max_steps=3")
+    finally:
+        teacher.server.shutdown()
+    assert run.returncode != 0
+    assert "role orchestrator failed" in run.stderr and "cannot score prompts" in run.stderr
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("experiment", ["rl", "opd", "opd_lora", "sft", "sft_lora", "rl lora=on"])
+def test_reference_experiment_runs_end_to_end(tmp_path, experiment, teacher_dir):
+    name, *extra = experiment.split()
+    run = launch(tmp_path / "run", f"experiment={name}", *extra, "max_steps=3", "orchestrator.eval.interval=3")
+    assert run.returncode == 0, run.stderr[-3000:]
+    train = [r for r in rows(tmp_path / "run") if "loss" in r]
+    assert [r["step"] for r in train] == [0, 1, 2]
+    assert all(("teacher_kl" in r) == name.startswith("opd") for r in train)
+    lora = name.endswith("_lora") or "lora=on" in extra
+    assert (tmp_path / "run" / "merged" / "config.json").exists() == lora
+    if lora:
+        assert (tmp_path / "run" / "weights" / "step_3" / "adapter_model.safetensors").exists()
