@@ -135,7 +135,7 @@ class LoraConfig:
     target_modules: List[str] = field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )  # module names that get adapters
-    name: str = "student"  # adapter name served by vLLM and used for rollouts
+    name: str = "student-lora"  # adapter name served by vLLM and used for rollouts (not the base model's "student")
 
 
 @dataclass

@@ -57,19 +57,21 @@ class InferenceClient:
     async def close(self) -> None:
         await self.http.aclose()
 
-    async def post(self, path: str, payload: Optional[dict] = None, params: Optional[dict] = None) -> dict:
+    async def post(self, path: str, payload: Optional[dict] = None, params: Optional[dict] = None, json_reply: bool = True) -> dict:
         """POST to base_url + path (see post_url)."""
-        return await self.post_url(self.base_url + path, payload, params)
+        return await self.post_url(self.base_url + path, payload, params, json_reply)
 
-    async def post_url(self, url: str, payload: Optional[dict] = None, params: Optional[dict] = None) -> dict:
-        """POST with retries on connection errors, timeouts, malformed JSON and 5xx/429; other errors fail at once."""
+    async def post_url(self, url: str, payload: Optional[dict] = None, params: Optional[dict] = None, json_reply: bool = True) -> dict:
+        """POST with retries on connection errors, timeouts, malformed JSON and 5xx/429; other errors fail at once.
+
+        `json_reply=False` for control endpoints that answer in plain text (e.g. load_lora_adapter)."""
         for attempt in range(self.max_retries + 1):
             try:
                 resp = await self.http.post(url, json=payload, params=params)
                 if resp.status_code not in RETRYABLE_STATUS:
                     if resp.status_code >= 400:
                         raise InferenceError(f"POST {url} -> HTTP {resp.status_code}: {resp.text[:300]}")
-                    return resp.json() if resp.content else {}
+                    return resp.json() if json_reply and resp.content else {}
                 problem = f"HTTP {resp.status_code}: {resp.text[:200]}"
             except (httpx.TransportError, ValueError) as e:
                 problem = f"{type(e).__name__}: {e}"
@@ -126,18 +128,19 @@ class InferenceClient:
 
     async def reload_weights(self, weights_dir: str, version: str) -> None:
         """Swap the served weights in place (vLLM dev mode): no request sees a half-updated model."""
-        await self.post("/pause", params={"mode": "wait"})
+        await self.post("/pause", params={"mode": "wait"}, json_reply=False)
         try:
-            await self.post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": weights_dir}})
-            await self.post("/reset_prefix_cache")
-            await self.post("/update_weight_version", {"new_version": version})
+            await self.post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": weights_dir}}, json_reply=False)
+            await self.post("/reset_prefix_cache", json_reply=False)
+            await self.post("/update_weight_version", {"new_version": version}, json_reply=False)
         finally:
-            await self.post("/resume")
+            await self.post("/resume", json_reply=False)
 
     async def load_lora(self, name: str, adapter_dir: str) -> None:
         """Load (or replace in place, under the same name) a peft adapter in vLLM."""
-        await self.post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": adapter_dir, "load_inplace": True})
-        await self.post("/reset_prefix_cache")
+        payload = {"lora_name": name, "lora_path": adapter_dir, "load_inplace": True}
+        await self.post("/v1/load_lora_adapter", payload, json_reply=False)
+        await self.post("/reset_prefix_cache", json_reply=False)
 
 
 def parse_completions(data: dict) -> List[Completion]:
