@@ -111,7 +111,7 @@ async def make_batch(ctx: Context, step: int, version: int) -> Batch:
     if cfg.training_mode == TrainingMode.sft:
         groups = await asyncio.gather(*(teacher_rollouts(ctx, ex) for ex in examples))
     else:
-        groups = await student_rollouts(ctx, examples, step)
+        groups = await student_rollouts(ctx, examples)
     generate_s = time.monotonic() - start
     samples = [s for group in groups for s in group]
     metrics = {"time/generate": generate_s, "policy/staleness": float(step - version)}
@@ -127,13 +127,12 @@ async def make_batch(ctx: Context, step: int, version: int) -> Batch:
     return Batch(step=step, policy_version=version, samples=samples, metrics=metrics)
 
 
-async def student_rollouts(ctx: Context, examples: List[Example], step: int) -> List[List[Sample]]:
+async def student_rollouts(ctx: Context, examples: List[Example]) -> List[List[Sample]]:
     """One group of rollouts_per_example samples per prompt, all in one request."""
     cfg = ctx.cfg
     prompts = [prompt_ids(ctx.tokenizer, ex.prompt) for ex in examples]
-    groups = await ctx.student.complete(
-        ctx.student_model, prompts, cfg.orchestrator.rollouts_per_example, sampling(cfg), seed=cfg.seed * 1_000_003 + step
-    )
+    # No per-request seed: vLLM would give every prompt of the request the same random stream.
+    groups = await ctx.student.complete(ctx.student_model, prompts, cfg.orchestrator.rollouts_per_example, sampling(cfg))
     return [[Sample(p, c.token_ids, c.logprobs) for c in group] for p, group in zip(prompts, groups)]
 
 
@@ -182,9 +181,13 @@ async def evaluate(ctx: Context) -> dict:
     cfg = ctx.cfg
     examples = ctx.task.eval[: cfg.orchestrator.eval.num_examples]
     eval_sampling = sampling(cfg, temperature=cfg.orchestrator.eval.temperature)
-    prompts = [prompt_ids(ctx.tokenizer, ex.prompt) for ex in examples]
-    groups = await ctx.student.complete(ctx.student_model, prompts, 1, eval_sampling, seed=cfg.seed)
-    rewards = [ctx.task.reward(completion_text(ctx, g[0].token_ids), ex) for g, ex in zip(groups, examples)]
+
+    async def one(i: int, ex: Example) -> float:
+        # A fixed seed per eval prompt: two evaluations of one policy agree, so changes are the policy's.
+        [[c]] = await ctx.student.complete(ctx.student_model, [prompt_ids(ctx.tokenizer, ex.prompt)], 1, eval_sampling, seed=cfg.seed + i)
+        return ctx.task.reward(completion_text(ctx, c.token_ids), ex)
+
+    rewards = await asyncio.gather(*(one(i, ex) for i, ex in enumerate(examples)))
     return {"eval/reward": sum(rewards) / len(rewards), "eval/exact": sum(r == 1.0 for r in rewards) / len(rewards)}
 
 
