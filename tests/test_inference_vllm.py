@@ -47,7 +47,7 @@ def test_reload_then_scoring_match_transformers(student, tmp_path):
     export_weights(model, tok, run_dir, 1)
 
     async def scenario(url):
-        client = InferenceClient(url, max_retries=1)
+        client = InferenceClient(f"{url}/v1", max_retries=1)
         before = await vllm_greedy(client, tok)
         await client.reload_weights(str(run_dir.weights(1)), "step-1")
         after = await vllm_greedy(client, tok)

@@ -62,7 +62,7 @@ def test_vllm_serves_the_exported_adapter_like_peft(trained, tmp_path):
     assert peft_out != base_out  # the adapter matters, so matching it below means something
 
     async def served(url):
-        client = InferenceClient(url, max_retries=1)
+        client = InferenceClient(f"{url}/v1", max_retries=1)
         await client.load_lora(cfg.trainer.lora.name, str(run_dir.weights(5)))
         groups = await client.complete(cfg.trainer.lora.name, ids, 1, GREEDY)
         await client.close()

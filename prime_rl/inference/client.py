@@ -47,7 +47,8 @@ class InferenceClient:
         key = os.environ.get(api_key_env) if api_key_env else None
         if key:
             hdrs["Authorization"] = f"Bearer {key}"
-        self.base_url = base_url.rstrip("/")
+        self.base_url = base_url.rstrip("/")  # the OpenAI API base, e.g. http://host:port/v1
+        self.root = self.base_url.removesuffix("/v1")  # vLLM's server endpoints (pause, reload, tokenize) live here
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.http = httpx.AsyncClient(
@@ -58,8 +59,12 @@ class InferenceClient:
         await self.http.aclose()
 
     async def post(self, path: str, payload: Optional[dict] = None, params: Optional[dict] = None, json_reply: bool = True) -> dict:
-        """POST to base_url + path (see post_url)."""
+        """POST to an OpenAI API path under base_url (see post_url)."""
         return await self.post_url(self.base_url + path, payload, params, json_reply)
+
+    async def post_root(self, path: str, payload: Optional[dict] = None, params: Optional[dict] = None, json_reply: bool = True) -> dict:
+        """POST to a vLLM server endpoint outside the OpenAI API (see post_url)."""
+        return await self.post_url(self.root + path, payload, params, json_reply)
 
     async def post_url(self, url: str, payload: Optional[dict] = None, params: Optional[dict] = None, json_reply: bool = True) -> dict:
         """POST with retries on connection errors, timeouts, malformed JSON and 5xx/429; other errors fail at once.
@@ -95,7 +100,7 @@ class InferenceClient:
         }
         if seed is not None:
             payload["seed"] = seed
-        flat = parse_completions(await self.post("/v1/completions", payload))
+        flat = parse_completions(await self.post("/completions", payload))
         if len(flat) != n * len(prompts):
             raise InferenceError(f"asked for {n} x {len(prompts)} completions, got {len(flat)}")
         return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
@@ -103,7 +108,7 @@ class InferenceClient:
     async def prompt_logprobs(self, model: str, sequences: List[List[int]]) -> List[List[Optional[float]]]:
         """For each sequence, the server's logprob of every token in context (None for the first one)."""
         payload = {"model": model, "prompt": sequences, "max_tokens": 1, "prompt_logprobs": 0, "temperature": 1.0}
-        data = await self.post("/v1/completions", payload)
+        data = await self.post("/completions", payload)
         choices = data.get("choices") if isinstance(data, dict) else None
         if not isinstance(choices, list) or len(choices) != len(sequences):
             raise InferenceError(f"expected {len(sequences)} choices with prompt_logprobs, got: {str(data)[:300]}")
@@ -120,7 +125,7 @@ class InferenceClient:
             "top_p": sampling.top_p,
             "max_tokens": sampling.max_tokens,
         }
-        data = await self.post("/v1/chat/completions", payload)
+        data = await self.post("/chat/completions", payload)
         try:
             return [c["message"]["content"] or "" for c in data["choices"]]
         except (KeyError, TypeError) as e:
@@ -128,19 +133,19 @@ class InferenceClient:
 
     async def reload_weights(self, weights_dir: str, version: str) -> None:
         """Swap the served weights in place (vLLM dev mode): no request sees a half-updated model."""
-        await self.post("/pause", params={"mode": "wait"}, json_reply=False)
+        await self.post_root("/pause", params={"mode": "wait"}, json_reply=False)
         try:
-            await self.post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": weights_dir}}, json_reply=False)
-            await self.post("/reset_prefix_cache", json_reply=False)
-            await self.post("/update_weight_version", {"new_version": version}, json_reply=False)
+            await self.post_root("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": weights_dir}}, json_reply=False)
+            await self.post_root("/reset_prefix_cache", json_reply=False)
+            await self.post_root("/update_weight_version", {"new_version": version}, json_reply=False)
         finally:
-            await self.post("/resume", json_reply=False)
+            await self.post_root("/resume", json_reply=False)
 
     async def load_lora(self, name: str, adapter_dir: str) -> None:
         """Load (or replace in place, under the same name) a peft adapter in vLLM."""
         payload = {"lora_name": name, "lora_path": adapter_dir, "load_inplace": True}
-        await self.post("/v1/load_lora_adapter", payload, json_reply=False)
-        await self.post("/reset_prefix_cache", json_reply=False)
+        await self.post("/load_lora_adapter", payload, json_reply=False)
+        await self.post_root("/reset_prefix_cache", json_reply=False)
 
 
 def parse_completions(data: dict) -> List[Completion]:

@@ -82,7 +82,7 @@ def make_context(cfg: Config) -> Context:
         task=load_task(cfg.task),
         tokenizer=AutoTokenizer.from_pretrained(student_dir(cfg)),
         student=InferenceClient(
-            f"http://{cfg.inference.host}:{cfg.inference.port}",
+            f"http://{cfg.inference.host}:{cfg.inference.port}/v1",
             timeout_s=cfg.orchestrator.request_timeout_s,
             max_retries=cfg.orchestrator.max_retries,
         ),

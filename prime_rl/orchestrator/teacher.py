@@ -16,7 +16,7 @@ def teacher_client(cfg: Config) -> tuple[InferenceClient, str]:
     """(client, model name) for the configured teacher."""
     t = cfg.teacher
     if t.kind == TeacherKind.local_vllm:
-        url, model = f"http://{cfg.inference.host}:{t.port}", TEACHER_MODEL_NAME
+        url, model = f"http://{cfg.inference.host}:{t.port}/v1", TEACHER_MODEL_NAME
     else:
         url, model = t.base_url, t.model
     client = InferenceClient(url, api_key_env=t.api_key_env, headers=t.headers,
@@ -43,9 +43,9 @@ def check_same_tokenizer(student_tok, teacher_dir: Path) -> None:
 
 async def check_same_tokenization(client: InferenceClient, model: str, student_tok, probe_text: str) -> None:
     """A remote teacher's tokenizer, seen through vLLM's /tokenize: the probe must split into the student's ids."""
-    root = client.base_url.removesuffix("/v1")
+    root = client.root
     try:
-        data = await client.post_url(f"{root}/tokenize", {"model": model, "prompt": probe_text, "add_special_tokens": False})
+        data = await client.post_root("/tokenize", {"model": model, "prompt": probe_text, "add_special_tokens": False})
         teacher_ids = data["tokens"]
     except (InferenceError, KeyError, TypeError) as e:
         raise TeacherError(f"cannot check the teacher's tokenizer at {root}/tokenize (opd needs a vLLM teacher): {e}") from e
