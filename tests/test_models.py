@@ -175,3 +175,22 @@ def _stop(server: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(server.pid, signal.SIGKILL)
         server.wait()
+
+
+def test_launcher_prepare_only_runs_plain_sft_on_a_jsonl_task(tmp_path):
+    """The Hydra way to the SFT entrypoint: warm-start a student on your own JSONL, start nothing else."""
+    from tests.conftest import ROOT, launch_cmd
+
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"reverse: {w}", "answer": w[::-1]}) + "\n" for w in ["abc", "hello", "kite"] * 20))
+    env = {**os.environ, "PRIME_RL_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        launch_cmd("task=jsonl", f"task.path={data}", "task.num_eval=6", "model.warm_start.steps=3",
+                   "launcher.prepare_only=true", f"hydra.run.dir={tmp_path / 'run'}"),
+        capture_output=True, text=True, cwd=ROOT, env=env, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    [built] = [p for p in (tmp_path / "cache" / "models").glob("tiny-jsonl-3-*") if p.is_dir()]
+    assert (built / "DONE").exists() and json.loads((built / "recipe.json").read_text())["task"]["path"] == str(data)
+    assert f"student: {built}" in proc.stderr.replace("\n", "")
+    assert not (tmp_path / "run" / "logs").exists()  # no process was started

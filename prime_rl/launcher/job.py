@@ -53,9 +53,11 @@ def run(plan: Plan) -> int:
 
     cfg = plan.config
     console.print("preparing models (built once, then cached)")
-    ensure_student(cfg)
+    console.print(f"student: {ensure_student(cfg)}")
     if cfg.teacher.kind == TeacherKind.local_vllm:
-        ensure_teacher(cfg)
+        console.print(f"teacher: {ensure_teacher(cfg)}")
+    if cfg.launcher.prepare_only:
+        return 0
     if cfg.ckpt.resume:
         console.print(f"resuming from step {prepare_resume(RunDir(plan.run_dir))}")
     return run_plan(plan)
