@@ -17,7 +17,6 @@ from prime_rl.launcher.gpus import gpu_slices
 from prime_rl.models import student_dir, teacher_dir
 
 
-
 @dataclass
 class Role:
     name: str  # inference | teacher_inference | orchestrator | trainer
