@@ -27,7 +27,7 @@ class LossType(str, Enum):
 
 
 class WandbMode(str, Enum):
-    auto = "auto"  # online when WANDB_API_KEY is set, offline otherwise
+    auto = "auto"  # $WANDB_MODE if set; else online when WANDB_API_KEY is set, offline otherwise
     online = "online"
     offline = "offline"
     disabled = "disabled"
@@ -187,8 +187,8 @@ class WandbConfig:
     mode: WandbMode = WandbMode.auto  # auto | online | offline | disabled
     project: str = "prime-rl"  # W&B project
     entity: Optional[str] = None  # W&B entity (team or user)
-    name: Optional[str] = None  # run name (multirun: the job's overrides)
-    group: Optional[str] = None  # run group (multirun: the sweep)
+    name: Optional[str] = None  # run name (None: W&B picks one; multirun: the job's override string)
+    group: Optional[str] = None  # run group (None in a multirun: the sweep dir, e.g. 2026-01-31/12-00-00)
     tags: List[str] = field(default_factory=list)  # extra tags (mode, teacher and lora are always added)
 
 
@@ -196,6 +196,7 @@ class WandbConfig:
 class MonitorConfig:
     wandb: WandbConfig = field(default_factory=WandbConfig)  # Weights & Biases
     samples_interval: int = 10  # log a table of rollout samples every N steps; 0 = never
+    num_samples: int = 16  # rollouts per samples table: the batch's first, so whole groups of one prompt
 
 
 @dataclass

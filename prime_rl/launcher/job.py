@@ -1,9 +1,11 @@
 """One job, start to finish: typed config -> validation -> plan -> (dry run: print and stop) -> supervised run."""
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
@@ -36,14 +38,27 @@ def fail(message: str) -> None:
 
 
 def run_job(cfg: DictConfig) -> None:
-    typed = load_and_validate(cfg)
+    typed = with_sweep_names(load_and_validate(cfg), HydraConfig.get())
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     plan = build_plan(typed, run_dir, visible_gpus())
     write_role_configs(plan)
     print_plan(plan)
     if typed.launcher.dry_run:
         return
-    sys.exit(run(plan))
+    code = run(plan)
+    if code:  # only on failure: a finished job returns, so a local multirun goes on to its next job
+        sys.exit(code)
+
+
+def with_sweep_names(cfg: Config, hydra_cfg: DictConfig) -> Config:
+    """In a multirun, W&B group = the sweep and name = the job's overrides, unless the user set them.
+    The group is the sweep dir's last two parts: Hydra's default `multirun/<date>/<time>` needs both."""
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        return cfg
+    w, sweep = cfg.monitor.wandb, Path(hydra_cfg.sweep.dir)
+    wandb = replace(w, group=w.group or f"{sweep.parent.name}/{sweep.name}",
+                    name=w.name or hydra_cfg.job.override_dirname or None)
+    return replace(cfg, monitor=replace(cfg.monitor, wandb=wandb))
 
 
 def run(plan: Plan) -> int:

@@ -18,6 +18,7 @@ from rich.console import Console
 from prime_rl.launcher.plan import Plan, Role
 from prime_rl.launcher.processes import Child, log_tail, spawn, stop_children
 from prime_rl.monitor.metrics import write_summary
+from prime_rl.monitor.plots import write_plots
 from prime_rl.launcher.progress import MetricsTail, ProgressLine, format_duration, summary_lines
 
 POLL_S = 0.5  # how often children are checked: a dead child is noticed within this
@@ -87,6 +88,8 @@ class Supervisor:
         self.stop()
         self.say(f"run finished in {format_duration(time.monotonic() - started)}", style="bold green")
         write_summary(self.plan.run_dir)
+        if write_plots(self.plan.run_dir):
+            self.say(f"plots in {self.plan.run_dir / 'plots'}")
         for line in summary_lines(self.plan.run_dir, self.metrics):
             self.say(line)
         return 0

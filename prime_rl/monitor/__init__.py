@@ -1,1 +1,1 @@
-"""Metrics: metrics.jsonl (written by the trainer), summary.json at the end."""
+"""Monitoring: metrics.jsonl and summary.json (metrics.py), the job's W&B run (wandb_run.py), PNG plots (plots.py)."""

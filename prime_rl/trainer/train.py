@@ -8,6 +8,7 @@ import torch
 from transformers.utils.logging import disable_progress_bar
 
 from prime_rl.config.schema import Config, LossType
+from prime_rl.monitor.wandb_run import WandbRun
 from prime_rl.orchestrator.batch import Batch, read_batch
 from prime_rl.run_dir import RunDir
 from prime_rl.trainer.checkpoint import load_checkpoint, save_checkpoint
@@ -29,6 +30,7 @@ def train(cfg: Config) -> None:
     if start:
         load_checkpoint(run_dir, start, model, optimizer, scheduler)
     export_weights(model, tokenizer, run_dir, start)
+    wandb_run = WandbRun(cfg, resumed=start > 0)  # after the export: the orchestrator samples meanwhile
     last = time.monotonic()
     for step in range(start, cfg.max_steps):
         batch = wait_for_batch(run_dir, step, timeout_s=cfg.launcher.ready_timeout_s * 4)
@@ -38,12 +40,15 @@ def train(cfg: Config) -> None:
         run_dir.rollouts(step).unlink(missing_ok=True)
         step_s, last = time.monotonic() - last, time.monotonic()
         timing = {"time/step": step_s, "throughput/tokens_per_s": metrics["tokens"] / step_s}
-        log_metrics(run_dir, {"step": step, **batch.metrics, **metrics, **timing})
+        row = {"step": step, **batch.metrics, **metrics, **timing}
+        log_metrics(run_dir, row)
+        wandb_run.log_step(row, batch.samples, tokenizer)
         done = step + 1
         if done == cfg.max_steps or (cfg.ckpt.interval and done % cfg.ckpt.interval == 0):
             save_checkpoint(run_dir, done, model, optimizer, scheduler, cfg.ckpt.keep)
     if cfg.trainer.lora.enabled:
         export_merged(model, tokenizer, run_dir.merged)
+    wandb_run.finish()
 
 
 def make_optimizer(cfg: Config, model):

@@ -1,0 +1,127 @@
+"""The job's one W&B run, written by the trainer alone.
+
+The trainer already merges the orchestrator's metrics (carried in each batch file) with its own into one
+metrics.jsonl line per step, so logging that line gives one run on one step axis from one writer: no W&B
+shared mode, no two processes racing to create or resume the same run id.
+"""
+
+import math
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import List, Optional
+
+import wandb
+from omegaconf import OmegaConf
+
+from prime_rl.config.schema import Config, WandbMode
+from prime_rl.monitor.metrics import read_metrics
+from prime_rl.orchestrator.batch import Sample
+from prime_rl.orchestrator.loop import due_for_eval
+
+RUN_ID_FILE = "wandb_run_id"  # in the run dir: a resumed or requeued job continues the same W&B run
+
+
+def wandb_mode(mode: WandbMode) -> str:
+    """auto: $WANDB_MODE when set, else online with an API key and offline without (`wandb sync` later)."""
+    if mode != WandbMode.auto:
+        return mode.value
+    return os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
+
+
+def run_tags(cfg: Config) -> List[str]:
+    lora = "on" if cfg.trainer.lora.enabled else "off"
+    return [f"mode:{cfg.training_mode.value}", f"teacher:{cfg.teacher.kind.value}", f"lora:{lora}",
+            *cfg.monitor.wandb.tags]
+
+
+def logged_config(cfg: Config) -> dict:
+    """The resolved config. It names the env var of the API key, never the key; header values are dropped
+    all the same, in case someone put a credential under a name validation does not know."""
+    config = OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
+    config["teacher"]["headers"] = {name: "<redacted>" for name in config["teacher"]["headers"]}
+    return config
+
+
+def run_id(run_dir: Path, resumed: bool) -> str:
+    """The id stored in the run dir when continuing from a checkpoint, else a new one (stored for next time).
+    A run that restarts from step 0 gets a new id: W&B would drop its steps as already logged."""
+    path = run_dir / RUN_ID_FILE
+    if resumed and path.exists():
+        return path.read_text().strip()
+    new_id = uuid.uuid4().hex[:16]
+    path.write_text(new_id + "\n")
+    return new_id
+
+
+class WandbRun:
+    """Logs each trainer step (orchestrator + trainer metrics) at step=<trainer step>; a no-op when disabled."""
+
+    def __init__(self, cfg: Config, resumed: bool):
+        self.cfg = cfg
+        self.run = None
+        mode = wandb_mode(cfg.monitor.wandb.mode)
+        if mode == "disabled":
+            return
+        w, run_dir = cfg.monitor.wandb, Path(cfg.run_dir)
+        self.run = wandb.init(
+            project=w.project, entity=w.entity, name=w.name, group=w.group, tags=run_tags(cfg),
+            config=logged_config(cfg), id=run_id(run_dir, resumed), resume="allow", mode=mode, dir=run_dir,
+        )
+
+    def log_step(self, metrics: dict, samples: List[Sample], tokenizer) -> None:
+        if self.run is None:
+            return
+        step = metrics["step"]
+        row = {k: v for k, v in metrics.items() if k != "step"}
+        interval = self.cfg.monitor.samples_interval
+        if interval and step % interval == 0:
+            row["samples"] = samples_table(samples[: self.cfg.monitor.num_samples], tokenizer)
+        self.run.log(row, step=step)
+
+    def finish(self) -> None:
+        """Log the orchestrator's final evaluation, then close the run. The orchestrator appends that line
+        (step = max_steps) to metrics.jsonl once the last weights are out, so the trainer waits for it
+        here: the run stays one writer's, and W&B gets every line metrics.jsonl has."""
+        if self.run is None:
+            return
+        if due_for_eval(self.cfg, 0):  # the orchestrator's own test for a final evaluation
+            timeout_s = self.cfg.launcher.ready_timeout_s * 4
+            final = wait_for_row(Path(self.cfg.run_dir) / "metrics.jsonl", self.cfg.max_steps, timeout_s)
+            if final is None:
+                print(f"no final evaluation in metrics.jsonl after {timeout_s:.0f}s; not in W&B", flush=True)
+            else:
+                self.run.log({k: v for k, v in final.items() if k != "step"}, step=self.cfg.max_steps)
+        self.run.finish()
+
+
+def wait_for_row(path: Path, step: int, timeout_s: float) -> Optional[dict]:
+    """The metrics.jsonl line of `step` (the final evaluation has no trainer step of its own)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = [r for r in read_metrics(path) if r.get("step") == step]
+        if found:
+            return found[-1]
+        time.sleep(0.5)
+    return None
+
+
+def samples_table(samples: List[Sample], tokenizer) -> wandb.Table:
+    """Rollouts as text with their reward and advantage; in opd also how likely the teacher found them."""
+    columns = ["prompt", "completion", "reward", "advantage", "logprob_mean"]
+    with_teacher = any(s.teacher_logprobs for s in samples)
+    if with_teacher:
+        columns.append("teacher_logprob_mean")
+    table = wandb.Table(columns=columns)
+    for s in samples:
+        row = [tokenizer.decode(s.prompt_ids, skip_special_tokens=True),
+               tokenizer.decode(s.completion_ids, skip_special_tokens=True),
+               s.reward, s.advantage, mean(s.inference_logprobs)]
+        table.add_data(*row, *([mean(s.teacher_logprobs)] if with_teacher else []))
+    return table
+
+
+def mean(values: Optional[List[float]]) -> Optional[float]:
+    """Mean over the completion's tokens; None where there are none (sft has no sampler logprobs)."""
+    return math.fsum(values) / len(values) if values else None
