@@ -2,6 +2,7 @@
 
 import csv
 import json
+import time
 import struct
 import subprocess
 import sys
@@ -52,12 +53,22 @@ def wandb_records(path: Path) -> Iterator[wandb_internal_pb2.Record]:
             yield record
 
 
+def complete_records(path: Path, timeout_s: float = 60.0) -> List[wandb_internal_pb2.Record]:
+    """The file's records once its `exit` record is in: W&B's service may still be writing after finish()."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = list(wandb_records(path))
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.2)
+
+
 class OfflineRun:
     """One offline-run-* dir: the run record (id, group, name, tags, config) and the history by step."""
 
     def __init__(self, path: Path):
         self.path = path
-        records = list(wandb_records(next(path.glob("run-*.wandb"))))
+        records = complete_records(next(path.glob("run-*.wandb")))
         self.run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
         self.config = {u.key: json.loads(u.value_json) for u in self.run.config.update}
         self.history: Dict[int, dict] = {}
@@ -105,8 +116,10 @@ def test_wandb_run_logs_steps_samples_and_the_final_eval_and_reuses_its_id_on_re
         first.log_step({"step": step, "reward/mean": 0.5, "loss": 1.0 - step}, opd_samples(5), CharTokenizer())
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 3, "eval/reward": 0.75}) + "\n")  # the orchestrator's
     first.finish()
+    time.sleep(1.1)  # W&B names offline dirs by the second: the resumed run of the same id needs its own
     second = WandbRun(cfg, resumed=True)
     second.finish()
+    time.sleep(1.1)
     third = WandbRun(cfg, resumed=False)  # restarting from step 0: a new run
     third.finish()
 
