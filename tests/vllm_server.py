@@ -27,7 +27,7 @@ def serve(model: Path, log_dir: Path, served_name: str = "student", lora_rank: i
         deadline = time.monotonic() + 300
         while not _healthy(url):
             if child.exit_code() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"vLLM did not start:\n" + "\n".join(log_tail(log, 40)))
+                raise RuntimeError("vLLM did not start:\n" + "\n".join(log_tail(log, 40)))
             time.sleep(0.5)
         yield url
     finally:
