@@ -1,11 +1,16 @@
 """Entry point: compose the Hydra config, validate it, then plan and run the processes of one job."""
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
 from prime_rl.config import register_configs
+from prime_rl.launcher.slurm import register_resolvers
+from prime_rl.launcher.sweep import check_sweep
 
 register_configs()
+register_resolvers()
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -16,4 +21,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    check_sweep(sys.argv[1:])  # -m: every point composed and validated before any job is launched or submitted
     main()

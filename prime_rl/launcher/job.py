@@ -15,6 +15,7 @@ from prime_rl.launcher.resume import prepare_resume
 from prime_rl.run_dir import RunDir
 from prime_rl.launcher.gpus import visible_gpus
 from prime_rl.launcher.plan import Plan, build_plan, write_role_configs
+from prime_rl.launcher.slurm import requeued
 
 console = Console(stderr=True)
 
@@ -40,6 +41,8 @@ def fail(message: str) -> None:
 def run_job(cfg: DictConfig) -> None:
     typed = with_sweep_names(load_and_validate(cfg), HydraConfig.get())
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    if requeued(run_dir):  # a SLURM job's next attempt continues from the latest checkpoint in its run dir
+        typed.ckpt.resume = True
     plan = build_plan(typed, run_dir, visible_gpus())
     write_role_configs(plan)
     print_plan(plan)

@@ -1,0 +1,44 @@
+"""SLURM glue around hydra-submitit-launcher: the GPU request of a job, the dry run, and requeued attempts."""
+
+import os
+from pathlib import Path
+from typing import List, Tuple
+
+from omegaconf import DictConfig, OmegaConf
+
+from prime_rl.run_dir import RunDir
+
+
+def register_resolvers() -> None:
+    """`${deployment_gpus:${deployment}}`: the GPUs one job uses (conf/hydra/launcher/slurm*.yaml ask for them)."""
+    OmegaConf.register_new_resolver(
+        "deployment_gpus",
+        lambda d: d.num_infer_gpus + d.num_train_gpus + (d.num_teacher_gpus or 0),
+        replace=True,
+    )
+
+
+def is_slurm(master: DictConfig) -> bool:
+    return str(master.hydra.launcher.get("_target_", "")).endswith(".SlurmLauncher")
+
+
+def print_submission(master: DictConfig, jobs: List[Tuple[List[str], Path]]) -> None:
+    """What `-m hydra/launcher=slurm… launcher.dry_run=true` would submit: one array job, one task per point."""
+    params = OmegaConf.to_container(master.hydra.launcher, resolve=True)
+    what = "one job" if len(jobs) == 1 else f"one array job of {len(jobs)} tasks"  # submitit's choice too
+    print(f"SLURM dry run: {what}; nothing submitted")
+    print("sbatch parameters (hydra.launcher; submitit turns them into #SBATCH flags):")
+    for key, value in sorted(params.items()):
+        if key != "_target_" and value not in (None, {}, []):
+            print(f"  {key}: {value}")
+    for num, (overrides, run_dir) in enumerate(jobs):
+        print(f"job #{num}: {' '.join(overrides) or '(no overrides)'}")
+        print(f"  run dir: {run_dir}")
+
+
+def requeued(run_dir: Path) -> bool:
+    """A SLURM job's later attempt (requeued after a timeout or preemption, or resubmitted into the same
+    sweep dir): its run dir holds the earlier attempt's work, which it continues (ckpt.resume)."""
+    if "SLURM_JOB_ID" not in os.environ:
+        return False
+    return int(os.environ.get("SLURM_RESTART_COUNT", "0")) > 0 or RunDir(run_dir).latest_checkpoint() is not None

@@ -1,0 +1,163 @@
+"""Sweeps through hydra-submitit-launcher on a real single-node SLURM (`.ci/slurm up`): array jobs, validation
+before submission, requeue on timeout with resume, failed jobs reported, and the dry run."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, launch_cmd
+from tests.test_e2e_rl import run_processes
+
+needs_slurm = pytest.mark.skipif(shutil.which("sinfo") is None, reason="no SLURM: sinfo not on PATH (run .ci/slurm up)")
+SHORT = ["max_steps=3", "orchestrator.eval.interval=3"]
+
+
+def sweep(sweep_dir: Path, *overrides: str, timeout: int = 540) -> subprocess.CompletedProcess:
+    cmd = launch_cmd("-m", "hydra/launcher=slurm", *overrides, f"hydra.sweep.dir={sweep_dir}")
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+
+
+def job_ids(sweep_dir: Path) -> set[str]:
+    """SLURM ids of the jobs a sweep submitted: submitit keeps a folder per array task (<array>_<task>), or
+    per job when the sweep has one point (then not an array)."""
+    return {p.name.split("_")[0] for p in (sweep_dir / ".submitit").glob("*") if re.fullmatch(r"\d+(_\d+)?", p.name)}
+
+
+def sacct(job_id: str, settle_s: float = 60) -> dict[str, list[str]]:
+    """Job (array task) id -> the states of its attempts, from accounting. A sweep returns once every result
+    file is written, a moment before its jobs end: wait (bounded) until none is still pending or running."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        out = subprocess.run(["sacct", "-X", "-D", "-n", "-P", "-o", "jobid,state", "-j", job_id],
+                             capture_output=True, text=True, check=True).stdout
+        states = {}
+        for line in out.splitlines():
+            job, state = line.split("|")
+            states.setdefault(job, []).append(state)
+        if time.monotonic() > deadline or not {s[-1] for s in states.values()} & {"PENDING", "RUNNING", "COMPLETING"}:
+            return states
+        time.sleep(1)
+
+
+def next_job_id() -> int:
+    out = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, check=True).stdout
+    return int(re.search(r"NEXT_JOB_ID\s*=\s*(\d+)", out).group(1))
+
+
+def steps(run_dir: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture
+def sweep_dir(tmp_path):
+    """A fresh sweep dir; whatever the test leaves queued or running there is cancelled."""
+    path = tmp_path / "sweep"
+    yield path
+    for job_id in job_ids(path):
+        subprocess.run(["scancel", job_id], check=False)
+
+
+@needs_slurm
+@pytest.mark.slurm
+@pytest.mark.vllm
+@pytest.mark.timeout(600)
+def test_an_opd_sweep_is_one_array_job_and_every_job_finishes(sweep_dir):
+    run = sweep(sweep_dir, "training_mode=opd", "trainer.loss.teacher_tau=0.3,1.0,3.0", *SHORT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    [array] = job_ids(sweep_dir)
+    assert sacct(array) == {f"{array}_{i}": ["COMPLETED"] for i in range(3)}
+    for i, tau in enumerate((0.3, 1.0, 3.0)):
+        job = sweep_dir / str(i)
+        summary = json.loads((job / "summary.json").read_text())
+        assert summary["steps"] == 3 and "teacher_kl/final" in summary
+        assert steps(job) == [0, 1, 2, 3]  # steps 0-2, then the final evaluation at step 3
+        assert f"teacher_tau: {tau}\n" in (job / "configs" / "trainer.yaml").read_text()
+    assert not run_processes(str(sweep_dir))
+
+
+@needs_slurm
+@pytest.mark.slurm
+@pytest.mark.timeout(600)
+def test_one_invalid_point_submits_nothing(sweep_dir):
+    before = next_job_id()
+    run = sweep(sweep_dir, "training_mode=rl", "trainer.loss.teacher_tau=0,0.5", *SHORT, timeout=120)
+    assert run.returncode == 2
+    [line] = run.stderr.strip().splitlines()
+    assert "sweep job #1 (training_mode=rl trainer.loss.teacher_tau=0.5" in line and "teacher_tau" in line, line
+    assert next_job_id() == before and sacct(str(before)) == {}  # the queue and accounting never saw a job
+    assert not sweep_dir.exists()
+
+
+@needs_slurm
+@pytest.mark.slurm
+@pytest.mark.vllm
+@pytest.mark.timeout(600)
+def test_a_job_that_times_out_is_requeued_and_resumes(sweep_dir):
+    """The trainer is frozen after its second checkpoint, so the job hits its 2-min limit (SLURM signals it
+    30 s before); submitit requeues it, and the next attempt resumes in the same run dir."""
+    run_dir = sweep_dir / "0"
+    proc = subprocess.Popen(
+        launch_cmd("-m", "hydra/launcher=slurm", "hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=30",
+                   "max_steps=8", "ckpt.interval=1", "orchestrator.eval.interval=0", f"hydra.sweep.dir={sweep_dir}"),
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (run_dir / "checkpoints" / "step_2" / "DONE").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint at step 2"
+            time.sleep(0.2)
+        [trainer] = run_processes(f"{run_dir}/configs/trainer.yaml")
+        os.kill(trainer, signal.SIGSTOP)
+        wandb_run_id = (run_dir / "wandb_run_id").read_text()
+        _, err = proc.communicate(timeout=480)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    [job] = job_ids(sweep_dir)
+    [attempts] = sacct(job).values()
+    assert attempts[0] == "REQUEUED" and attempts[-1] == "COMPLETED", attempts
+    log = "".join(p.read_text() for p in sorted((sweep_dir / ".submitit").glob("*/*_log.*")))  # all attempts
+    assert "this job is timed-out" in log and "Requeued job" in log, log[-3000:]
+    assert re.search(r"resuming from step [2-8]\b", log), log[-3000:]
+    assert steps(run_dir) == list(range(8))  # every step exactly once across the attempts
+    assert (run_dir / "wandb_run_id").read_text() == wandb_run_id  # and one W&B run
+    assert sorted(p.name for p in sweep_dir.iterdir()) == [".submitit", "0", "multirun.yaml"]  # one run dir
+    assert not run_processes(str(sweep_dir))
+
+
+@needs_slurm
+@pytest.mark.slurm
+@pytest.mark.vllm
+@pytest.mark.timeout(600)
+def test_a_crashing_job_fails_the_sweep_in_bounded_time(sweep_dir, tmp_path):
+    not_a_model = tmp_path / "not_a_model"
+    not_a_model.mkdir()
+    (not_a_model / "config.json").write_text('{"model_type": "no_such_architecture"}')  # passes validation
+    started = time.monotonic()
+    run = sweep(sweep_dir, f"model.name={not_a_model}", *SHORT, timeout=300)
+    assert run.returncode != 0
+    assert time.monotonic() - started < 240
+    [job] = job_ids(sweep_dir)
+    assert sacct(job) == {job: ["FAILED"]}
+    assert "role inference failed" in run.stderr, run.stderr[-3000:]
+    assert not run_processes(str(sweep_dir))
+
+
+def test_slurm_dry_run_prints_the_submission_and_submits_nothing(tmp_path):
+    run = subprocess.run(
+        launch_cmd("-m", "hydra/launcher=slurm_gpu", "deployment=gpu", "training_mode=opd", "deployment.num_teacher_gpus=1",
+                   "trainer.loss.teacher_tau=0.1,1.0", "launcher.dry_run=true", f"hydra.sweep.dir={tmp_path / 'sweep'}"),
+        capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "one array job of 2 tasks; nothing submitted" in run.stdout
+    assert "  gpus_per_node: 3" in run.stdout  # inference 1 + trainer 1 + teacher 1
+    assert "job #1: deployment=gpu training_mode=opd deployment.num_teacher_gpus=1 trainer.loss.teacher_tau=1.0" in run.stdout
+    assert f"run dir: {tmp_path / 'sweep' / '1'}" in run.stdout
+    assert not (tmp_path / "sweep").exists()
