@@ -7,7 +7,7 @@ from omegaconf import DictConfig
 
 from prime_rl.config import register_configs
 from prime_rl.launcher.slurm import register_resolvers
-from prime_rl.launcher.sweep import check_sweep
+from prime_rl.launcher.preflight import preflight
 
 register_configs()
 register_resolvers()
@@ -21,5 +21,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    check_sweep(sys.argv[1:])  # -m: every point composed and validated before any job is launched or submitted
+    preflight(sys.argv[1:])  # the run, or every sweep point, composed and validated before anything starts
     main()

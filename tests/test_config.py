@@ -1,6 +1,7 @@
 """Composition, validation rules and the dry-run plan (issue: foundation)."""
 
 import itertools
+import os
 import subprocess
 import time
 
@@ -140,6 +141,10 @@ RULES = {
     "known task": (["task=sort"], ["task.name=nope"], "task.name"),
     "model dir exists": ([], ["model.name=/nonexistent/model"], "model.name"),
     "jsonl needs a readable file": ([], ["task=jsonl", "task.path=/nonexistent.jsonl"], "task.path"),
+    "trainer procs >= 1": (["trainer.num_procs=2"], ["trainer.num_procs=0"], "trainer.num_procs"),
+    "lora trains in one process": (["lora=on"], ["lora=on", "trainer.num_procs=2"], "trainer.lora.enabled"),
+    "cpu inference has no tp": (["inference.tp=1"], ["inference.tp=2"], "inference.tp"),
+    "cpu inference has no dp": (["inference.dp=1"], ["inference.dp=2"], "inference.dp"),
 }
 
 
@@ -227,3 +232,54 @@ def test_gpu_slices_follow_cuda_visible_devices(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "CUDA_VISIBLE_DEVICES=5 " in proc.stderr or "CUDA_VISIBLE_DEVICES=5\n" in proc.stderr
     assert "CUDA_VISIBLE_DEVICES=7" in proc.stderr
+
+
+def test_parallelism_rules_on_gpus():
+    gpus = ["deployment.num_infer_gpus=4", "deployment.num_train_gpus=2"]
+    check([*gpus, "inference.tp=2", "inference.dp=2"], visible_gpus=6)
+    check([*gpus, "inference.tp=4", "trainer.num_procs=2"], visible_gpus=6)  # num_procs may repeat the GPU count
+    with pytest.raises(ConfigError) as err:
+        check([*gpus, "inference.tp=2"], visible_gpus=6)  # 2 x 1 != 4
+    assert "deployment.num_infer_gpus" in err.value.keys and "inference.tp * inference.dp" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        check([*gpus, "inference.tp=4", "trainer.num_procs=3"], visible_gpus=6)
+    assert err.value.keys == ["trainer.num_procs", "deployment.num_train_gpus"]
+    with pytest.raises(ConfigError) as err:
+        check([*gpus, "inference.tp=4", "lora=on"], visible_gpus=6)
+    assert err.value.keys == ["trainer.lora.enabled", "deployment.num_train_gpus"]
+
+
+def dry_run(tmp_path, *overrides, cuda_visible=None):
+    """The printed plan of `launch.py launcher.dry_run=true <overrides>`, one '<role> <line>' per line."""
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    if cuda_visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = cuda_visible
+    proc = subprocess.run(
+        launch_cmd(*overrides, "launcher.dry_run=true", f"hydra.run.dir={tmp_path / 'run'}"),
+        capture_output=True, text=True, cwd=ROOT, timeout=60, env={**env, "COLUMNS": "400"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stderr
+
+
+def command_of(plan_text: str, role: str) -> list:
+    lines = plan_text.splitlines()
+    start = lines.index(role)
+    return next(line for line in lines[start:] if line.strip().startswith("command:")).split()[1:]
+
+
+def test_dry_run_trainer_on_two_cpu_processes_is_torchrun(tmp_path):
+    trainer = command_of(dry_run(tmp_path, "trainer.num_procs=2"), "trainer")
+    assert trainer[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    assert trainer[6:9] == ["-m", "prime_rl.trainer", "--config"]
+
+
+def test_dry_run_gpu_deployment_with_tp_dp_and_a_sharded_trainer(tmp_path):
+    text = dry_run(tmp_path, "deployment=gpu", "deployment.num_infer_gpus=4", "deployment.num_train_gpus=2",
+                   "inference.tp=2", "inference.dp=2", cuda_visible="3,4,5,6,7,9")
+    vllm = command_of(text, "inference")
+    flag = lambda name: vllm[vllm.index(name) + 1]  # noqa: E731
+    assert flag("--tensor-parallel-size") == "2" and flag("--data-parallel-size") == "2"
+    assert "CUDA_VISIBLE_DEVICES=3,4,5,6" in text and "CUDA_VISIBLE_DEVICES=7,9" in text
+    trainer = command_of(text, "trainer")
+    assert trainer[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]

@@ -2,9 +2,7 @@
 
 import json
 import os
-import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -64,29 +62,6 @@ def test_rl_improves_eval_reward_and_lr_zero_does_not(tmp_path):
     frozen_rows = [json.loads(line) for line in (tmp_path / "frozen" / "metrics.jsonl").read_text().splitlines()]
     # same weights on both sides: the server's logprobs are the trainer's (a broken reload would show here)
     assert max(r["mismatch_kl"] for r in frozen_rows if "loss" in r) < 1e-3
-
-
-@pytest.mark.vllm
-def test_killing_the_trainer_fails_the_run_fast_naming_it(tmp_path):
-    run_dir = tmp_path / "run"
-    proc = subprocess.Popen(launch_cmd("max_steps=200", f"hydra.run.dir={run_dir}"), cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 300
-        while not (run_dir / "metrics.jsonl").exists() or len((run_dir / "metrics.jsonl").read_text().splitlines()) < 3:
-            assert proc.poll() is None and time.monotonic() < deadline, "run did not reach step 3"
-            time.sleep(0.5)
-        [trainer] = [p for p in run_processes("configs/trainer.yaml") if str(run_dir) in Path(f"/proc/{p}/cmdline").read_text()]
-        os.kill(trainer, signal.SIGKILL)
-        killed = time.monotonic()
-        _, err = proc.communicate(timeout=60)
-        assert time.monotonic() - killed < 10
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode != 0
-    assert "role trainer failed" in err
-    assert not run_processes(str(run_dir))
 
 
 @pytest.mark.vllm

@@ -10,7 +10,6 @@ from prime_rl.config.schema import Config
 from prime_rl.models import ensure_teacher
 from tests.conftest import compose_config
 from tests.test_e2e_rl import launch, summary
-from tests.vllm_server import serve
 
 KEY_ENV = "PRIME_RL_TEST_TEACHER_KEY"
 
@@ -54,20 +53,6 @@ def test_sft_from_the_local_teacher_learns(tmp_path, teacher_dir):
     s = summary(tmp_path / "run")
     assert s["eval/reward_final"] > s["eval/reward_first"] + 0.2, s
     assert s["reward/mean/first"] > 0.9  # the teacher's rollouts are scored too: they are near perfect
-
-
-@pytest.mark.vllm
-def test_sft_external_reads_the_key_from_env_and_never_writes_it(tmp_path, teacher_dir, monkeypatch):
-    secret = "sk-prime-rl-test-9f8e7d6c5b4a"
-    monkeypatch.setenv(KEY_ENV, secret)
-    with serve(teacher_dir, tmp_path, served_name="tiny-teacher", extra_args=["--api-key", secret]) as url:
-        run = launch(tmp_path / "run", "experiment=sft_external", "max_steps=3", f"teacher.base_url={url}/v1",
-                     "teacher.model=tiny-teacher", f"teacher.api_key_env={KEY_ENV}")
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert len([r for r in rows(tmp_path / "run") if "loss" in r]) == 3
-    leaks = [p for p in (tmp_path / "run").rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
-    assert leaks == []
-    assert secret not in run.stdout + run.stderr
 
 
 @pytest.mark.vllm

@@ -150,6 +150,25 @@ def test_a_crashing_job_fails_the_sweep_in_bounded_time(sweep_dir, tmp_path):
     assert not run_processes(str(sweep_dir))
 
 
+@needs_slurm
+@pytest.mark.slurm
+@pytest.mark.timeout(180)
+def test_a_two_gpu_job_gives_each_role_its_own_fake_gpu(sweep_dir):
+    """The local node's 2 fake GPUs (gres): the preset asks for the deployment's 2, SLURM sets the job's
+    CUDA_VISIBLE_DEVICES, and the launcher inside slices it. launcher.prepare_only: the job prints its plan,
+    finds the (cached) student, and starts nothing."""
+    run = sweep(sweep_dir, "deployment.num_infer_gpus=1", "deployment.num_train_gpus=1", "launcher.prepare_only=true",
+                'hydra.launcher.setup=["echo job CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"]', timeout=170)
+    assert run.returncode == 0, run.stderr[-3000:]
+    log = "".join(p.read_text() for p in sorted((sweep_dir / ".submitit").glob("*/*_log.*")))
+    visible = re.search(r"job CUDA_VISIBLE_DEVICES=(\S*)", log).group(1).split(",")
+    assert len(visible) == 2, log[-3000:]
+    gpus = {role: re.search(rf"^{role}\n(?:  .*\n)*?  gpus: +(\S+)$", log, re.M).group(1)
+            for role in ("inference", "trainer", "orchestrator")}
+    assert gpus == {"inference": visible[0], "trainer": visible[1], "orchestrator": "cpu"}, log[-3000:]
+    assert f"CUDA_VISIBLE_DEVICES={visible[1]}" in log  # the trainer's env
+
+
 def test_slurm_dry_run_prints_the_submission_and_submits_nothing(tmp_path):
     run = subprocess.run(
         launch_cmd("-m", "hydra/launcher=slurm_gpu", "deployment=gpu", "training_mode=opd", "deployment.num_teacher_gpus=1",

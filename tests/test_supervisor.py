@@ -21,14 +21,14 @@ from prime_rl.launcher.progress import MetricsTail, summary_lines
 from prime_rl.launcher.supervisor import run_plan
 
 # argv: pid_file mode [args...]; modes: server PORT | silent | worker SECONDS EXIT_CODE [metrics]; "stubborn"
-# anywhere makes the grandchild ignore SIGTERM.
+# anywhere makes the grandchild ignore SIGTERM; "escape" starts it in a session of its own (as wandb's service does).
 STANDIN = r"""
 import json, os, subprocess, sys, time
 from pathlib import Path
 pid_file, mode, args = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
 name = pid_file.stem
 shell = "trap '' TERM; exec sleep 600" if "stubborn" in args else "exec sleep 600"
-grandchild = subprocess.Popen(["sh", "-c", shell])  # same process group as this stand-in
+grandchild = subprocess.Popen(["sh", "-c", shell], start_new_session="escape" in args)  # else in our group
 time.sleep(0.1)  # let sh install the trap before anyone reads the pid file and signals
 pid_file.with_suffix(".tmp").write_text(f"{os.getpid()} {grandchild.pid}")
 pid_file.with_suffix(".tmp").rename(pid_file)
@@ -196,6 +196,12 @@ def test_signal_stops_everything(run_dir, sig):
     assert_nothing_survives(run_dir, 3)
 
 
+def test_a_grandchild_that_left_its_process_group_is_stopped_too(run_dir):
+    plan = make_plan(run_dir, [standin(run_dir, "trainer", "worker", "0.5", "1", "escape")])
+    assert run_plan(plan) == 1
+    assert_nothing_survives(run_dir, 1)
+
+
 def test_second_ctrl_c_kills_at_once(run_dir):
     plan = make_plan(run_dir, [standin(run_dir, "trainer", "worker", "60", "0", "stubborn")], stop_grace_s=60)
     launcher = start_launcher(run_dir, plan)
@@ -209,7 +215,7 @@ def test_second_ctrl_c_kills_at_once(run_dir):
 
 
 def test_member_ignoring_sigterm_gets_sigkilled(run_dir):
-    child = spawn(standin(run_dir, "orchestrator", "worker", "60", "0", "stubborn"))
+    child = spawn(standin(run_dir, "orchestrator", "worker", "60", "0", "stubborn"), {})
     wait_for(lambda: (run_dir / "pids" / "orchestrator.pids").exists(), 10)
     started = time.monotonic()
     stop_children([child], grace_s=1.0)

@@ -21,7 +21,7 @@ def serve(model: Path, log_dir: Path, served_name: str = "student", lora_rank: i
     command, env = vllm_command(cfg, model, served_name, port, gpus=[], lora_rank=lora_rank)
     log = log_dir / f"vllm-{served_name}-{port}.log"
     role = Role(name=served_name, command=command, env=env, gpus=[], log_file=log, config_file=log, port=port)
-    child = spawn(role)
+    child = spawn(role, {})
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300

@@ -146,6 +146,7 @@ class TrainerConfig:
     micro_batch_size: int = 64  # samples per forward/backward; gradients accumulate over the step
     device: str = "auto"  # auto (cuda when visible) | cpu | cuda
     num_threads: int = 1  # torch CPU threads (1 is fastest on shared small CPUs)
+    num_procs: int = 1  # trainer processes on CPU (gloo); on GPUs one per deployment.num_train_gpus
 
 
 @dataclass
@@ -157,7 +158,10 @@ class InferenceConfig:
     kv_cache_bytes: int = 67108864  # CPU: vLLM --kv-cache-memory-bytes
     gpu_memory_utilization: float = 0.9  # GPU: vLLM --gpu-memory-utilization
     enforce_eager: bool = True  # vLLM --enforce-eager (fast start; no CUDA graphs)
+    tp: int = 1  # GPU: vLLM --tensor-parallel-size of the student server (tp * dp = deployment.num_infer_gpus)
+    dp: int = 1  # GPU: vLLM --data-parallel-size of the student server (replicas, each over tp GPUs)
     extra_args: List[str] = field(default_factory=list)  # more vLLM CLI arguments, passed as given
+    urls: List[str] = field(default_factory=list)  # student servers' base URLs for the orchestrator; set by the multi-node plan (empty = http://host:port/v1)
 
 
 @dataclass
@@ -167,7 +171,7 @@ class TeacherConfig:
     warm_start: WarmStartConfig = field(
         default_factory=lambda: WarmStartConfig(steps=500, lr=3e-3, schedule="cosine")
     )  # recipe of the built-in tiny teacher
-    base_url: Optional[str] = None  # external: OpenAI-compatible base URL, e.g. https://api.openai.com/v1
+    base_url: Optional[str] = None  # external: OpenAI-compatible base URL, e.g. https://api.openai.com/v1; local_vllm: set by the multi-node plan
     api_key_env: Optional[str] = None  # name of the env var that holds the API key (the key itself never enters the config)
     headers: Dict[str, str] = field(default_factory=dict)  # extra HTTP headers (no secrets: use api_key_env)
     port: int = 0  # local_vllm: teacher server port; 0 = a free port chosen at plan time
@@ -177,9 +181,25 @@ class TeacherConfig:
 
 @dataclass
 class DeploymentConfig:
-    num_infer_gpus: int = 0  # GPUs of the student vLLM server; 0 = CPU
-    num_train_gpus: int = 0  # GPUs of the trainer; 0 = CPU
+    num_infer_gpus: int = 0  # GPUs of the student vLLM server (per inference node when multi-node); 0 = CPU
+    num_train_gpus: int = 0  # GPUs of the trainer (per trainer node when multi-node); 0 = CPU
     num_teacher_gpus: Optional[int] = None  # GPUs of the local teacher vLLM server; None = no GPUs for it
+    num_infer_nodes: int = 0  # multi-node SLURM job: nodes running a student server each (0 = one node for everything)
+    num_train_nodes: int = 0  # multi-node SLURM job: trainer nodes after the inference nodes (0 = one node for everything)
+
+
+def num_nodes(d) -> int:
+    """Nodes of one job: 1, or inference + trainer nodes when multi-node."""
+    return d.num_infer_nodes + d.num_train_nodes or 1
+
+
+def node_gpus(d) -> int:
+    """GPUs one node of the job uses. Multi-node: the GPU counts are per node, and the local teacher shares
+    the last inference node with a student server."""
+    teacher = d.num_teacher_gpus or 0
+    if num_nodes(d) == 1:
+        return d.num_infer_gpus + d.num_train_gpus + teacher
+    return max(d.num_infer_gpus + teacher, d.num_train_gpus)
 
 
 @dataclass

@@ -14,8 +14,10 @@ def register_configs() -> None:
 
 
 def to_config(cfg: DictConfig) -> Config:
-    """Typed, fully resolved Config from a composed DictConfig (raises on a missing or mistyped value)."""
-    return OmegaConf.to_object(cfg)
+    """Typed, fully resolved Config from a composed DictConfig (raises on a missing or mistyped value, and on
+    a key the schema lacks: Hydra's `+key=value` adds one even in struct mode)."""
+    plain = OmegaConf.to_container(cfg)  # untyped, interpolations kept: a merge into the schema rejects extra keys
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), plain))
 
 
 def load_config(path: str | Path) -> Config:

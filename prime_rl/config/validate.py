@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Sequence
 from urllib.parse import urlparse
 
-from prime_rl.config.schema import Config, LossType, TeacherKind, TrainingMode
+from prime_rl.config.schema import Config, LossType, TeacherKind, TrainingMode, node_gpus, num_nodes
+from prime_rl.inference.server import SERVER_KEY_ENV
 
 # Header names that carry credentials; they belong in teacher.api_key_env, never in a config file.
 SECRET_HEADERS = {"authorization", "api-key", "x-api-key", "proxy-authorization"}
@@ -28,7 +29,7 @@ def check(ok: bool, keys: Sequence[str], problem: str, fix: str) -> None:
 
 def validate(cfg: Config, visible_gpus: int = 0) -> None:
     """Raise ConfigError on the first broken rule. `visible_gpus`: GPUs this process may use."""
-    for rule in (_ranges, _mode, _teacher, _lora, _paths, _gpus):
+    for rule in (_ranges, _mode, _teacher, _lora, _paths, _nodes, _gpus, _parallel):
         rule(cfg, visible_gpus)
 
 
@@ -142,6 +143,12 @@ def _teacher(cfg: Config, _: int) -> None:
             "an external teacher runs elsewhere and gets no local GPUs",
             "drop deployment.num_teacher_gpus or use teacher=local_vllm",
         )
+        check(
+            t.api_key_env != SERVER_KEY_ENV,
+            ["teacher.api_key_env"],
+            f"{SERVER_KEY_ENV} holds the run's own server key, which the launcher sets for its children",
+            "keep the teacher's key in another env var, e.g. teacher.api_key_env=OPENAI_API_KEY",
+        )
         if t.api_key_env:
             check(
                 bool(os.environ.get(t.api_key_env)),
@@ -224,10 +231,57 @@ def _gpus(cfg: Config, visible_gpus: int) -> None:
             "a GPU deployment with teacher=local_vllm needs GPUs for the teacher server",
             "set deployment.num_teacher_gpus=1",
         )
-    asked = sum(counts.values())
+    asked = node_gpus(d)  # multi-node: each node sees its own GPUs
     check(
         asked <= visible_gpus,
         list(counts),
-        f"{asked} GPUs asked but {visible_gpus} visible",
+        f"{asked} GPUs asked{' per node' if num_nodes(d) > 1 else ''} but {visible_gpus} visible",
         "lower the GPU counts or set CUDA_VISIBLE_DEVICES to more devices",
+    )
+
+
+def _parallel(cfg: Config, _: int) -> None:
+    d, t, inf = cfg.deployment, cfg.trainer, cfg.inference
+    check(t.num_procs >= 1, ["trainer.num_procs"], f"must be >= 1, got {t.num_procs}", "use 1, or more on CPU")
+    if d.num_train_gpus > 0:
+        check(
+            t.num_procs in (1, d.num_train_gpus),
+            ["trainer.num_procs", "deployment.num_train_gpus"],
+            f"num_procs={t.num_procs} but on GPUs the trainer runs one process per GPU ({d.num_train_gpus})",
+            "drop trainer.num_procs and set deployment.num_train_gpus",
+        )
+    procs_key = "deployment.num_train_gpus" if d.num_train_gpus > 0 else "trainer.num_procs"
+    check(
+        not t.lora.enabled or max(d.num_train_gpus, t.num_procs) * max(d.num_train_nodes, 1) == 1,
+        ["trainer.lora.enabled", procs_key],
+        "LoRA trains in one trainer process only (no FSDP sharding of peft adapters yet)",
+        f"use lora=off, or {procs_key}=1",
+    )
+    for key, n in (("inference.tp", inf.tp), ("inference.dp", inf.dp)):
+        check(n >= 1, [key], f"must be >= 1, got {n}", "use 1 or more")
+    if d.num_infer_gpus > 0:
+        check(
+            inf.tp * inf.dp == d.num_infer_gpus,
+            ["inference.tp", "inference.dp", "deployment.num_infer_gpus"],
+            f"tp={inf.tp} x dp={inf.dp} = {inf.tp * inf.dp} GPUs but the student server has {d.num_infer_gpus}",
+            "make inference.tp * inference.dp equal deployment.num_infer_gpus",
+        )
+    else:
+        check(
+            inf.tp == 1 and inf.dp == 1,
+            ["inference.tp", "inference.dp"],
+            f"tp={inf.tp}, dp={inf.dp}: the CPU server (deployment.num_infer_gpus=0) runs one process",
+            "use inference.tp=1 inference.dp=1, or set deployment.num_infer_gpus",
+        )
+
+
+def _nodes(cfg: Config, _: int) -> None:
+    d = cfg.deployment
+    for key, n in (("deployment.num_infer_nodes", d.num_infer_nodes), ("deployment.num_train_nodes", d.num_train_nodes)):
+        check(n >= 0, [key], f"must be >= 0, got {n}", "use 0 for a one-node job")
+    check(
+        (d.num_infer_nodes > 0) == (d.num_train_nodes > 0),
+        ["deployment.num_infer_nodes", "deployment.num_train_nodes"],
+        f"{d.num_infer_nodes} inference and {d.num_train_nodes} trainer nodes: a multi-node job needs both",
+        "set both to 1 or more, or both to 0 for a one-node job",
     )

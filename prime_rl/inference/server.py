@@ -2,15 +2,19 @@
 
 import sys
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import TYPE_CHECKING, Dict, List, Tuple
 
-from prime_rl.config.schema import Config
+if TYPE_CHECKING:  # not at run time: the config package imports this module (SERVER_KEY_ENV), a cycle
+    from prime_rl.config.schema import Config
 
 STUDENT_MODEL_NAME = "student"  # served name of the student's base weights
 TEACHER_MODEL_NAME = "teacher"  # served name of the local teacher
+# The env var through which the launcher hands its children the run's server key: vLLM requires it on /v1/*,
+# the orchestrator sends it. Never a config value, so it cannot reach a config dump.
+SERVER_KEY_ENV = "VLLM_API_KEY"
 
 
-def vllm_command(cfg: Config, model: Path, served_name: str, port: int, gpus: List[str], lora_rank: int) -> Tuple[List[str], Dict[str, str]]:
+def vllm_command(cfg: "Config", model: Path, served_name: str, port: int, gpus: List[str], lora_rank: int) -> Tuple[List[str], Dict[str, str]]:
     """(argv, env additions) of one vLLM server; `gpus` empty means the CPU build."""
     inf = cfg.inference
     on_gpu = bool(gpus)
@@ -29,7 +33,10 @@ def vllm_command(cfg: Config, model: Path, served_name: str, port: int, gpus: Li
     # Dev mode exposes pause / collective_rpc(reload_weights) / update_weight_version for in-place updates.
     env = {"VLLM_SERVER_DEV_MODE": "1"}
     if on_gpu:
-        argv += ["--tensor-parallel-size", str(len(gpus)), "--gpu-memory-utilization", str(inf.gpu_memory_utilization)]
+        # inference.tp/dp shape the student server; the teacher spreads over its own GPUs by tensor parallelism.
+        tp, dp = (inf.tp, inf.dp) if served_name == STUDENT_MODEL_NAME else (len(gpus), 1)
+        argv += ["--tensor-parallel-size", str(tp), "--data-parallel-size", str(dp),
+                 "--gpu-memory-utilization", str(inf.gpu_memory_utilization)]
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     else:
         argv += ["--distributed-executor-backend", "uni", "--kv-cache-memory-bytes", str(inf.kv_cache_bytes)]

@@ -3,7 +3,7 @@
 import os
 import shutil
 import subprocess
-from typing import Dict, List
+from typing import Collection, Dict, List, Optional
 
 from prime_rl.config.schema import DeploymentConfig
 
@@ -19,11 +19,13 @@ def visible_gpus() -> List[str]:
     return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
 
 
-def gpu_slices(d: DeploymentConfig, visible: List[str]) -> Dict[str, List[str]]:
-    """Contiguous slices of the visible devices: student inference, then trainer, then teacher."""
+def gpu_slices(d: DeploymentConfig, visible: List[str], roles: Optional[Collection[str]] = None) -> Dict[str, List[str]]:
+    """Contiguous slices of the visible devices: student inference, then trainer, then teacher. `roles`: the
+    roles of this node (multi-node); the others get no GPUs here, so this node's roles start at its first GPU."""
     counts = [("inference", d.num_infer_gpus), ("trainer", d.num_train_gpus), ("teacher_inference", d.num_teacher_gpus or 0)]
     slices, start = {"orchestrator": []}, 0
     for role, n in counts:
+        n = n if roles is None or role in roles else 0
         slices[role] = visible[start : start + n]
         start += n
     return slices

@@ -3,6 +3,7 @@
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import List
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -14,7 +15,9 @@ from prime_rl.config import Config, ConfigError, TeacherKind, to_config, validat
 from prime_rl.launcher.resume import prepare_resume
 from prime_rl.run_dir import RunDir
 from prime_rl.launcher.gpus import visible_gpus
+from prime_rl.launcher.multinode import build_node_plan, is_multi_node, job_nodes, lock_name
 from prime_rl.launcher.plan import Plan, build_plan, write_role_configs
+from prime_rl.launcher.run_lock import claim_run_dir
 from prime_rl.launcher.slurm import requeued
 
 console = Console(stderr=True)
@@ -41,16 +44,33 @@ def fail(message: str) -> None:
 def run_job(cfg: DictConfig) -> None:
     typed = with_sweep_names(load_and_validate(cfg), HydraConfig.get())
     run_dir = Path(HydraConfig.get().runtime.output_dir)
+    holder = claim_run_dir(run_dir, lock_name(typed))
+    if holder:
+        fail(f"run dir {run_dir} is in use by another launcher (pid {holder}); "
+             "fix: wait for it to end, or give this run its own hydra.run.dir")
     if requeued(run_dir):  # a SLURM job's next attempt continues from the latest checkpoint in its run dir
         typed.ckpt.resume = True
-    plan = build_plan(typed, run_dir, visible_gpus())
-    write_role_configs(plan)
-    print_plan(plan)
+    plans = plans_of_job(typed, run_dir)
+    for plan in plans:
+        write_role_configs(plan)
+        print_plan(plan)
     if typed.launcher.dry_run:
         return
-    code = run(plan)
+    code = run(plans[0])
     if code:  # only on failure: a finished job returns, so a local multirun goes on to its next job
         sys.exit(code)
+
+
+def plans_of_job(cfg: Config, run_dir: Path) -> List[Plan]:
+    """The job's plan; multi-node, this node's (a dry run outside SLURM: every node's)."""
+    if not is_multi_node(cfg):
+        return [build_plan(cfg, run_dir, visible_gpus())]
+    try:
+        ranks, hostnames, attempt = job_nodes(cfg)
+    except RuntimeError as e:
+        fail(f"{e}; fix: submit it with -m hydra/launcher=slurm_gpu (or srun one task per node with a shared "
+             "hydra.run.dir), or see every node's plan with launcher.dry_run=true")
+    return [build_node_plan(cfg, run_dir, visible_gpus(), rank, hostnames, attempt) for rank in ranks]
 
 
 def with_sweep_names(cfg: Config, hydra_cfg: DictConfig) -> Config:
@@ -76,7 +96,7 @@ def run(plan: Plan) -> int:
         console.print(f"teacher: {ensure_teacher(cfg)}")
     if cfg.launcher.prepare_only:
         return 0
-    if cfg.ckpt.resume:
+    if cfg.ckpt.resume and (plan.node is None or plan.node.head):  # multi-node: the head alone trims the run dir
         console.print(f"resuming from step {prepare_resume(RunDir(plan.run_dir))}")
     return run_plan(plan)
 
@@ -88,6 +108,11 @@ def print_plan(plan: Plan) -> None:
         f"[bold]plan[/bold] training_mode={c.training_mode.value}{teacher}, lora={'on' if c.trainer.lora.enabled else 'off'}, "
         f"max_steps={c.max_steps}, run dir {plan.run_dir}"
     )
+    if plan.node:
+        n = plan.node
+        console.print(f"[bold]node {n.rank}[/bold] {n.hostname}: {', '.join(n.roles)}{' (head)' if n.head else ''}")
+        for server in n.remote_servers:
+            console.print(f"  waits for {server.name}: {server.health_url}", soft_wrap=True)
     for role in plan.roles:
         console.print(f"[bold cyan]{role.name}[/bold cyan]")
         console.print(f"  command: {' '.join(role.command)}", soft_wrap=True)

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from prime_rl.launcher.plan import Role
 
@@ -44,8 +44,14 @@ class Child:
             pass
 
 
-def spawn(role: Role) -> Child:
-    """Start a role in its own session, output appended to its log, environment = ours + the role's."""
+# Every process of a run carries this (inherited by whatever it starts): found by it, a descendant that left
+# its role's process group (wandb's service starts a session of its own) is still stopped with the run.
+RUN_ENV = "PRIME_RL_RUN_DIR"
+
+
+def spawn(role: Role, extra_env: Dict[str, str]) -> Child:
+    """Start a role in its own session, output appended to its log, environment = ours + the role's +
+    `extra_env` (the run marker, and the server key: given here, so no plan, log or config ever holds it)."""
     role.log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(role.log_file, "ab") as log:
         # A header per start, so a log appended to across restarts shows where each attempt begins.
@@ -54,7 +60,7 @@ def spawn(role: Role) -> Child:
         log.flush()
         popen = subprocess.Popen(
             role.command,
-            env=os.environ | role.env,
+            env=os.environ | role.env | extra_env,
             stdin=subprocess.DEVNULL,  # no child may read the launcher's terminal
             stdout=log,
             stderr=log,
@@ -113,6 +119,41 @@ def stop_children(children: List[Child], grace_s: float, hurry: Callable[[], boo
             c.signal_group(signal.SIGKILL)
         for c in _wait_empty(left, KILL_WAIT_S, lambda: False):
             say(f"warning: process group {c.pgid} of {c.role.name} survived SIGKILL")
+
+
+def marked_processes(marker: str) -> List[int]:
+    """Live processes (not this one) whose environment has RUN_ENV=marker."""
+    needle, pids = f"{RUN_ENV}={marker}\0".encode(), []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                found = needle in f.read() + b"\0"
+            with open(f"/proc/{entry.name}/stat") as f:
+                alive = f.read().rsplit(")", 1)[1].split()[0] not in "ZX"
+        except OSError:
+            continue  # exited while we looked, or not ours to read
+        if found and alive:
+            pids.append(int(entry.name))
+    return pids
+
+
+def stop_stragglers(marker: str, grace_s: float, say: Callable[[str], None] = lambda _: None) -> None:
+    """SIGTERM, then after grace_s SIGKILL, every process still carrying the run's marker."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, KILL_WAIT_S)):
+        pids = marked_processes(marker)
+        if not pids:
+            return
+        say(f"{signal.Signals(sig).name} {len(pids)} process(es) of the run outside its process groups: {pids}")
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait_s
+        while marked_processes(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
 
 
 def _wait_empty(children: List[Child], timeout_s: float, hurry: Callable[[], bool]) -> List[Child]:

@@ -6,16 +6,15 @@ from typing import List, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
+from prime_rl.config.schema import node_gpus, num_nodes
 from prime_rl.run_dir import RunDir
 
 
 def register_resolvers() -> None:
-    """`${deployment_gpus:${deployment}}`: the GPUs one job uses (conf/hydra/launcher/slurm*.yaml ask for them)."""
-    OmegaConf.register_new_resolver(
-        "deployment_gpus",
-        lambda d: d.num_infer_gpus + d.num_train_gpus + (d.num_teacher_gpus or 0),
-        replace=True,
-    )
+    """`${deployment_gpus:${deployment}}`: the GPUs one node of a job uses; `${deployment_nodes:${deployment}}`:
+    its nodes (conf/hydra/launcher/slurm*.yaml ask for them)."""
+    OmegaConf.register_new_resolver("deployment_gpus", node_gpus, replace=True)
+    OmegaConf.register_new_resolver("deployment_nodes", num_nodes, replace=True)
 
 
 def is_slurm(master: DictConfig) -> bool:
@@ -26,6 +25,8 @@ def print_submission(master: DictConfig, jobs: List[Tuple[List[str], Path]]) -> 
     """What `-m hydra/launcher=slurm… launcher.dry_run=true` would submit: one array job, one task per point."""
     params = OmegaConf.to_container(master.hydra.launcher, resolve=True)
     what = "one job" if len(jobs) == 1 else f"one array job of {len(jobs)} tasks"  # submitit's choice too
+    if (params.get("nodes") or 1) > 1:
+        what += f", each on {params['nodes']} nodes with {params.get('tasks_per_node', 1)} launcher task per node"
     print(f"SLURM dry run: {what}; nothing submitted")
     print("sbatch parameters (hydra.launcher; submitit turns them into #SBATCH flags):")
     for key, value in sorted(params.items()):

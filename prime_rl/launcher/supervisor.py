@@ -6,6 +6,7 @@ stops every process group (processes.py) and returns non-zero, naming the role a
 
 import atexit
 import logging
+import secrets
 import signal
 import threading
 import time
@@ -15,8 +16,10 @@ from typing import Dict, List, Optional
 import httpx
 from rich.console import Console
 
+from prime_rl.inference.server import SERVER_KEY_ENV
+from prime_rl.launcher.multinode import announce_end, peer_failure, run_over, shared_server_key
 from prime_rl.launcher.plan import Plan, Role
-from prime_rl.launcher.processes import Child, log_tail, spawn, stop_children
+from prime_rl.launcher.processes import RUN_ENV, Child, log_tail, spawn, stop_children, stop_stragglers
 from prime_rl.monitor.metrics import write_summary
 from prime_rl.monitor.plots import write_plots
 from prime_rl.launcher.progress import MetricsTail, ProgressLine, format_duration, summary_lines
@@ -55,16 +58,23 @@ class Supervisor:
         self.stopping = False
         self.hurry = False  # a second signal: skip what is left of the stop grace period
         (plan.run_dir / "logs").mkdir(parents=True, exist_ok=True)
-        self.log = open(plan.run_dir / "logs" / "launcher.log", "a", buffering=1)
+        self.log = open(plan.launcher_log, "a", buffering=1)
         self.metrics = MetricsTail(plan.run_dir / "metrics.jsonl")
+        # A fresh key per run: the servers answer only the launcher's children, not another run or user.
+        # Multi-node, every node's launcher reads the one its run dir holds.
+        self.server_key = shared_server_key(plan.run_dir) if plan.node else secrets.token_urlsafe(32)
 
     def run(self) -> int:
         atexit.register(self.stop)  # whatever happens in this process, its children go with it
         previous = self.handle_signals()
+        code = 1
         try:
-            return self.run_roles()
+            code = self.run_roles()
+            return code
         finally:
             self.stop()  # also on an unexpected error
+            if self.plan.node:
+                announce_end(self.plan.node, code)  # multi-node: the other nodes stop too
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self.log.close()
@@ -75,7 +85,8 @@ class Supervisor:
         workers = [r for r in self.plan.roles if not r.health_url]
         self.say(f"run dir {self.plan.run_dir}; logs in {self.plan.run_dir / 'logs'}")
         try:
-            self.wait_ready([self.start(r) for r in servers])
+            remote = self.plan.node.remote_servers if self.plan.node else []  # multi-node head: the other nodes'
+            self.wait_ready([self.start(r).role for r in servers] + remote)
             self.watch([self.start(r) for r in workers])
         except RoleFailed as e:
             self.stop()
@@ -86,6 +97,9 @@ class Supervisor:
             self.say(f"stopped by signal ({signal.Signals(e.signum).name})", style="bold yellow")
             return 128 + e.signum
         self.stop()
+        if self.plan.node and not self.plan.node.head:
+            self.say("run finished (the head node writes the summary)", style="bold green")
+            return 0
         self.say(f"run finished in {format_duration(time.monotonic() - started)}", style="bold green")
         write_summary(self.plan.run_dir)
         if write_plots(self.plan.run_dir):
@@ -97,28 +111,29 @@ class Supervisor:
     def start(self, role: Role) -> Child:
         self.check()  # a signal or failure while starting: start nothing more
         try:
-            child = spawn(role)
+            child = spawn(role, {RUN_ENV: str(self.plan.run_dir)} | ({SERVER_KEY_ENV: self.server_key} if role.server_key else {}))
         except OSError as e:
             raise RoleFailed(role, f"could not start ({e})") from e
         self.children.append(child)
         self.say(f"started {role.name} (pid {child.pgid}, log {role.log_file})")
         return child
 
-    def wait_ready(self, servers: List[Child]) -> None:
+    def wait_ready(self, servers: List[Role]) -> None:
         """Wait until every server answers /health and /v1/models, bounded by launcher.ready_timeout_s."""
         timeout = self.launcher.ready_timeout_s
         started = time.monotonic()
         pending = list(servers)
         if pending:
-            self.say(f"waiting up to {timeout:g} s for {', '.join(c.role.name for c in pending)} to serve")
-        with httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False) as http:  # no proxy for our own servers
+            self.say(f"waiting up to {timeout:g} s for {', '.join(r.name for r in pending)} to serve")
+        auth = {"Authorization": f"Bearer {self.server_key}"}
+        with httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False, headers=auth) as http:  # no proxy for our servers
             while pending:
                 self.check()
-                for child in [c for c in pending if serves(http, c.role)]:
-                    pending.remove(child)
-                    self.say(f"{child.role.name} ready after {time.monotonic() - started:.1f} s")
+                for role in [r for r in pending if serves(http, r)]:
+                    pending.remove(role)
+                    self.say(f"{role.name} ready after {time.monotonic() - started:.1f} s")
                 if pending and time.monotonic() - started > timeout:
-                    role = pending[0].role
+                    role = pending[0]
                     raise RoleFailed(role, f"not ready after {timeout:g} s (no 200 from {role.health_url})")
                 if pending:
                     time.sleep(POLL_S)
@@ -129,7 +144,7 @@ class Supervisor:
             while True:
                 self.check()
                 progress.update()
-                if all(c.exit_code() == 0 for c in workers):
+                if all(c.exit_code() == 0 for c in workers) and run_over(self.plan):
                     return
                 time.sleep(POLL_S)
 
@@ -142,6 +157,9 @@ class Supervisor:
             code = child.exit_code()
             if code is not None and (code != 0 or child.role.health_url):
                 raise RoleFailed(child.role, f"failed ({describe_exit(code)})")
+        peer = self.plan.node and peer_failure(self.plan)
+        if peer:  # multi-node: another node failed and ended the run
+            raise RoleFailed(peer, "failed")
 
     def stop(self) -> None:
         """Stop every started role: orchestrator and trainer first, so no server is stopped with requests
@@ -151,6 +169,8 @@ class Supervisor:
         servers = [c for c in reversed(self.children) if c.role.health_url]
         for group in (workers, servers):
             stop_children(group, self.launcher.stop_grace_s, hurry=lambda: self.hurry, say=self.say)
+        if self.children:
+            stop_stragglers(str(self.plan.run_dir), self.launcher.stop_grace_s, say=self.say)
 
     def handle_signals(self) -> Dict[int, object]:
         """Route stop signals to the loop; the previous handlers, to restore afterwards."""
@@ -178,7 +198,7 @@ class Supervisor:
 
 
 def serves(http: httpx.Client, role: Role) -> bool:
-    """/health answers once the engine is up; /v1/models once the model is actually served."""
+    """/health answers once the engine is up; /v1/models (which needs the server key) once the model is served."""
     models_url = role.health_url.removesuffix("/health") + "/v1/models"
     try:
         return all(http.get(url).status_code == 200 for url in (role.health_url, models_url))

@@ -6,7 +6,7 @@ import json
 import random
 import time
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, Optional, Union
 
 from transformers import AutoTokenizer
 
@@ -18,6 +18,7 @@ from prime_rl.orchestrator.advantages import grpo_advantages
 from prime_rl.orchestrator.batch import Batch, Sample, write_batch
 from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.orchestrator.policy import PolicySync
+from prime_rl.orchestrator.students import StudentServers, student_client
 from prime_rl.orchestrator.teacher import (
     check_same_tokenization,
     check_same_tokenizer,
@@ -35,7 +36,7 @@ class Context:
     run_dir: RunDir
     task: Task
     tokenizer: object
-    student: InferenceClient
+    student: Union[InferenceClient, StudentServers]
     student_model: str  # served name to sample from (the LoRA adapter's name with lora=on)
     teacher: Optional[InferenceClient]
     teacher_model: Optional[str]
@@ -81,11 +82,7 @@ def make_context(cfg: Config) -> Context:
         run_dir=RunDir(cfg.run_dir),
         task=load_task(cfg.task),
         tokenizer=AutoTokenizer.from_pretrained(student_dir(cfg)),
-        student=InferenceClient(
-            f"http://{cfg.inference.host}:{cfg.inference.port}/v1",
-            timeout_s=cfg.orchestrator.request_timeout_s,
-            max_retries=cfg.orchestrator.max_retries,
-        ),
+        student=student_client(cfg),
         student_model=lora.name if lora.enabled else STUDENT_MODEL_NAME,
         teacher=teacher,
         teacher_model=teacher_model,

@@ -5,7 +5,7 @@ from typing import List, Tuple
 
 from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.inference.client import InferenceClient, InferenceError
-from prime_rl.inference.server import TEACHER_MODEL_NAME
+from prime_rl.inference.server import SERVER_KEY_ENV, TEACHER_MODEL_NAME
 
 
 class TeacherError(RuntimeError):
@@ -16,10 +16,12 @@ def teacher_client(cfg: Config) -> tuple[InferenceClient, str]:
     """(client, model name) for the configured teacher."""
     t = cfg.teacher
     if t.kind == TeacherKind.local_vllm:
-        url, model = f"http://{cfg.inference.host}:{t.port}/v1", TEACHER_MODEL_NAME
+        # base_url: set by the multi-node plan (the teacher's server is on another node)
+        url = t.base_url or f"http://{cfg.inference.host}:{t.port}/v1"
+        model, key_env = TEACHER_MODEL_NAME, SERVER_KEY_ENV
     else:
-        url, model = t.base_url, t.model
-    client = InferenceClient(url, api_key_env=t.api_key_env, headers=t.headers,
+        url, model, key_env = t.base_url, t.model, t.api_key_env
+    client = InferenceClient(url, api_key_env=key_env, headers=t.headers,
                              timeout_s=t.request_timeout_s, max_retries=t.max_retries)
     return client, model
 

@@ -1,18 +1,28 @@
-"""Trainer checkpoints: checkpoints/step_N/ holds model + optimizer + scheduler state after N steps; DONE last."""
+"""Trainer checkpoints: checkpoints/step_N/ holds model + optimizer + scheduler state after N steps; DONE last.
+
+One format for any number of trainer processes: the full (unsharded) state, optimizer keyed by parameter index.
+"""
 
 import shutil
 
 import torch
 
 from prime_rl.run_dir import RunDir
+from prime_rl.trainer.distributed import SINGLE, World, full_train_state, load_full_train_state
 
 
-def save_checkpoint(run_dir: RunDir, step: int, model, optimizer, scheduler, keep: int) -> None:
+def save_checkpoint(run_dir: RunDir, step: int, model, optimizer, scheduler, keep: int, world: World = SINGLE) -> None:
+    if world.size > 1:
+        model_state, optim_state = full_train_state(model, optimizer)  # every rank gathers; rank 0 writes
+    else:
+        model_state, optim_state = model.state_dict(), optimizer.state_dict()
+    if not world.main:
+        return
     path = run_dir.checkpoint(step)
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+    torch.save({"model": model_state, "optimizer": optim_state, "scheduler": scheduler.state_dict(),
                 "step": step}, tmp / "trainer.pt")
     (tmp / "DONE").touch()
     shutil.rmtree(path, ignore_errors=True)
@@ -21,8 +31,11 @@ def save_checkpoint(run_dir: RunDir, step: int, model, optimizer, scheduler, kee
         shutil.rmtree(run_dir.checkpoint(old), ignore_errors=True)
 
 
-def load_checkpoint(run_dir: RunDir, step: int, model, optimizer, scheduler) -> None:
-    state = torch.load(run_dir.checkpoint(step) / "trainer.pt", weights_only=True)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
+def load_checkpoint(run_dir: RunDir, step: int, model, optimizer, scheduler, world: World = SINGLE) -> None:
+    state = torch.load(run_dir.checkpoint(step) / "trainer.pt", weights_only=True)  # every rank reads the file
+    if world.size > 1:
+        load_full_train_state(model, optimizer, state["model"], state["optimizer"])
+    else:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])

@@ -13,8 +13,11 @@ from prime_rl.orchestrator.batch import Batch, read_batch
 from prime_rl.run_dir import RunDir
 from prime_rl.trainer.checkpoint import load_checkpoint, save_checkpoint
 from prime_rl.trainer.data import micro_batches
+from prime_rl.trainer.distributed import (
+    SINGLE, World, all_sum, close_world, full_tensor, init_world, rank_micro_batches, shard_model,
+)
 from prime_rl.trainer.loss import distill_center, metric_means, rl_loss, sft_loss, token_entropy, token_logprobs
-from prime_rl.trainer.model import load_model, pick_device
+from prime_rl.trainer.model import load_model
 from prime_rl.trainer.weights import export_merged, export_weights, prune_weights
 
 
@@ -23,32 +26,39 @@ def train(cfg: Config) -> None:
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.trainer.num_threads)
     run_dir = RunDir(cfg.run_dir)
-    device = pick_device(cfg.trainer.device)
+    world, device = init_world(cfg.trainer.device)  # a process group only under torchrun
     model, tokenizer = load_model(cfg, device)
+    if world.size > 1:
+        shard_model(model)  # before the optimizer: it must hold the sharded parameters
     optimizer, scheduler = make_optimizer(cfg, model)
     start = (run_dir.latest_checkpoint() or 0) if cfg.ckpt.resume else 0
     if start:
-        load_checkpoint(run_dir, start, model, optimizer, scheduler)
-    export_weights(model, tokenizer, run_dir, start)
-    wandb_run = WandbRun(cfg, resumed=start > 0)  # after the export: the orchestrator samples meanwhile
+        load_checkpoint(run_dir, start, model, optimizer, scheduler, world)
+    export_weights(model, tokenizer, run_dir, start, world)
+    # W&B after the export (the orchestrator samples meanwhile), and from rank 0 alone: one writer per run.
+    wandb_run = WandbRun(cfg, resumed=start > 0) if world.main else None
     last = time.monotonic()
     for step in range(start, cfg.max_steps):
         batch = wait_for_batch(run_dir, step, timeout_s=cfg.launcher.ready_timeout_s * 4)
-        metrics = train_step(cfg, model, optimizer, scheduler, batch, tokenizer.pad_token_id, device)
-        export_weights(model, tokenizer, run_dir, step + 1)
-        prune_weights(run_dir, keep_from=step + 1 - cfg.orchestrator.max_async_level - 1)
-        run_dir.rollouts(step).unlink(missing_ok=True)
+        metrics = train_step(cfg, model, optimizer, scheduler, batch, tokenizer.pad_token_id, device, world)
+        export_weights(model, tokenizer, run_dir, step + 1, world)
+        if world.main:  # every rank has read the batch: the step's all-reduces waited for all of them
+            prune_weights(run_dir, keep_from=step + 1 - cfg.orchestrator.max_async_level - 1)
+            run_dir.rollouts(step).unlink(missing_ok=True)
         step_s, last = time.monotonic() - last, time.monotonic()
         timing = {"time/step": step_s, "throughput/tokens_per_s": metrics["tokens"] / step_s}
         row = {"step": step, **batch.metrics, **metrics, **timing}
-        log_metrics(run_dir, row)
-        wandb_run.log_step(row, batch.samples, tokenizer)
+        if world.main:
+            log_metrics(run_dir, row)
+            wandb_run.log_step(row, batch.samples, tokenizer)
         done = step + 1
         if done == cfg.max_steps or (cfg.ckpt.interval and done % cfg.ckpt.interval == 0):
-            save_checkpoint(run_dir, done, model, optimizer, scheduler, cfg.ckpt.keep)
+            save_checkpoint(run_dir, done, model, optimizer, scheduler, cfg.ckpt.keep, world)
     if cfg.trainer.lora.enabled:
         export_merged(model, tokenizer, run_dir.merged)
-    wandb_run.finish()
+    if world.main:
+        wandb_run.finish()
+    close_world(world)
 
 
 def make_optimizer(cfg: Config, model):
@@ -69,13 +79,17 @@ def wait_for_batch(run_dir: RunDir, step: int, timeout_s: float) -> Batch:
     return read_batch(path)
 
 
-def train_step(cfg: Config, model, optimizer, scheduler, batch: Batch, pad_id: int, device) -> dict:
+def train_step(cfg: Config, model, optimizer, scheduler, batch: Batch, pad_id: int, device,
+               world: World = SINGLE) -> dict:
     start = time.monotonic()
     model.train()
     loss_cfg = cfg.trainer.loss
     mbs = micro_batches(batch.samples, cfg.trainer.micro_batch_size, pad_id)
-    total_tokens = int(sum(mb.loss_mask.sum() for mb in mbs))
-    center = batch_distill_center(mbs, loss_cfg) if loss_cfg.teacher_tau > 0 else 0.0
+    center = batch_distill_center(mbs, loss_cfg) if loss_cfg.teacher_tau > 0 else 0.0  # of the whole batch
+    if world.size > 1:
+        mbs = rank_micro_batches(batch.samples, cfg.trainer.micro_batch_size, pad_id, world)
+    # Divide by the step's tokens on all ranks: the summed gradients then equal one process's gradient.
+    total_tokens = int(all_sum({"tokens": sum(mb.loss_mask.sum() for mb in mbs)}, world)["tokens"])
     sums = {"loss": 0.0, "entropy": 0.0}
     for mb in mbs:
         mb = to_device(mb, device)
@@ -90,7 +104,8 @@ def train_step(cfg: Config, model, optimizer, scheduler, batch: Batch, pad_id: i
         sums["entropy"] += (token_entropy(logits.detach()) * mb.loss_mask).sum().item()
         for k, v in extra.items():
             sums[k] = sums.get(k, 0.0) + v
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.optim.max_grad_norm)
+    grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.optim.max_grad_norm))
+    sums = all_sum(sums, world)
     lr = scheduler.get_last_lr()[0]
     optimizer.step()
     scheduler.step()

@@ -3,14 +3,18 @@
 import shutil
 
 from prime_rl.run_dir import STABLE, RunDir
+from prime_rl.trainer.distributed import SINGLE, World, full_model_state
 
 
-def export_weights(model, tokenizer, run_dir: RunDir, step: int) -> None:
+def export_weights(model, tokenizer, run_dir: RunDir, step: int, world: World = SINGLE) -> None:
     """Write to a temp dir, rename, then mark STABLE: a reader never sees a half-written export."""
+    state = full_model_state(model) if world.size > 1 else None  # every rank gathers; rank 0 writes
+    if not world.main:
+        return
     final = run_dir.weights(step)
     tmp = final.with_name(final.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
+    model.save_pretrained(tmp, state_dict=state)  # None: the model's own (unsharded) weights
     tokenizer.save_pretrained(tmp)
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)

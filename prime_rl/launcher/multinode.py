@@ -1,0 +1,202 @@
+"""Multi-node jobs (`deployment.num_infer_nodes` / `num_train_nodes` > 0): one SLURM job, one launcher task
+per node, each taking its roles by its node rank (SLURM_NODEID).
+
+    nodes 0 .. I-1       a student vLLM server each (`num_infer_gpus` GPUs); on node I-1 also the local
+                         teacher's server, on the `num_teacher_gpus` GPUs after the student's
+    nodes I .. I+T-1     the trainer, one torchrun node each (`num_train_gpus` processes); node I, the head,
+                         also runs the orchestrator
+
+The nodes agree without talking to each other: every plan is a pure function of (config, rank, hostnames);
+ports are fixed (inference.port, else 8000; teacher.port, else the student's + 1; torchrun 29500), the
+servers bind all interfaces, and the orchestrator gets their URLs from SLURM's node list. Two files in the
+shared run dir do the rest: the server key (`server_key`, mode 0600, written once by whichever node comes
+first) and the end of the run (`nodes/end.<job>.<attempt>`: the head writes it when the run is over, any
+node that fails writes it first; every node stops when it appears).
+"""
+
+import os
+import secrets
+import socket
+import subprocess
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from prime_rl.config.schema import Config, TeacherKind, num_nodes
+from prime_rl.launcher.plan import Plan, Role, build_plan, log_file, trainer_procs
+
+STUDENT_PORT = 8000  # when inference.port is 0: every node must know the port without asking
+RDZV_PORT = 29500  # torchrun's rendezvous on the first trainer node (torch's default master port)
+BIND_ALL = "0.0.0.0"  # servers answer the other nodes; the server key still guards /v1
+
+
+@dataclass
+class Node:
+    rank: int  # this node's index in the job's node list (SLURM_NODEID)
+    hostname: str
+    roles: List[str]  # the roles this node runs
+    head: bool  # runs the orchestrator: waits for every server before starting, ends the run
+    torchrun: List[str]  # torchrun's multi-node arguments; empty when the whole trainer is one process
+    end_file: Path  # the end of this attempt of the run, for every node
+    remote_servers: List[Role] = field(default_factory=list)  # head: the servers on the other nodes
+
+
+def is_multi_node(cfg: Config) -> bool:
+    return num_nodes(cfg.deployment) > 1
+
+
+def node_roles(cfg: Config, rank: int) -> List[str]:
+    infer = cfg.deployment.num_infer_nodes
+    if rank < infer:
+        teacher = rank == infer - 1 and cfg.teacher.kind == TeacherKind.local_vllm
+        return ["inference", "teacher_inference"] if teacher else ["inference"]
+    return ["orchestrator", "trainer"] if rank == infer else ["trainer"]
+
+
+def multi_node_config(cfg: Config, hostnames: List[str]) -> Config:
+    """The config every node writes and every role reads (identical on all nodes): fixed ports, servers on
+    all interfaces, the orchestrator given the student servers' and the teacher's URLs."""
+    infer_hosts = hostnames[: cfg.deployment.num_infer_nodes]
+    port = cfg.inference.port or STUDENT_PORT
+    inference = replace(cfg.inference, host=BIND_ALL, port=port, urls=[f"http://{h}:{port}/v1" for h in infer_hosts])
+    teacher = cfg.teacher
+    if teacher.kind == TeacherKind.local_vllm:
+        teacher_port = teacher.port or port + 1
+        teacher = replace(teacher, port=teacher_port, base_url=f"http://{infer_hosts[-1]}:{teacher_port}/v1")
+    return replace(cfg, inference=inference, teacher=teacher)
+
+
+def rendezvous(cfg: Config, hostnames: List[str], rank: int) -> List[str]:
+    """torchrun's arguments on trainer node `rank`. The static rendezvous (torchrun's default) takes the node
+    rank as given, so the trainer's rank 0 runs on the head node, next to the orchestrator."""
+    d = cfg.deployment
+    if rank < d.num_infer_nodes or trainer_procs(cfg) * d.num_train_nodes == 1:
+        return []
+    head = hostnames[d.num_infer_nodes]
+    return ["--nnodes", str(d.num_train_nodes), "--node-rank", str(rank - d.num_infer_nodes),
+            "--rdzv-endpoint", f"{head}:{RDZV_PORT}"]
+
+
+def build_node_plan(cfg: Config, run_dir: Path, visible: List[str], rank: int, hostnames: List[str],
+                    attempt: str = "0") -> Plan:
+    """The plan of node `rank` of a multi-node job whose nodes are `hostnames` (in SLURM's order)."""
+    cfg = multi_node_config(cfg, hostnames)
+    run_dir = run_dir.resolve()
+    node = Node(
+        rank=rank,
+        hostname=hostnames[rank],
+        roles=node_roles(cfg, rank),
+        head=rank == cfg.deployment.num_infer_nodes,
+        torchrun=rendezvous(cfg, hostnames, rank),
+        end_file=run_dir / "nodes" / f"end.{attempt}",
+    )
+    plan = build_plan(cfg, run_dir, visible, node)
+    if node.head:
+        node.remote_servers = remote_servers(plan.config, run_dir, hostnames)
+    return plan
+
+
+def remote_servers(cfg: Config, run_dir: Path, hostnames: List[str]) -> List[Role]:
+    """The servers of the other nodes, as the head sees them: where to check that they serve, their logs."""
+    servers = []
+    for rank in range(cfg.deployment.num_infer_nodes):
+        for name in node_roles(cfg, rank):
+            port = cfg.teacher.port if name == "teacher_inference" else cfg.inference.port
+            servers.append(Role(
+                name=f"{name}@{hostnames[rank]}", command=[], env={}, gpus=[],
+                log_file=log_file(run_dir, name, rank), config_file=run_dir / "configs" / f"{name}.yaml",
+                port=port, health_url=f"http://{hostnames[rank]}:{port}/health", server_key=True,
+            ))
+    return servers
+
+
+# --- which node am I (inside a SLURM job) -------------------------------------------------------------------
+
+
+def job_nodes(cfg: Config) -> Tuple[List[int], List[str], str]:
+    """(ranks to plan here, the job's hostnames, the attempt id). Inside a SLURM job of the deployment's size:
+    this node's rank. Otherwise, for a dry run: every node, on simulated hosts node0 .. nodeN-1; for a real
+    run, RuntimeError."""
+    n = num_nodes(cfg.deployment)
+    hostnames = slurm_hostnames() if "SLURM_JOB_ID" in os.environ else []
+    if len(hostnames) == n:
+        attempt = f"{os.environ['SLURM_JOB_ID']}.{os.environ.get('SLURM_RESTART_COUNT', '0')}"
+        return [int(os.environ["SLURM_NODEID"])], hostnames, attempt
+    if cfg.launcher.dry_run:
+        return list(range(n)), [f"node{k}" for k in range(n)], "0"
+    here = f" (this SLURM job has {len(hostnames)})" if hostnames else ""
+    raise RuntimeError(f"a multi-node deployment runs inside a SLURM job of {n} nodes{here}, one task per node")
+
+
+def lock_name(cfg: Config) -> str:
+    """The run dir's lock file of this launcher: one per node in a multi-node SLURM job."""
+    if is_multi_node(cfg) and "SLURM_NODEID" in os.environ:
+        return f"launcher.node{os.environ['SLURM_NODEID']}.lock"
+    return "launcher.lock"
+
+
+def slurm_hostnames() -> List[str]:
+    """The job's nodes in SLURM's order (the order of SLURM_NODEID), expanded from SLURM_JOB_NODELIST."""
+    nodelist = os.environ["SLURM_JOB_NODELIST"]
+    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    return out.split()
+
+
+# --- what the nodes share through the run dir ---------------------------------------------------------------
+
+
+def shared_server_key(run_dir: Path) -> str:
+    """The run's server key, the same on every node: the first node to get here writes `server_key` (mode
+    0600, whole or not at all: a hard link fails when the file exists), the others read it. A requeued
+    attempt keeps it."""
+    path = run_dir / "server_key"
+    tmp = run_dir / f".server_key.{socket.gethostname()}.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_urlsafe(32))
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
+    return path.read_text().strip()
+
+
+def announce_end(node: Node, code: int) -> None:
+    """The head ends the run for every node; any node that fails ends it too. The first word stays."""
+    if not (node.head or code):
+        return
+    node.end_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = node.end_file.with_name(f".{node.end_file.name}.{node.rank}")
+    tmp.write_text(f"{node.rank} {code}\n")
+    try:
+        os.link(tmp, node.end_file)
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
+
+
+def read_end(node: Node) -> Optional[Tuple[int, int]]:
+    """(the rank that ended the run, its exit code), or None while the run goes on."""
+    try:
+        rank, code = node.end_file.read_text().split()
+    except (FileNotFoundError, ValueError):
+        return None
+    return int(rank), int(code)
+
+
+def peer_failure(plan: Plan) -> Optional[Role]:
+    """Another node's launcher, when it failed and so ended the run (its log is the one to show)."""
+    end = read_end(plan.node)
+    if end is None or end[1] == 0 or end[0] == plan.node.rank:
+        return None
+    return Role(name=f"node {end[0]}", command=[], env={}, gpus=[], config_file=plan.run_dir / "configs",
+                log_file=log_file(plan.run_dir, "launcher", end[0]))
+
+
+def run_over(plan: Plan) -> bool:
+    """Whether this node may end: always on one node or the head; elsewhere once the head says so."""
+    return plan.node is None or plan.node.head or read_end(plan.node) is not None

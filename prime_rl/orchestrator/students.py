@@ -1,0 +1,46 @@
+"""The student servers the orchestrator samples from: one, or one per inference node in a multi-node job
+(`inference.urls`), used as one server."""
+
+import asyncio
+from typing import List, Optional, Union
+
+from prime_rl.config.schema import Config
+from prime_rl.inference.client import Completion, InferenceClient, Sampling
+from prime_rl.inference.server import SERVER_KEY_ENV
+
+
+def student_client(cfg: Config) -> Union[InferenceClient, "StudentServers"]:
+    """A client of the student server, or of all of them when the multi-node plan listed several."""
+    urls = cfg.inference.urls or [f"http://{cfg.inference.host}:{cfg.inference.port}/v1"]
+    o = cfg.orchestrator
+    clients = [InferenceClient(url, api_key_env=SERVER_KEY_ENV, timeout_s=o.request_timeout_s,
+                               max_retries=o.max_retries) for url in urls]
+    return clients[0] if len(clients) == 1 else StudentServers(clients)
+
+
+class StudentServers:
+    """The client calls the orchestrator makes, over several servers of the same policy: a request's prompts
+    are split between the servers, and every server reloads the weights before sampling goes on."""
+
+    def __init__(self, clients: List[InferenceClient]):
+        self.clients = clients
+        self.base_url = ", ".join(c.base_url for c in clients)
+        self.calls = 0  # rotates which server gets the first share: one-prompt requests spread evenly
+
+    async def complete(self, model: str, prompts: List[List[int]], n: int, sampling: Sampling,
+                       seed: Optional[int] = None) -> List[List[Completion]]:
+        k = len(self.clients)
+        first, self.calls = self.calls % k, self.calls + 1
+        shares = [prompts[i * len(prompts) // k : (i + 1) * len(prompts) // k] for i in range(k)]
+        jobs = [self.clients[(first + i) % k].complete(model, share, n, sampling, seed)
+                for i, share in enumerate(shares) if share]
+        return [group for part in await asyncio.gather(*jobs) for group in part]
+
+    async def reload_weights(self, weights_dir: str, version: str) -> None:
+        await asyncio.gather(*(c.reload_weights(weights_dir, version) for c in self.clients))
+
+    async def load_lora(self, name: str, adapter_dir: str) -> None:
+        await asyncio.gather(*(c.load_lora(name, adapter_dir) for c in self.clients))
+
+    async def close(self) -> None:
+        await asyncio.gather(*(c.close() for c in self.clients))

@@ -1,0 +1,148 @@
+"""The multi-process trainer: torchrun ranks, FSDP2 sharding, the step's samples split by rank.
+
+One process (the default) never creates a process group: `init_world` returns SINGLE and the helpers it
+reaches (`all_sum`, `full_tensor`) hand their input back. Under torchrun every rank runs the same loop on its share of the step's samples; the helpers below keep
+the result equal to one process training on the whole batch, and leave the files to rank 0.
+"""
+
+import math
+import os
+from dataclasses import dataclass, replace
+from typing import Dict, List, Tuple
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_state_dict,
+)
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.tensor import DTensor
+
+from prime_rl.orchestrator.batch import Sample
+from prime_rl.trainer.data import collate
+from prime_rl.trainer.loss import TokenBatch
+from prime_rl.trainer.model import pick_device
+
+# Gathered state is moved to CPU as it arrives: the full model never has to fit on one GPU next to its shard.
+FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int = 0
+    size: int = 1
+
+    @property
+    def main(self) -> bool:
+        """Rank 0 alone writes files: weights, checkpoints, metrics, W&B."""
+        return self.rank == 0
+
+
+SINGLE = World()
+
+
+def init_world(device_name: str) -> Tuple[World, torch.device]:
+    """(this rank, its device). torchrun sets WORLD_SIZE; without it no process group exists."""
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    device = pick_device(device_name)
+    if size == 1:
+        return SINGLE, device
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    if device.type == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)  # before the group: NCCL binds each rank to its current device
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return World(rank, size), device
+
+
+def close_world(world: World) -> None:
+    if world.size > 1:
+        dist.destroy_process_group()
+
+
+def shard_model(model: torch.nn.Module) -> None:
+    """FSDP2: each decoder layer is one all-gather unit, the root holds the rest (embeddings, head, norm).
+    Every rank has loaded the whole model first: fine while it fits one device (meta-device init would lift that)."""
+    # transformers names its repeated blocks in _no_split_modules: exactly the units worth gathering one by one.
+    block_names = set(getattr(model, "_no_split_modules", None) or [])
+    for module in model.modules():
+        if type(module).__name__ in block_names:
+            fully_shard(module)
+    fully_shard(model)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            # Sum, not average, the ranks' gradients: the loss is already divided by the global token count.
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)  # else a custom factor asks for PREMUL_SUM: not on gloo
+
+
+def rank_micro_batches(samples: List[Sample], size: int, pad_id: int, world: World) -> List[TokenBatch]:
+    """This rank's contiguous share of the step, in as many micro-batches as every other rank has."""
+    per_rank = math.ceil(len(samples) / world.size)
+    mine = samples[world.rank * per_rank : (world.rank + 1) * per_rank]
+    # FSDP all-gathers in every forward: a rank with one micro-batch fewer would leave the others waiting.
+    count = math.ceil(per_rank / size)
+    chunks = [mine[i * size : (i + 1) * size] for i in range(count)]
+    return [collate(chunk or [_no_loss(samples[0])], pad_id) for chunk in chunks]
+
+
+def _no_loss(sample: Sample) -> Sample:
+    """A stand-in that joins the collectives and contributes no tokens (a rank whose share ran out)."""
+    teacher = [] if sample.teacher_logprobs is not None else None
+    return replace(sample, completion_ids=[], inference_logprobs=[], teacher_logprobs=teacher)
+
+
+def all_sum(values: Dict[str, float], world: World) -> Dict[str, float]:
+    """Sum each value over the ranks (same keys on every rank)."""
+    if world.size == 1:
+        return values
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    keys = sorted(values)
+    t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return dict(zip(keys, t.tolist()))
+
+
+def full_tensor(t: torch.Tensor) -> torch.Tensor:
+    """A sharded result (e.g. clip_grad_norm_ over DTensor grads) as a plain tensor."""
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def full_model_state(model) -> Dict[str, torch.Tensor]:
+    """The whole model's state on rank 0's CPU (empty elsewhere). Every rank must call it: it all-gathers."""
+    return get_model_state_dict(model, options=FULL)
+
+
+def full_train_state(model, optimizer) -> Tuple[dict, dict]:
+    """(model, optimizer) state as one process would save it. Every rank must call it: it all-gathers."""
+    model_state, optim_state = get_state_dict(model, optimizer, options=FULL)
+    if not optim_state:  # ranks > 0 get nothing
+        return model_state, optim_state
+    index = {name: i for i, name in enumerate(_trainable_names(model))}
+    # The local optimizer numbers its parameters as one process would; only the tensors needed gathering.
+    groups = optimizer.state_dict()["param_groups"]
+    return model_state, {"state": {index[name]: s for name, s in optim_state["state"].items()}, "param_groups": groups}
+
+
+def load_full_train_state(model, optimizer, model_state: dict, optim_state: dict) -> None:
+    """Shard a one-process checkpoint (from any world size) onto this rank."""
+    optim_state = _optim_by_name(optim_state, _trainable_names(model))
+    set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state,
+                   options=StateDictOptions(full_state_dict=True))
+
+
+def _trainable_names(model) -> List[str]:
+    # torch's optimizer.state_dict() numbers parameters, the DCP helpers name them. Checkpoints keep the numbers
+    # (a checkpoint written by N ranks resumes on one process and back); make_optimizer numbers them in this
+    # order, and FSDP2 keeps their names.
+    return [name for name, p in model.named_parameters() if p.requires_grad]
+
+
+def _optim_by_name(state: dict, names: List[str]) -> dict:
+    return {
+        "state": {names[i]: s for i, s in state["state"].items()},
+        "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]],
+    }

@@ -1,0 +1,329 @@
+"""Faults injected for real into real runs: kill -9 of each role, signals to the launcher, failing endpoints, a
+server that never gets ready, two runs at once, and secrets that must not reach any file.
+Run them alone with `pytest -m faults`."""
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Dict, List
+
+import httpx
+import pytest
+import torch
+
+from prime_rl.inference.client import InferenceClient, InferenceError, Sampling
+from prime_rl.launcher.plan import free_port
+from prime_rl.launcher.processes import group_alive, marked_processes
+from prime_rl.run_dir import RunDir
+from tests.conftest import ROOT, launch_cmd
+from tests.test_e2e_rl import launch
+
+pytestmark = pytest.mark.faults
+SHORT = ["max_steps=8", "ckpt.interval=2", "orchestrator.eval.interval=0"]
+TEACHER_KEY_ENV = "PRIME_RL_TEST_TEACHER_KEY"
+
+
+def started_roles(run_dir: Path) -> Dict[str, int]:
+    """Role -> pid (= process group) of its latest start, from the launcher's log."""
+    log = (run_dir / "logs" / "launcher.log").read_text() if (run_dir / "logs" / "launcher.log").exists() else ""
+    return {role: int(pid) for role, pid in re.findall(r"started (\w+) \(pid (\d+)", log)}
+
+
+def train_steps(run_dir: Path) -> List[int]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines() if (run_dir / "metrics.jsonl").exists() else []
+    return [json.loads(line)["step"] for line in lines if line.endswith("}")]
+
+
+def wait_until(predicate, proc: subprocess.Popen, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert proc.poll() is None, f"the launcher exited ({proc.returncode}) before {what}: {proc.stderr.read()[-3000:]}"
+        assert time.monotonic() < deadline, f"no {what} after {timeout_s} s"
+        time.sleep(0.2)
+
+
+def assert_checkpoint_intact(run_dir: Path) -> int:
+    step = RunDir(run_dir).latest_checkpoint()
+    assert step is not None and step >= 2
+    state = torch.load(run_dir / "checkpoints" / f"step_{step}" / "trainer.pt", weights_only=True)
+    assert state["step"] == step and state["model"] and state["optimizer"]["state"]
+    return step
+
+
+# (what is hit, with which signal, extra overrides): each role of rl, the teacher server of opd, the launcher.
+FAULTS = [
+    ("inference", signal.SIGKILL, []),
+    ("orchestrator", signal.SIGKILL, []),
+    ("trainer", signal.SIGKILL, []),
+    ("teacher_inference", signal.SIGKILL, ["training_mode=opd"]),
+    ("launcher", signal.SIGINT, []),
+    ("launcher", signal.SIGTERM, []),
+]
+
+
+@pytest.mark.vllm
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("target, sig, extra", FAULTS, ids=[f"{s.name} {t}" for t, s, _ in FAULTS])
+def test_a_fault_stops_the_run_cleanly_and_resume_finishes_it(tmp_path, target, sig, extra):
+    run_dir = tmp_path / "run"
+    at_step = random.randint(3, 5)  # a random step past the first checkpoint (step 2)
+    proc = subprocess.Popen(launch_cmd(*SHORT, *extra, "max_steps=200", f"hydra.run.dir={run_dir}"), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: len(train_steps(run_dir)) >= at_step, proc, 300, f"step {at_step}")
+        if target == "launcher":
+            proc.send_signal(sig)
+        else:
+            os.kill(started_roles(run_dir)[target], sig)
+        hit = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        stopped_s = time.monotonic() - hit
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if target == "launcher":
+        assert proc.returncode == 128 + sig and stopped_s < 30, (proc.returncode, stopped_s)
+        assert "stopped by signal" in err
+    else:
+        assert proc.returncode != 0 and stopped_s < 10, (proc.returncode, stopped_s)
+        assert f"error: role {target} failed" in err, err[-3000:]
+    roles = started_roles(run_dir)
+    assert len(roles) == (4 if extra else 3) and not [r for r, pgid in roles.items() if group_alive(pgid)]
+    assert not marked_processes(str(run_dir.resolve()))  # nor anything they started (wandb's service)
+    checkpoint = assert_checkpoint_intact(run_dir)
+    if target == "launcher":
+        return  # a stop on request; resuming after it is the same as after a kill, tested with the roles
+
+    resumed = launch(run_dir, *SHORT, *extra, "ckpt.resume=true")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming from step {checkpoint}" in resumed.stderr
+    assert train_steps(run_dir) == list(range(8))  # every step exactly once across both attempts
+
+
+@pytest.mark.vllm
+@pytest.mark.timeout(300)
+def test_a_server_that_is_not_ready_in_time_fails_naming_it_with_its_log(tmp_path):
+    started = time.monotonic()
+    run = launch(tmp_path / "run", "launcher.ready_timeout_s=2")  # vLLM needs ~20 s here
+    assert run.returncode == 1
+    assert "error: role inference not ready after 2 s" in run.stderr
+    tail = run.stderr.split("last lines of", 1)[1]
+    assert "launcher starts inference" in tail  # the tail of logs/inference.log follows
+    assert time.monotonic() - started < 60
+    assert not [r for r, pgid in started_roles(tmp_path / "run").items() if group_alive(pgid)]
+
+
+@pytest.mark.vllm
+@pytest.mark.timeout(600)
+def test_two_runs_started_together_both_finish(tmp_path):
+    """Default run dirs (no hydra.run.dir): two launchers in the same second get their own dir and ports."""
+    cmd = launch_cmd("max_steps=3", "orchestrator.eval.interval=0")
+    procs = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=540) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    run_dirs = sorted((tmp_path / "outputs").glob("*/*"))
+    assert len(run_dirs) == 2
+    ports = {json.dumps(re.findall(r"port: (\d+)", (d / "configs" / "orchestrator.yaml").read_text())) for d in run_dirs}
+    assert len(ports) == 2
+    assert all(train_steps(d) == [0, 1, 2] for d in run_dirs)
+
+
+def test_a_second_launcher_on_a_live_run_dir_is_refused(tmp_path):
+    from prime_rl.launcher.run_lock import claim_run_dir
+
+    assert claim_run_dir(tmp_path) is None  # this test process now holds the run dir
+    run = subprocess.run(launch_cmd("launcher.dry_run=true", f"hydra.run.dir={tmp_path}"), capture_output=True,
+                         text=True, cwd=ROOT, timeout=60)
+    assert run.returncode == 2
+    assert run.stderr.strip() == (f"error: run dir {tmp_path} is in use by another launcher (pid {os.getpid()}); "
+                                  "fix: wait for it to end, or give this run its own hydra.run.dir")
+    assert not (tmp_path / "configs").exists()  # the live run's role configs are left alone
+
+
+class FaultyEndpoint:
+    """A real HTTP server answering POSTs from a script of faults: "500", "garbage" (malformed JSON), "hang"
+    (accepts, never answers), then "ok" (a valid one-completion reply) once the script runs out."""
+
+    OK = {"choices": [{"index": 0, "text": "a", "token_ids": [5], "logprobs": {"token_logprobs": [-0.5]},
+                       "finish_reason": "length"}]}
+
+    def __init__(self, script: List[str]):
+        self.script, self.seen = list(script), []
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                fault = endpoint.script.pop(0) if endpoint.script else "ok"
+                endpoint.seen.append(fault)
+                if fault == "hang":
+                    time.sleep(30)
+                    return
+                body = {"500": b'{"error": "overloaded"}', "garbage": b'{"choices": [', "ok": json.dumps(endpoint.OK).encode()}[fault]
+                self.send_response(500 if fault == "500" else 200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def complete(url: str, **client_args):
+    async def go():
+        client = InferenceClient(url, backoff_s=0.05, **client_args)
+        try:
+            return await client.complete("m", [[1, 2]], 1, Sampling(1.0, 1.0, 1))
+        finally:
+            await client.close()
+
+    import asyncio
+
+    started = time.monotonic()
+    try:
+        return asyncio.run(go()), time.monotonic() - started
+    except InferenceError as e:
+        return e, time.monotonic() - started
+
+
+def test_transient_endpoint_faults_within_the_retry_budget_do_not_fail():
+    endpoint = FaultyEndpoint(["500", "garbage", "hang"])
+    try:
+        result, _ = complete(endpoint.url, max_retries=3, timeout_s=1.0)
+    finally:
+        endpoint.close()
+    assert endpoint.seen == ["500", "garbage", "hang", "ok"]
+    assert result[0][0].token_ids == [5]
+
+
+@pytest.mark.parametrize("fault, says", [("500", "HTTP 500"), ("garbage", "JSONDecodeError"), ("hang", "ReadTimeout"),
+                                         ("refused", "ConnectError")])
+def test_a_persistent_endpoint_fault_fails_clearly_within_its_budget(fault, says):
+    endpoint = FaultyEndpoint([fault] * 10)
+    url = endpoint.url if fault != "refused" else f"http://127.0.0.1:{free_port(set())}/v1"
+    try:
+        error, took = complete(url, max_retries=2, timeout_s=0.5)
+    finally:
+        endpoint.close()
+    assert isinstance(error, InferenceError), error
+    assert "failed after 3 attempts" in str(error) and says in str(error), error
+    assert len(endpoint.seen) == (0 if fault == "refused" else 3)
+    assert took < 3 * 0.5 + 0.05 * (1 + 2) + 2  # three timeouts at most, the backoffs, some slack
+
+
+class FlakyProxy:
+    """Forwards to a real server, answering the first `faults` chat requests with HTTP 500 instead."""
+
+    def __init__(self, upstream: str, faults: int):
+        self.faults, self.failed, self.auth = faults, 0, set()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.forward(None)
+
+            def do_POST(self):
+                self.forward(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+
+            def forward(self, body):
+                proxy.auth.add(self.headers.get("Authorization"))
+                if body is not None and self.path.endswith("/chat/completions") and proxy.failed < proxy.faults:
+                    proxy.failed += 1
+                    self.send_response(500)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                headers = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type")}
+                up = httpx.request(self.command, upstream + self.path, content=body, headers=headers, timeout=60)
+                self.send_response(up.status_code)
+                self.send_header("Content-Type", up.headers.get("content-type", "application/json"))
+                self.send_header("Content-Length", str(len(up.content)))
+                self.end_headers()
+                self.wfile.write(up.content)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def listening_address(port: int) -> str:
+    """The local address a LISTEN socket on `port` is bound to, from /proc/net/tcp (hex, little endian)."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        addr, p = local.split(":")
+        if int(p, 16) == port and state == "0A":
+            return ".".join(str(int(addr[i:i + 2], 16)) for i in (6, 4, 2, 0))
+    return ""
+
+
+def environ(pid: int) -> Dict[str, str]:
+    entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(e.decode(errors="replace").split("=", 1) for e in entries if b"=" in e)
+
+
+@pytest.mark.vllm
+@pytest.mark.timeout(600)
+def test_secrets_and_server_keys_never_leave_the_processes(tmp_path, monkeypatch):
+    """sft from an external endpoint behind a flaky proxy: the transient 500s are retried away, the servers
+    of the run answer only with the run's key and listen on 127.0.0.1 only, and neither the teacher's key nor
+    the run's key is in any file of the run dir (configs, Hydra dumps, logs, W&B's offline files)."""
+    from prime_rl.models import ensure_teacher
+    from tests.conftest import compose_config
+    from tests.vllm_server import serve
+
+    secret = "sk-prime-rl-test-9f8e7d6c5b4a"
+    monkeypatch.setenv(TEACHER_KEY_ENV, secret)
+    teacher = ensure_teacher(compose_config(["training_mode=opd"]))
+    run_dir = tmp_path / "run"
+    with serve(teacher, tmp_path, served_name="tiny-teacher", extra_args=["--api-key", secret]) as url:
+        proxy = FlakyProxy(url, faults=3)
+        cmd = launch_cmd("experiment=sft_external", "max_steps=3", f"teacher.base_url={proxy.url}/v1",
+                         "teacher.model=tiny-teacher", f"teacher.api_key_env={TEACHER_KEY_ENV}", "teacher.max_retries=5",
+                         "monitor.samples_interval=1", f"hydra.run.dir={run_dir}")
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_until(lambda: len(train_steps(run_dir)) >= 1, proc, 300, "step 0")
+            roles = started_roles(run_dir)
+            server_key = environ(roles["inference"])["VLLM_API_KEY"]
+            port = int(re.search(r"port: (\d+)", (run_dir / "configs" / "orchestrator.yaml").read_text()).group(1))
+            models = f"http://127.0.0.1:{port}/v1/models"
+            anonymous = httpx.get(models).status_code
+            with_key = httpx.get(models, headers={"Authorization": f"Bearer {server_key}"}).status_code
+            bound_to = listening_address(port)
+            trainer_env = environ(roles["trainer"])
+            out, err = proc.communicate(timeout=400)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proxy.server.shutdown()
+    assert proc.returncode == 0, err[-3000:]
+    assert proxy.failed == 3 and proxy.auth == {f"Bearer {secret}"}  # retried through; always with the key
+    assert len(server_key) >= 32 and (anonymous, with_key) == (401, 200)
+    assert bound_to == "127.0.0.1"
+    assert "VLLM_API_KEY" not in trainer_env  # the run's key goes to the servers and the orchestrator only
+    files = [p for p in run_dir.rglob("*") if p.is_file()]
+    assert any(".hydra" in p.parts for p in files) and any("wandb" in p.parts for p in files)
+    for value in (secret, server_key):
+        assert [p for p in files if value.encode() in p.read_bytes()] == []
+        assert value not in out + err
