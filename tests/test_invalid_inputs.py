@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import ROOT, launch_cmd
 
+pytestmark = pytest.mark.faults  # with tests/test_faults.py: `pytest -m faults`
 DOC = ROOT / "docs" / "invalid_inputs.md"
 UNSET_KEY_ENV = "PRIME_RL_TEST_UNSET_KEY"
 EXTERNAL = ("training_mode=sft", "teacher=external")  # conf/teacher/external.yaml: OpenAI, key in OPENAI_API_KEY

@@ -58,6 +58,20 @@ class InferenceClient:
     async def close(self) -> None:
         await self.http.aclose()
 
+    async def wait_ready(self, timeout_s: float, poll_s: float = 0.5) -> None:
+        """Wait until the server lists its models: the launcher starts the orchestrator alongside the servers,
+        so that its start-up (imports, tokenizer, task) overlaps theirs."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            try:
+                if (await self.http.get(self.base_url + "/models")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass  # not listening yet
+            if asyncio.get_running_loop().time() > deadline:
+                raise InferenceError(f"{self.base_url} did not serve /models within {timeout_s:g} s")
+            await asyncio.sleep(poll_s)
+
     async def post(self, path: str, payload: Optional[dict] = None, params: Optional[dict] = None, json_reply: bool = True) -> dict:
         """POST to an OpenAI API path under base_url (see post_url)."""
         return await self.post_url(self.base_url + path, payload, params, json_reply)

@@ -45,6 +45,11 @@ class Plan:
         return next(r for r in self.roles if r.name == name)
 
     @property
+    def marker(self) -> str:
+        """What every process of this plan carries in RUN_ENV (multi-node: per node, as nodes may share a host)."""
+        return str(self.run_dir) + (f"#node{self.node.rank}" if self.node else "")
+
+    @property
     def launcher_log(self) -> Path:
         return log_file(self.run_dir, "launcher", self.node.rank if self.node else None)
 

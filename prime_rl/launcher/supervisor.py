@@ -1,4 +1,4 @@
-"""Runs a plan: start the servers, wait until they serve, start orchestrator and trainer, watch them finish.
+"""Runs a plan: start the servers, orchestrator and trainer, wait until the servers serve, watch the run finish.
 
 Fail fast: any child failing, a server exiting, a server not ready in time, or a signal to the launcher
 stops every process group (processes.py) and returns non-zero, naming the role and showing its log tail.
@@ -86,8 +86,12 @@ class Supervisor:
         self.say(f"run dir {self.plan.run_dir}; logs in {self.plan.run_dir / 'logs'}")
         try:
             remote = self.plan.node.remote_servers if self.plan.node else []  # multi-node head: the other nodes'
-            self.wait_ready([self.start(r).role for r in servers] + remote)
-            self.watch([self.start(r) for r in workers])
+            started_servers = [self.start(r).role for r in servers]
+            # Orchestrator and trainer start alongside: their imports and model loading overlap the servers'
+            # start-up, and the orchestrator waits for the servers itself before its first request.
+            started_workers = [self.start(r) for r in workers]
+            self.wait_ready(started_servers + remote)
+            self.watch(started_workers)
         except RoleFailed as e:
             self.stop()
             self.report_failure(e)
@@ -111,7 +115,8 @@ class Supervisor:
     def start(self, role: Role) -> Child:
         self.check()  # a signal or failure while starting: start nothing more
         try:
-            child = spawn(role, {RUN_ENV: str(self.plan.run_dir)} | ({SERVER_KEY_ENV: self.server_key} if role.server_key else {}))
+            key = {SERVER_KEY_ENV: self.server_key} if role.server_key else {}
+            child = spawn(role, {RUN_ENV: self.plan.marker} | key)
         except OSError as e:
             raise RoleFailed(role, f"could not start ({e})") from e
         self.children.append(child)
@@ -170,7 +175,7 @@ class Supervisor:
         for group in (workers, servers):
             stop_children(group, self.launcher.stop_grace_s, hurry=lambda: self.hurry, say=self.say)
         if self.children:
-            stop_stragglers(str(self.plan.run_dir), self.launcher.stop_grace_s, say=self.say)
+            stop_stragglers(self.plan.marker, self.launcher.stop_grace_s, say=self.say)
 
     def handle_signals(self) -> Dict[int, object]:
         """Route stop signals to the loop; the previous handlers, to restore afterwards."""

@@ -48,6 +48,7 @@ async def run(cfg: Config) -> None:
     lora = cfg.trainer.lora
     policy = PolicySync(ctx.run_dir, ctx.student, lora.name if lora.enabled else None, cfg.launcher.ready_timeout_s * 4)
     try:
+        await wait_for_servers(ctx)
         if cfg.training_mode == TrainingMode.opd:
             await preflight_opd(ctx)
         for step in range(start, cfg.max_steps):
@@ -198,6 +199,14 @@ async def evaluate_teacher(ctx: Context) -> dict:
     )
     rewards = [ctx.task.reward(t[0], ex) for t, ex in zip(texts, examples)]
     return {"eval/teacher_reward": sum(rewards) / len(rewards)}
+
+
+async def wait_for_servers(ctx: Context) -> None:
+    """The run's own vLLM servers may still be starting (an external teacher is up or fails by its retries)."""
+    timeout = ctx.cfg.launcher.ready_timeout_s
+    await ctx.student.wait_ready(timeout)
+    if ctx.cfg.teacher.kind == TeacherKind.local_vllm:
+        await ctx.teacher.wait_ready(timeout)
 
 
 async def preflight_opd(ctx: Context) -> None:

@@ -36,6 +36,9 @@ class StudentServers:
                 for i, share in enumerate(shares) if share]
         return [group for part in await asyncio.gather(*jobs) for group in part]
 
+    async def wait_ready(self, timeout_s: float) -> None:
+        await asyncio.gather(*(c.wait_ready(timeout_s) for c in self.clients))
+
     async def reload_weights(self, weights_dir: str, version: str) -> None:
         await asyncio.gather(*(c.reload_weights(weights_dir, version) for c in self.clients))
 
