@@ -9,6 +9,7 @@ import pytest
 from prime_rl.config.schema import Config
 from prime_rl.models import ensure_teacher
 from tests.conftest import compose_config
+from tests.http_stub import StubHandler, serve_stub, stub_url
 from tests.test_e2e_rl import launch, summary
 
 KEY_ENV = "PRIME_RL_TEST_TEACHER_KEY"
@@ -73,29 +74,17 @@ class NoPromptLogprobsTeacher:
     """A stand-in OpenAI-compatible endpoint that tokenizes like the student but never returns prompt logprobs."""
 
     def __init__(self, tokenizer):
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(StubHandler):
             def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = json.loads(self.body())
                 if self.path == "/tokenize":
                     answer = {"tokens": tokenizer.encode(body["prompt"], add_special_tokens=False)}
                 else:
                     answer = {"choices": [{"index": 0, "text": "x", "finish_reason": "length"}]}
-                data = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.reply(200, json.dumps(answer).encode())
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve_stub(Handler)
+        self.url = stub_url(self.server) + "/v1"
 
 
 @pytest.mark.vllm

@@ -8,9 +8,7 @@ import random
 import re
 import signal
 import subprocess
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Dict, List
 
@@ -23,6 +21,7 @@ from prime_rl.launcher.plan import free_port
 from prime_rl.launcher.processes import group_alive, marked_processes
 from prime_rl.run_dir import RunDir
 from tests.conftest import ROOT, launch_cmd
+from tests.http_stub import StubHandler, serve_stub, stub_url
 from tests.test_e2e_rl import launch
 
 pytestmark = pytest.mark.faults
@@ -159,27 +158,19 @@ class FaultyEndpoint:
         self.script, self.seen = list(script), []
         endpoint = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(StubHandler):
             def do_POST(self):
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.body()
                 fault = endpoint.script.pop(0) if endpoint.script else "ok"
                 endpoint.seen.append(fault)
                 if fault == "hang":
                     time.sleep(30)
                     return
                 body = {"500": b'{"error": "overloaded"}', "garbage": b'{"choices": [', "ok": json.dumps(endpoint.OK).encode()}[fault]
-                self.send_response(500 if fault == "500" else 200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                self.reply(500 if fault == "500" else 200, body)
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve_stub(Handler)
+        self.url = stub_url(self.server) + "/v1"
 
     def close(self):
         self.server.shutdown()
@@ -235,36 +226,25 @@ class FlakyProxy:
         self.faults, self.failed, self.auth = faults, 0, set()
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(StubHandler):
             def do_GET(self):
                 self.forward(None)
 
             def do_POST(self):
-                self.forward(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                self.forward(self.body())
 
             def forward(self, body):
                 proxy.auth.add(self.headers.get("Authorization"))
                 if body is not None and self.path.endswith("/chat/completions") and proxy.failed < proxy.faults:
                     proxy.failed += 1
-                    self.send_response(500)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
+                    self.reply(500)
                     return
                 headers = {k: v for k, v in self.headers.items() if k.lower() in ("authorization", "content-type")}
                 up = httpx.request(self.command, upstream + self.path, content=body, headers=headers, timeout=60)
-                self.send_response(up.status_code)
-                self.send_header("Content-Type", up.headers.get("content-type", "application/json"))
-                self.send_header("Content-Length", str(len(up.content)))
-                self.end_headers()
-                self.wfile.write(up.content)
+                self.reply(up.status_code, up.content, up.headers.get("content-type", "application/json"))
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve_stub(Handler)
+        self.url = stub_url(self.server)
 
 
 def listening_address(port: int) -> str:

@@ -238,3 +238,13 @@ def test_metrics_tail_tolerates_partial_and_odd_lines(tmp_path):
     assert tail.step == 2 and tail.latest["loss"] == 0.5 and tail.latest["eval/reward"] == 0.7
     assert tail.eta_s(max_steps=4, elapsed_s=0) == pytest.approx(3.0 * 2)
     assert summary_lines(tmp_path, tail)[0] == "summary (metrics.jsonl (last line)):"
+
+
+def test_children_get_their_own_wandb_service(run_dir, monkeypatch):
+    """A W&B service of the launching process (a notebook, a test) is not handed down: a resumed trainer
+    sharing it would find its run id still held by the killed one."""
+    monkeypatch.setenv("WANDB_SERVICE", "2-1234-tcp-localhost-5678")
+    check = "import os, sys; sys.exit(3 if 'WANDB_SERVICE' in os.environ else 0)"
+    role = Role(name="trainer", command=[sys.executable, "-c", check], env={}, gpus=[],
+                log_file=run_dir / "logs" / "trainer.log", config_file=run_dir / "configs" / "trainer.yaml")
+    assert run_plan(make_plan(run_dir, [role])) == 0

@@ -47,6 +47,9 @@ class Child:
 # Every process of a run carries this (inherited by whatever it starts): found by it, a descendant that left
 # its role's process group (wandb's service starts a session of its own) is still stopped with the run.
 RUN_ENV = "PRIME_RL_RUN_DIR"
+# Not passed on: with it, the trainer would log into the W&B service of whatever process launched us (a notebook,
+# a test) instead of its own, and a resumed trainer would find its run id still held there ("run ID is in use").
+NOT_INHERITED = {"WANDB_SERVICE"}
 
 
 def spawn(role: Role, extra_env: Dict[str, str]) -> Child:
@@ -60,7 +63,7 @@ def spawn(role: Role, extra_env: Dict[str, str]) -> Child:
         log.flush()
         popen = subprocess.Popen(
             role.command,
-            env=os.environ | role.env | extra_env,
+            env={k: v for k, v in os.environ.items() if k not in NOT_INHERITED} | role.env | extra_env,
             stdin=subprocess.DEVNULL,  # no child may read the launcher's terminal
             stdout=log,
             stderr=log,
@@ -112,6 +115,7 @@ def stop_children(children: List[Child], grace_s: float, hurry: Callable[[], boo
     say(f"stopping {', '.join(c.role.name for c in running)} (SIGTERM, SIGKILL after {grace_s:g} s)")
     for c in running:
         c.signal_group(signal.SIGTERM)
+        c.signal_group(signal.SIGCONT)  # a stopped process (SIGSTOP, ^Z) acts on SIGTERM only once continued
     left = _wait_empty(running, grace_s, hurry)
     if left:
         say(f"SIGKILL {', '.join(c.role.name for c in left)} (still running after SIGTERM)")
