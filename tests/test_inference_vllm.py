@@ -49,8 +49,13 @@ def test_reload_then_scoring_match_transformers(student, tmp_path):
     async def scenario(url):
         client = InferenceClient(f"{url}/v1", max_retries=1)
         before = await vllm_greedy(client, tok)
-        await client.reload_weights(str(run_dir.weights(1)), "step-1")
+        # A request still running during the reload (one a client gave up on): preempted, not an error.
+        running = asyncio.create_task(client.post("/completions", {"model": "student", "prompt": [prompt_ids(tok, PROMPTS[0])] * 32, "max_tokens": 480, "ignore_eos": True}))
+        await asyncio.sleep(0.5)
+        assert not running.done()
+        await client.reload_weights(str(run_dir.weights(1)))
         after = await vllm_greedy(client, tok)
+        assert all(c["finish_reason"] == "length" for c in (await running)["choices"])
         ids = prompt_ids(tok, PROMPTS[0]) + after[0]
         [scores] = await client.prompt_logprobs("student", [ids])
         await client.close()

@@ -255,8 +255,8 @@ class RecordingServer:
         self.asked.append([p[0] for p in prompts])
         return [[f"{self.name}:{p[0]}"] * n for p in prompts]
 
-    async def reload_weights(self, weights_dir, version):
-        self.asked.append(version)
+    async def reload_weights(self, weights_dir):
+        self.asked.append(weights_dir)
 
 
 def test_several_student_servers_share_requests_and_all_reload():
@@ -265,8 +265,8 @@ def test_several_student_servers_share_requests_and_all_reload():
     assert asyncio.run(servers.complete("student", [[1], [2], [3]], 2, None)) == [["a:1"] * 2, ["b:2"] * 2, ["b:3"] * 2]
     singles = [asyncio.run(servers.complete("student", [[i]], 1, None))[0][0] for i in (4, 5, 6, 7)]
     assert singles == ["a:4", "b:5", "a:6", "b:7"]  # one-prompt requests (evaluation) alternate
-    asyncio.run(servers.reload_weights("/weights/step_1", "step-1"))
-    assert a.asked[-1] == b.asked[-1] == "step-1"
+    asyncio.run(servers.reload_weights("/weights/step_1"))
+    assert a.asked[-1] == b.asked[-1] == "/weights/step_1"
 
 
 def test_one_student_url_is_one_plain_client():

@@ -30,7 +30,7 @@ def vllm_command(cfg: "Config", model: Path, served_name: str, port: int, gpus: 
     ]
     if inf.enforce_eager:
         argv.append("--enforce-eager")
-    # Dev mode exposes pause / collective_rpc(reload_weights) / update_weight_version for in-place updates.
+    # Dev mode exposes collective_rpc(reload_weights) and reset_prefix_cache for in-place weight updates.
     env = {"VLLM_SERVER_DEV_MODE": "1"}
     if on_gpu:
         # inference.tp/dp shape the student server; the teacher spreads over its own GPUs by tensor parallelism.

@@ -35,6 +35,6 @@ class PolicySync:
         if self.lora_name:
             await self.client.load_lora(self.lora_name, path)
         else:
-            await self.client.reload_weights(path, f"step-{step}")
+            await self.client.reload_weights(path)
         self.version = step
         self.reload_s += time.monotonic() - start

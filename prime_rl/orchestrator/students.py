@@ -39,8 +39,8 @@ class StudentServers:
     async def wait_ready(self, timeout_s: float) -> None:
         await asyncio.gather(*(c.wait_ready(timeout_s) for c in self.clients))
 
-    async def reload_weights(self, weights_dir: str, version: str) -> None:
-        await asyncio.gather(*(c.reload_weights(weights_dir, version) for c in self.clients))
+    async def reload_weights(self, weights_dir: str) -> None:
+        await asyncio.gather(*(c.reload_weights(weights_dir) for c in self.clients))
 
     async def load_lora(self, name: str, adapter_dir: str) -> None:
         await asyncio.gather(*(c.load_lora(name, adapter_dir) for c in self.clients))
