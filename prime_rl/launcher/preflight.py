@@ -9,7 +9,6 @@ output dir can be written. With `launcher.dry_run=true` and a SLURM launcher it 
 submitted instead of submitting it.
 """
 
-import copy
 import os
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, MissingConfigException
 from hydra.types import RunMode
-from omegaconf import DictConfig, open_dict, read_write
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from prime_rl.config import ConfigError, to_config, validate
@@ -103,9 +102,8 @@ def compose_point(loader, master: DictConfig, overrides: List[str], num: int, gp
 
 def validation_error(cfg: DictConfig, gpus: int) -> Optional[str]:
     """The one-line error of the job's config (without its hydra node, as the task function gets it)."""
-    task = copy.deepcopy(cfg)
-    with read_write(task), open_dict(task):
-        del task["hydra"]
+    task = OmegaConf.to_container(cfg)  # a plain copy: far cheaper than deep-copying the DictConfig
+    del task["hydra"]
     try:
         validate(to_config(task), visible_gpus=gpus)
     except ConfigError as e:
