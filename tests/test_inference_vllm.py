@@ -50,7 +50,8 @@ def test_reload_then_scoring_match_transformers(student, tmp_path):
         client = InferenceClient(f"{url}/v1", max_retries=1)
         before = await vllm_greedy(client, tok)
         # A request still running during the reload (one a client gave up on): preempted, not an error.
-        running = asyncio.create_task(client.post("/completions", {"model": "student", "prompt": [prompt_ids(tok, PROMPTS[0])] * 32, "max_tokens": 480, "ignore_eos": True}))
+        long_request = {"model": "student", "prompt": [prompt_ids(tok, PROMPTS[0])] * 32, "max_tokens": 480, "ignore_eos": True}
+        running = asyncio.create_task(client.post("/completions", long_request))
         await asyncio.sleep(0.5)
         assert not running.done()
         await client.reload_weights(str(run_dir.weights(1)))
