@@ -6,8 +6,8 @@ import hydra
 from omegaconf import DictConfig
 
 from prime_rl.config import register_configs
-from prime_rl.launcher.slurm import register_resolvers
 from prime_rl.launcher.preflight import preflight
+from prime_rl.launcher.slurm import register_resolvers
 
 register_configs()
 register_resolvers()

@@ -17,10 +17,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
@@ -34,7 +34,8 @@ if str(REPO) not in sys.path:  # the scripts run as `python bench/x.py`: make pr
 
 def compose(overrides: Sequence[str] = ()):
     """The typed Config a `python launch.py <overrides>` run would get (Hydra's own composition)."""
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
 
     from prime_rl.config import register_configs, to_config
     from prime_rl.launcher.slurm import register_resolvers
@@ -52,12 +53,12 @@ def compose(overrides: Sequence[str] = ()):
 class Stamped:
     """A finished (or stopped) command: its exit code and every line it printed, each with its arrival time."""
 
-    exit_code: Optional[int]
-    lines: List[Tuple[float, str]]  # (seconds since start, line) of stdout and stderr together
+    exit_code: int | None
+    lines: list[tuple[float, str]]  # (seconds since start, line) of stdout and stderr together
     duration_s: float
     timed_out: bool = False
 
-    def first(self, pattern: str) -> Optional[Tuple[float, "re.Match"]]:
+    def first(self, pattern: str) -> tuple[float, "re.Match"] | None:
         """The arrival time and match of the first printed line matching `pattern`."""
         for t, line in self.lines:
             m = re.search(pattern, line)
@@ -65,7 +66,7 @@ class Stamped:
                 return t, m
         return None
 
-    def json_lines(self) -> List[Tuple[float, Dict]]:
+    def json_lines(self) -> list[tuple[float, dict]]:
         """Lines that are JSON objects (the TRL child reports its events this way)."""
         rows = []
         for t, line in self.lines:
@@ -83,27 +84,31 @@ class Launch:
 
     run_dir: Path
     process: Stamped
-    rows: List[Tuple[float, Dict]] = field(default_factory=list)
+    rows: list[tuple[float, dict]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return self.process.exit_code == 0
 
-    def train_rows(self) -> List[Tuple[float, Dict]]:
+    def train_rows(self) -> list[tuple[float, dict]]:
         return [(t, r) for t, r in self.rows if "loss" in r]  # the trainer's step rows
 
-    def eval_rows(self) -> List[Tuple[float, Dict]]:
+    def eval_rows(self) -> list[tuple[float, dict]]:
         return [(t, r) for t, r in self.rows if "eval/reward" in r]
 
-    def summary(self) -> Dict:
+    def summary(self) -> dict:
         path = self.run_dir / "summary.json"
         return json.loads(path.read_text()) if path.exists() else {}
 
-    def server_ready_s(self) -> Optional[float]:
+    def server_ready_s(self) -> float | None:
         """The launcher's own measure of the vLLM servers' start: 'inference ready after X s' (the slowest
         server when there are several; they start in parallel)."""
-        found = [float(m.group(1)) for _, line in self.process.lines
-                 for m in [re.search(r"\bready after ([\d.]+) s", line)] if m]
+        found = [
+            float(m.group(1))
+            for _, line in self.process.lines
+            for m in [re.search(r"\bready after ([\d.]+) s", line)]
+            if m
+        ]
         return max(found) if found else None
 
 
@@ -113,7 +118,7 @@ class MetricsTail:
     def __init__(self, path: Path):
         self.path, self.offset, self.partial = path, 0, ""
 
-    def poll(self, now: float) -> List[Tuple[float, Dict]]:
+    def poll(self, now: float) -> list[tuple[float, dict]]:
         if not self.path.exists():
             return []
         with self.path.open() as f:
@@ -130,20 +135,34 @@ class MetricsTail:
         return rows
 
 
-def run_stamped(argv: Sequence[str], log: Path, env: Optional[Dict[str, str]] = None, timeout_s: float = 3600,
-                metrics: Optional[MetricsTail] = None, stop_when=None) -> Tuple[Stamped, List[Tuple[float, Dict]]]:
+def run_stamped(
+    argv: Sequence[str],
+    log: Path,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 3600,
+    metrics: MetricsTail | None = None,
+    stop_when=None,
+) -> tuple[Stamped, list[tuple[float, dict]]]:
     """Run a command in its own session, time-stamping its output lines (also written to `log`) and, if given,
     the rows appended to a metrics file. `stop_when(rows)` returning true stops it early (SIGTERM).
     The command is stopped on timeout or on Ctrl-C of the benchmark, never left running."""
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    proc = subprocess.Popen(list(argv), cwd=REPO, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-                            start_new_session=True)
-    lines: List[Tuple[float, str]] = []
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+        start_new_session=True,
+    )
+    lines: list[tuple[float, str]] = []
     reader = threading.Thread(target=_read_lines, args=(proc, start, lines, log), daemon=True)
     reader.start()
-    rows: List[Tuple[float, Dict]] = []
+    rows: list[tuple[float, dict]] = []
     timed_out = False
     try:
         while proc.poll() is None:
@@ -188,9 +207,14 @@ def run_launcher(overrides: Sequence[str], run_dir: Path, timeout_s: float = 360
     argv = [sys.executable, "launch.py", *overrides, f"hydra.run.dir={run_dir}"]
     print(f"  $ {shlex.join(argv[1:])}", flush=True)
     # A wide virtual terminal: rich wraps the launcher's lines at 80 columns when it is not writing to a tty.
-    process, rows = run_stamped(argv, run_dir.parent / f"{run_dir.name}.console.log", env={"COLUMNS": "250"},
-                                timeout_s=timeout_s, metrics=MetricsTail(run_dir / "metrics.jsonl"),
-                                stop_when=stop_when)
+    process, rows = run_stamped(
+        argv,
+        run_dir.parent / f"{run_dir.name}.console.log",
+        env={"COLUMNS": "250"},
+        timeout_s=timeout_s,
+        metrics=MetricsTail(run_dir / "metrics.jsonl"),
+        stop_when=stop_when,
+    )
     launch = Launch(run_dir, process, rows)
     if not launch.ok and not stop_when:
         tail = "\n    ".join(line for _, line in process.lines[-15:])
@@ -208,7 +232,7 @@ def bench_dir(name: str) -> Path:
 # ---------------------------------------------------------------- numbers, tables and the results file
 
 
-def median(values: Iterable[Optional[float]]) -> Optional[float]:
+def median(values: Iterable[float | None]) -> float | None:
     """Median of the values that exist (None = not measured, e.g. a target never reached)."""
     present = [v for v in values if v is not None]
     return statistics.median(present) if present else None
@@ -249,28 +273,38 @@ def reproduce_command() -> str:
     return shlex.join([str(exe), str(script), *sys.argv[1:]])
 
 
-def machine() -> Dict:
+def machine() -> dict:
     """Where and under what load it ran: numbers from a busy machine say so themselves."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                           capture_output=True, text=True)
-    return {"host": platform.node(), "cpus": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2),
-            "commit": commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")}
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True
+    )
+    return {
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+        "commit": commit.stdout.strip() + ("+dirty" if dirty.stdout.strip() else ""),
+    }
 
 
-def save_result(name: str, record: Dict, smoke: bool) -> Path:
+def save_result(name: str, record: dict, smoke: bool) -> Path:
     """Append one JSON line to bench/results/<name>.jsonl (smoke runs go to <name>.smoke.jsonl, so they can
     never be mistaken for results)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}{'.smoke' if smoke else ''}.jsonl"
-    line = {"time": datetime.now().isoformat(timespec="seconds"), "command": reproduce_command(),
-            "machine_at_start": MACHINE_AT_START, "machine_at_end": machine(), **record}
+    line = {
+        "time": datetime.now().isoformat(timespec="seconds"),
+        "command": reproduce_command(),
+        "machine_at_start": MACHINE_AT_START,
+        "machine_at_end": machine(),
+        **record,
+    }
     with path.open("a") as f:
         f.write(json.dumps(line) + "\n")
     return path
 
 
-def finish(name: str, record: Dict, smoke: bool) -> None:
+def finish(name: str, record: dict, smoke: bool) -> None:
     path = save_result(name, record, smoke)
     print(f"\nappended to {path.relative_to(REPO)}")
     print(f"reproduce: {reproduce_command()}")
@@ -278,8 +312,11 @@ def finish(name: str, record: Dict, smoke: bool) -> None:
 
 def add_runs_arg(parser, default: int = 3) -> None:
     parser.add_argument("--runs", type=int, default=default, help="repetitions; the tables show medians")
-    parser.add_argument("--smoke", action="store_true",
-                        help="a check that the script works: results go to <name>.smoke.jsonl, not the results file")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a check that the script works: results go to <name>.smoke.jsonl, not the results file",
+    )
 
 
 MACHINE_AT_START = machine()

@@ -17,18 +17,24 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
 
 import httpx
-
 from common import add_runs_arg, compose, finish, median, print_table
 
 NAME = "inference_engine"
 
 
-def vllm_batch(url: str, prompts: List[List[int]], args) -> Dict:
-    payload = {"model": "student", "prompt": prompts, "n": args.n, "max_tokens": args.max_tokens,
-               "temperature": 1.0, "top_p": 1.0, "ignore_eos": args.ignore_eos, "return_token_ids": True}
+def vllm_batch(url: str, prompts: list[list[int]], args) -> dict:
+    payload = {
+        "model": "student",
+        "prompt": prompts,
+        "n": args.n,
+        "max_tokens": args.max_tokens,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "ignore_eos": args.ignore_eos,
+        "return_token_ids": True,
+    }
     start = time.monotonic()
     reply = httpx.post(f"{url}/v1/completions", json=payload, timeout=600)
     seconds = time.monotonic() - start
@@ -37,28 +43,34 @@ def vllm_batch(url: str, prompts: List[List[int]], args) -> Dict:
     return {"tokens": tokens, "seconds": seconds}
 
 
-def hf_batch(model, tokenizer, prompts: List[List[int]], args) -> Dict:
+def hf_batch(model, tokenizer, prompts: list[list[int]], args) -> dict:
     import torch
 
     batch = tokenizer.pad({"input_ids": prompts}, padding=True, padding_side="left", return_tensors="pt")
     start = time.monotonic()
     with torch.no_grad():
         out = model.generate(
-            **batch, do_sample=True, temperature=1.0, top_p=1.0, top_k=0, num_return_sequences=args.n,
-            max_new_tokens=args.max_tokens, min_new_tokens=args.max_tokens if args.ignore_eos else 0,
+            **batch,
+            do_sample=True,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            num_return_sequences=args.n,
+            max_new_tokens=args.max_tokens,
+            min_new_tokens=args.max_tokens if args.ignore_eos else 0,
             pad_token_id=tokenizer.pad_token_id,
         )
     seconds = time.monotonic() - start
-    completions = out[:, batch["input_ids"].shape[1]:].tolist()
+    completions = out[:, batch["input_ids"].shape[1] :].tolist()
     return {"tokens": sum(generated_length(c, tokenizer.eos_token_id) for c in completions), "seconds": seconds}
 
 
-def generated_length(ids: List[int], eos: int) -> int:
+def generated_length(ids: list[int], eos: int) -> int:
     """Tokens up to and including the first end-of-turn token (what follows it is padding)."""
     return ids.index(eos) + 1 if eos in ids else len(ids)
 
 
-def timed(fn, batches: int) -> Dict:
+def timed(fn, batches: int) -> dict:
     results = [fn() for _ in range(batches)]
     tokens, seconds = sum(r["tokens"] for r in results), sum(r["seconds"] for r in results)
     return {"tokens_per_s": tokens / seconds, "tokens_per_batch": tokens / batches, "s_per_batch": seconds / batches}
@@ -72,8 +84,12 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=16, help="completion length cap (the default: 16)")
     parser.add_argument("--ignore-eos", action="store_true", help="every sample runs to max_tokens")
     parser.add_argument("--batches", type=int, default=5, help="timed batches per engine per run")
-    parser.add_argument("--hf-threads", type=int, default=1,
-                        help="torch threads of transformers generate (1, like the project's processes)")
+    parser.add_argument(
+        "--hf-threads",
+        type=int,
+        default=1,
+        help="torch threads of transformers generate (1, like the project's processes)",
+    )
     args = parser.parse_args()
 
     import torch
@@ -97,22 +113,41 @@ def main() -> None:
         vllm_batch(url, prompts, args), hf_batch(model, tokenizer, prompts, args)  # warm-up, not timed
         for run in range(args.runs):
             print(f"run {run + 1}/{args.runs}", flush=True)
-            runs.append({"vllm": timed(lambda: vllm_batch(url, prompts, args), args.batches),
-                         "transformers": timed(lambda: hf_batch(model, tokenizer, prompts, args), args.batches)})
+            runs.append(
+                {
+                    "vllm": timed(lambda: vllm_batch(url, prompts, args), args.batches),
+                    "transformers": timed(lambda: hf_batch(model, tokenizer, prompts, args), args.batches),
+                }
+            )
     report(args, runs)
 
 
-def report(args, runs: List[Dict]) -> None:
+def report(args, runs: list[dict]) -> None:
     keys = ["tokens_per_s", "tokens_per_batch", "s_per_batch"]
     med = {engine: {k: median(r[engine][k] for r in runs) for k in keys} for engine in ("vllm", "transformers")}
-    shape = f"{args.prompts} prompts x {args.n}, max_tokens {args.max_tokens}{', ignore_eos' if args.ignore_eos else ''}"
-    print_table(f"inference engine: medians of {args.runs} run(s) x {args.batches} batches; {shape}",
-                ["engine", "tokens/s", "tokens/batch", "s/batch"],
-                [[engine] + [med[engine][k] for k in keys] for engine in med])
+    shape = (
+        f"{args.prompts} prompts x {args.n}, max_tokens {args.max_tokens}{', ignore_eos' if args.ignore_eos else ''}"
+    )
+    print_table(
+        f"inference engine: medians of {args.runs} run(s) x {args.batches} batches; {shape}",
+        ["engine", "tokens/s", "tokens/batch", "s/batch"],
+        [[engine] + [med[engine][k] for k in keys] for engine in med],
+    )
     speedup = med["vllm"]["tokens_per_s"] / med["transformers"]["tokens_per_s"]
     print(f"vLLM / transformers tokens/s = {speedup:.2f}")
-    finish(NAME, {"runs": args.runs, "batches": args.batches, "shape": shape, "hf_threads": args.hf_threads,
-                  "median": med, "vllm_over_transformers": speedup, "per_run": runs}, args.smoke)
+    finish(
+        NAME,
+        {
+            "runs": args.runs,
+            "batches": args.batches,
+            "shape": shape,
+            "hf_threads": args.hf_threads,
+            "median": med,
+            "vllm_over_transformers": speedup,
+            "per_run": runs,
+        },
+        args.smoke,
+    )
 
 
 if __name__ == "__main__":

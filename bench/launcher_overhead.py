@@ -16,7 +16,6 @@ down, from the launcher's own time-stamped lines:
 
 import argparse
 from pathlib import Path
-from typing import Dict, List
 
 from common import add_runs_arg, bench_dir, compose, finish, median, print_table, run_launcher
 
@@ -24,7 +23,7 @@ NAME = "launcher_overhead"
 OVERRIDES = ["max_steps=1", "orchestrator.eval.interval=0", "ckpt.interval=0", "monitor=off"]
 
 
-def measure(launch) -> Dict:
+def measure(launch) -> dict:
     rows = launch.train_rows()
     spawned = launch.process.first(r"started inference\b")
     ready_line = launch.process.first(r"\bready after [\d.]+ s")
@@ -61,15 +60,35 @@ def main() -> None:
     report(args, runs, out)
 
 
-def report(args, runs: List[Dict], out: Path) -> None:
-    keys = ["first_step_s", "server_ready_s", "overhead_s", "overhead_minus_step0_s", "before_servers_s",
-            "ready_to_step0_s", "step0_compute_s"]
+def report(args, runs: list[dict], out: Path) -> None:
+    keys = [
+        "first_step_s",
+        "server_ready_s",
+        "overhead_s",
+        "overhead_minus_step0_s",
+        "before_servers_s",
+        "ready_to_step0_s",
+        "step0_compute_s",
+    ]
     med = {k: median(r.get(k) for r in runs) for k in keys}
-    print_table(f"launcher overhead: medians of {args.runs} run(s), seconds",
-                ["launch->step 0", "servers ready", "overhead", "overhead - step0 compute", "before servers",
-                 "ready->step 0", "step 0 compute"], [[med[k] for k in keys]])
-    finish(NAME, {"runs": args.runs, "overrides": OVERRIDES, "median": med, "per_run": runs, "run_dir": str(out)},
-           args.smoke)
+    print_table(
+        f"launcher overhead: medians of {args.runs} run(s), seconds",
+        [
+            "launch->step 0",
+            "servers ready",
+            "overhead",
+            "overhead - step0 compute",
+            "before servers",
+            "ready->step 0",
+            "step 0 compute",
+        ],
+        [[med[k] for k in keys]],
+    )
+    finish(
+        NAME,
+        {"runs": args.runs, "overrides": OVERRIDES, "median": med, "per_run": runs, "run_dir": str(out)},
+        args.smoke,
+    )
 
 
 if __name__ == "__main__":

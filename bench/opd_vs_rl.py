@@ -14,46 +14,58 @@ also from the run's first trainer step.
 
 import argparse
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
 
 from common import add_runs_arg, bench_dir, compose, finish, median, print_table, run_launcher
 
 NAME = "opd_vs_rl"
-Rows = List[Tuple[float, Dict]]
+Rows = list[tuple[float, dict]]
 
 
-def overrides(mode: str, steps: int, args, seed: int) -> List[str]:
-    return [f"experiment={mode}", f"max_steps={steps}", f"orchestrator.eval.interval={args.eval_interval}",
-            "monitor=off", f"seed={seed}"]
+def overrides(mode: str, steps: int, args, seed: int) -> list[str]:
+    return [
+        f"experiment={mode}",
+        f"max_steps={steps}",
+        f"orchestrator.eval.interval={args.eval_interval}",
+        "monitor=off",
+        f"seed={seed}",
+    ]
 
 
-def teacher_reward(rows: Rows) -> Optional[float]:
+def teacher_reward(rows: Rows) -> float | None:
     return next((r["eval/teacher_reward"] for _, r in rows if "eval/teacher_reward" in r), None)
 
 
-def reached(rows: Rows, target: Optional[float]) -> Optional[Tuple[float, int]]:
+def reached(rows: Rows, target: float | None) -> tuple[float, int] | None:
     """(arrival time, step) of the first eval row at or above the target."""
     if target is None:
         return None
     return next(((t, r["step"]) for t, r in rows if r.get("eval/reward", -1.0) >= target), None)
 
 
-def run_mode(mode: str, steps: int, args, seed: int, out: Path, target: Optional[float]) -> Dict:
+def run_mode(mode: str, steps: int, args, seed: int, out: Path, target: float | None) -> dict:
     """One run; `target` None means: 90 % of the teacher reward this run itself measures (opd)."""
-    target_of = (lambda rows: target) if target is not None else (
-        lambda rows: args.fraction * teacher_reward(rows) if teacher_reward(rows) is not None else None)
+    target_of = (
+        (lambda rows: target)
+        if target is not None
+        else (lambda rows: args.fraction * teacher_reward(rows) if teacher_reward(rows) is not None else None)
+    )
     stop_when = None if args.full else (lambda rows: reached(rows, target_of(rows)) is not None)
-    launch = run_launcher(overrides(mode, steps, args, seed), out / f"{mode}-{seed}", timeout_s=args.timeout,
-                          stop_when=stop_when)
+    launch = run_launcher(
+        overrides(mode, steps, args, seed), out / f"{mode}-{seed}", timeout_s=args.timeout, stop_when=stop_when
+    )
     rows, goal = launch.rows, target_of(launch.rows)
     hit = reached(rows, goal)
     train = launch.train_rows()
     evals = launch.eval_rows()
     return {
-        "ok": launch.ok or hit is not None, "teacher_reward": teacher_reward(rows), "target": goal,
-        "target_step": hit[1] if hit else None, "target_s": hit[0] if hit else None,
+        "ok": launch.ok or hit is not None,
+        "teacher_reward": teacher_reward(rows),
+        "target": goal,
+        "target_step": hit[1] if hit else None,
+        "target_s": hit[0] if hit else None,
         "target_s_from_step0": hit[0] - train[0][0] if hit and train else None,
-        "steps_run": len(train), "eval_first": evals[0][1]["eval/reward"] if evals else None,
+        "steps_run": len(train),
+        "eval_first": evals[0][1]["eval/reward"] if evals else None,
         "eval_last": evals[-1][1]["eval/reward"] if evals else None,
         "curve": [(t, r["step"], r["eval/reward"]) for t, r in evals],
     }
@@ -86,24 +98,40 @@ def main() -> None:
     report(args, runs, out)
 
 
-def ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
+def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def report(args, runs: List[Dict], out: Path) -> None:
+def report(args, runs: list[dict], out: Path) -> None:
     keys = ["teacher_reward", "target", "target_step", "target_s", "target_s_from_step0", "eval_first", "eval_last"]
     med = {mode: {k: median(r[mode][k] for r in runs) for k in keys} for mode in ("opd", "rl")}
-    print_table(f"opd vs rl to {args.fraction:.0%} of the teacher's eval reward: medians of {args.runs} run(s)",
-                ["mode", "teacher", "target", "steps", "s from launch", "s from step 0", "eval first", "eval last"],
-                [[mode] + [med[mode][k] for k in keys] for mode in ("opd", "rl")])
+    print_table(
+        f"opd vs rl to {args.fraction:.0%} of the teacher's eval reward: medians of {args.runs} run(s)",
+        ["mode", "teacher", "target", "steps", "s from launch", "s from step 0", "eval first", "eval last"],
+        [[mode] + [med[mode][k] for k in keys] for mode in ("opd", "rl")],
+    )
     step_ratios = [ratio(r["opd"]["target_step"], r["rl"]["target_step"]) for r in runs]
     wall_ratios = [ratio(r["opd"]["target_s"], r["rl"]["target_s"]) for r in runs]
-    print(f"opd / rl steps to target: {median(step_ratios)} (per run {step_ratios}); "
-          f"wall-clock: {median(wall_ratios)} (per run {wall_ratios}); '—' / None = not reached within the budget")
-    finish(NAME, {"runs": args.runs, "rl_steps": args.rl_steps, "opd_steps": args.opd_steps,
-                  "eval_interval": args.eval_interval, "fraction": args.fraction, "median": med,
-                  "steps_ratio_opd_over_rl": median(step_ratios), "wall_ratio_opd_over_rl": median(wall_ratios),
-                  "per_run": runs, "run_dir": str(out)}, args.smoke)
+    print(
+        f"opd / rl steps to target: {median(step_ratios)} (per run {step_ratios}); "
+        f"wall-clock: {median(wall_ratios)} (per run {wall_ratios}); '—' / None = not reached within the budget"
+    )
+    finish(
+        NAME,
+        {
+            "runs": args.runs,
+            "rl_steps": args.rl_steps,
+            "opd_steps": args.opd_steps,
+            "eval_interval": args.eval_interval,
+            "fraction": args.fraction,
+            "median": med,
+            "steps_ratio_opd_over_rl": median(step_ratios),
+            "wall_ratio_opd_over_rl": median(wall_ratios),
+            "per_run": runs,
+            "run_dir": str(out),
+        },
+        args.smoke,
+    )
 
 
 if __name__ == "__main__":

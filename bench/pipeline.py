@@ -13,27 +13,39 @@ or time/train and both would only dilute the number.
 
 import argparse
 from pathlib import Path
-from typing import Dict, List
 
 from common import add_runs_arg, bench_dir, finish, median, print_table, run_launcher
 
 NAME = "pipeline"
 
 
-def overrides(args, level: int) -> List[str]:
-    return [f"max_steps={args.steps}", f"orchestrator.max_async_level={level}", "orchestrator.eval.interval=0",
-            "ckpt.interval=0", "monitor=off"]
+def overrides(args, level: int) -> list[str]:
+    return [
+        f"max_steps={args.steps}",
+        f"orchestrator.max_async_level={level}",
+        "orchestrator.eval.interval=0",
+        "ckpt.interval=0",
+        "monitor=off",
+    ]
 
 
-def efficiency(rows: List[Dict], skip: int) -> Dict:
+def efficiency(rows: list[dict], skip: int) -> dict:
     steps = [r for r in rows if r["step"] >= skip]
     if not steps:
         return {"ok": False}
     mean = lambda key: sum(r.get(key, 0.0) for r in steps) / len(steps)  # noqa: E731
     busy = sum(max(r["time/generate"], r["time/train"]) for r in steps)
     wall = sum(r["time/step"] for r in steps)
-    return {"ok": True, "steps": len(steps), "efficiency": busy / wall, "wall_s": wall, "step_s": wall / len(steps),
-            "generate_s": mean("time/generate"), "train_s": mean("time/train"), "reload_s": mean("time/reload")}
+    return {
+        "ok": True,
+        "steps": len(steps),
+        "efficiency": busy / wall,
+        "wall_s": wall,
+        "step_s": wall / len(steps),
+        "generate_s": mean("time/generate"),
+        "train_s": mean("time/train"),
+        "reload_s": mean("time/reload"),
+    }
 
 
 def main() -> None:
@@ -45,7 +57,7 @@ def main() -> None:
     args = parser.parse_args()
     levels = [int(v) for v in args.levels.split(",")]
     out = bench_dir(NAME)
-    per_run: Dict[int, List[Dict]] = {level: [] for level in levels}
+    per_run: dict[int, list[dict]] = {level: [] for level in levels}
     for run in range(args.runs):
         for level in levels:  # levels interleaved: a change in machine load hits all of them
             print(f"run {run + 1}/{args.runs}, max_async_level={level}", flush=True)
@@ -55,14 +67,26 @@ def main() -> None:
     report(args, levels, per_run, out)
 
 
-def report(args, levels: List[int], per_run: Dict[int, List[Dict]], out: Path) -> None:
+def report(args, levels: list[int], per_run: dict[int, list[dict]], out: Path) -> None:
     keys = ["efficiency", "step_s", "generate_s", "train_s", "reload_s"]
     med = {level: {k: median(r.get(k) for r in per_run[level]) for k in keys} for level in levels}
-    print_table(f"pipeline efficiency: medians of {args.runs} run(s), steps {args.skip}..{args.steps - 1}",
-                ["max_async_level", "Σmax(gen,train)/wall", "s/step", "generate s", "train s", "reload s"],
-                [[str(level)] + [med[level][k] for k in keys] for level in levels])
-    finish(NAME, {"runs": args.runs, "steps": args.steps, "skip": args.skip, "median": med, "per_run": per_run,
-                  "run_dir": str(out)}, args.smoke)
+    print_table(
+        f"pipeline efficiency: medians of {args.runs} run(s), steps {args.skip}..{args.steps - 1}",
+        ["max_async_level", "Σmax(gen,train)/wall", "s/step", "generate s", "train s", "reload s"],
+        [[str(level)] + [med[level][k] for k in keys] for level in levels],
+    )
+    finish(
+        NAME,
+        {
+            "runs": args.runs,
+            "steps": args.steps,
+            "skip": args.skip,
+            "median": med,
+            "per_run": per_run,
+            "run_dir": str(out),
+        },
+        args.smoke,
+    )
 
 
 if __name__ == "__main__":

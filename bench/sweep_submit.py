@@ -21,7 +21,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List
 
 from common import add_runs_arg, bench_dir, finish, median, print_table, run_stamped
 
@@ -29,19 +28,26 @@ NAME = "sweep_submit"
 POLL_S = 0.2
 
 
-def sweep_command(values: List[str], sweep_dir: Path, job_name: str, hold: bool, dry_run: bool) -> List[str]:
-    argv = [sys.executable, "launch.py", "-m", "hydra/launcher=slurm", f"trainer.optim.lr={','.join(values)}",
-            f"hydra.sweep.dir={sweep_dir}", f"hydra.launcher.name={job_name}"]
+def sweep_command(values: list[str], sweep_dir: Path, job_name: str, hold: bool, dry_run: bool) -> list[str]:
+    argv = [
+        sys.executable,
+        "launch.py",
+        "-m",
+        "hydra/launcher=slurm",
+        f"trainer.optim.lr={','.join(values)}",
+        f"hydra.sweep.dir={sweep_dir}",
+        f"hydra.launcher.name={job_name}",
+    ]
     if hold:
         argv.append("++hydra.launcher.additional_parameters.begin=now+1hour")
     return argv + (["launcher.dry_run=true"] if dry_run else [])
 
 
-def lr_values(points: int) -> List[str]:
+def lr_values(points: int) -> list[str]:
     return [f"{1e-5 * (i + 1):.6g}" for i in range(points)]
 
 
-def timed_exit(argv: List[str], log: Path) -> float:
+def timed_exit(argv: list[str], log: Path) -> float:
     process, _ = run_stamped(argv, log, timeout_s=600)
     if process.exit_code != 0:
         tail = "\n    ".join(line for _, line in process.lines[-10:])
@@ -55,12 +61,18 @@ def queued(job_name: str) -> int:
     return len(out.stdout.split())
 
 
-def timed_submit(argv: List[str], job_name: str, points: int, log: Path, timeout_s: float = 600) -> Dict:
+def timed_submit(argv: list[str], job_name: str, points: int, log: Path, timeout_s: float = 600) -> dict:
     """Seconds until all `points` tasks are queued; our jobs are cancelled afterwards, whatever happened."""
     start = time.monotonic()
     with log.open("w") as out:
-        proc = subprocess.Popen(argv, cwd=Path(__file__).resolve().parents[1], stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            cwd=Path(__file__).resolve().parents[1],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         first = None
         while True:
@@ -100,23 +112,45 @@ def main() -> None:
         hold = not args.no_hold
         one = timed_exit(sweep_command(values[:1], out / f"one-{run}", name, hold, True), out / f"one-{run}.log")
         validate = timed_exit(sweep_command(values, out / f"dry-{run}", name, hold, True), out / f"dry-{run}.log")
-        submit = timed_submit(sweep_command(values, out / f"submit-{run}", name, hold, False), name, args.points,
-                              out / f"submit-{run}.log")
+        submit = timed_submit(
+            sweep_command(values, out / f"submit-{run}", name, hold, False),
+            name,
+            args.points,
+            out / f"submit-{run}.log",
+        )
         runs.append({"one_point_dry_s": one, "validate_s": validate, **submit})
         print(f"  one point {one:.1f} s, validate {validate:.1f} s, submit {submit}", flush=True)
     report(args, runs, out)
 
 
-def report(args, runs: List[Dict], out: Path) -> None:
+def report(args, runs: list[dict], out: Path) -> None:
     keys = ["one_point_dry_s", "validate_s", "first_queued_s", "submit_s"]
     med = {k: median(r.get(k) for r in runs) for k in keys}
     per_point = (med["validate_s"] - med["one_point_dry_s"]) / max(args.points - 1, 1)
-    print_table(f"sweep submission ({args.points} points): medians of {args.runs} run(s), seconds",
-                ["1-point dry run", f"{args.points}-point validate only", "first task queued",
-                 f"all {args.points} queued", "validation per extra point"],
-                [[med[k] for k in keys] + [per_point]])
-    finish(NAME, {"runs": args.runs, "points": args.points, "hold": not args.no_hold, "median": med,
-                  "validate_per_extra_point_s": per_point, "per_run": runs, "run_dir": str(out)}, args.smoke)
+    print_table(
+        f"sweep submission ({args.points} points): medians of {args.runs} run(s), seconds",
+        [
+            "1-point dry run",
+            f"{args.points}-point validate only",
+            "first task queued",
+            f"all {args.points} queued",
+            "validation per extra point",
+        ],
+        [[med[k] for k in keys] + [per_point]],
+    )
+    finish(
+        NAME,
+        {
+            "runs": args.runs,
+            "points": args.points,
+            "hold": not args.no_hold,
+            "median": med,
+            "validate_per_extra_point_s": per_point,
+            "per_run": runs,
+            "run_dir": str(out),
+        },
+        args.smoke,
+    )
 
 
 if __name__ == "__main__":

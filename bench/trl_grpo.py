@@ -56,10 +56,15 @@ class EvalCallback(TrainerCallback):
         ids = [prompt_ids(self.tokenizer, ex.prompt) for ex in self.examples]
         batch = self.tokenizer.pad({"input_ids": ids}, padding=True, padding_side="left", return_tensors="pt")
         out = self.model.generate(
-            **batch, do_sample=True, temperature=self.spec["eval_temperature"], top_p=1.0, top_k=0,
-            max_new_tokens=self.spec["max_tokens"], pad_token_id=self.tokenizer.pad_token_id,
+            **batch,
+            do_sample=True,
+            temperature=self.spec["eval_temperature"],
+            top_p=1.0,
+            top_k=0,
+            max_new_tokens=self.spec["max_tokens"],
+            pad_token_id=self.tokenizer.pad_token_id,
         )
-        texts = self.tokenizer.batch_decode(out[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+        texts = self.tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
         rewards = [similarity_reward(t, ex.answer) for t, ex in zip(texts, self.examples)]
         self.model.train(was_training)
         emit("eval", step=step, reward=sum(rewards) / len(rewards), eval_s=time.monotonic() - start)
@@ -70,11 +75,13 @@ def main(spec: dict) -> None:
     task = load_task(TaskConfig(**spec["task"]))
     tokenizer = AutoTokenizer.from_pretrained(spec["model"])
     model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32)
-    train = Dataset.from_list([{"prompt": [{"role": "user", "content": ex.prompt}], "answer": ex.answer}
-                               for ex in task.train])
+    train = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": ex.prompt}], "answer": ex.answer} for ex in task.train]
+    )
     config = GRPOConfig(output_dir=spec["output_dir"], **spec["grpo"])
-    trainer = GRPOTrainer(model=model, reward_funcs=reward_fn, args=config, train_dataset=train,
-                          processing_class=tokenizer)
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=reward_fn, args=config, train_dataset=train, processing_class=tokenizer
+    )
     trainer.add_callback(EvalCallback(trainer.model, tokenizer, task.eval[: spec["eval_examples"]], spec))
     emit("ready")
     trainer.train()

@@ -9,66 +9,109 @@ command, so start-up (imports, model load, vLLM's server start) counts on both s
 
     .venv/bin/python bench/vs_trl.py --runs 3            # full: ~20-30 min on the 2-core machine
     .venv/bin/python bench/vs_trl.py --runs 1 --steps 3 --smoke
-Set up TRL's venv first: python3 -m venv bench/.venv-trl && bench/.venv-trl/bin/pip install -r bench/requirements-trl.txt
+Set up TRL's venv first:
+    python3 -m venv bench/.venv-trl && bench/.venv-trl/bin/pip install -r bench/requirements-trl.txt
 """
 
 import argparse
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
 
 from common import REPO, add_runs_arg, bench_dir, compose, finish, median, print_table, run_launcher, run_stamped
 
 NAME = "vs_trl"
 TRL_PYTHON = REPO / "bench" / ".venv-trl" / "bin" / "python"
 
-Curve = List[Tuple[float, int, float]]  # (seconds since the command started, step, eval reward)
+Curve = list[tuple[float, int, float]]  # (seconds since the command started, step, eval reward)
 
 
-def our_overrides(args, seed: int) -> List[str]:
+def our_overrides(args, seed: int) -> list[str]:
     # W&B off on both sides (TRL: report_to="none"): neither pays for logging the other does not do.
-    return [f"max_steps={args.steps}", f"orchestrator.eval.interval={args.eval_interval}", "monitor=off", f"seed={seed}"]
+    return [
+        f"max_steps={args.steps}",
+        f"orchestrator.eval.interval={args.eval_interval}",
+        "monitor=off",
+        f"seed={seed}",
+    ]
 
 
-def trl_spec(cfg, student: Path, args, seed: int, out: Path) -> Dict:
+def trl_spec(cfg, student: Path, args, seed: int, out: Path) -> dict:
     """GRPOConfig matched to our config: what BENCHMARKS.md lists as 'settings matched'."""
     o, opt = cfg.orchestrator, cfg.trainer.optim
     grpo = dict(
         # batch shape: batch_size completions per optimizer step = prompts x rollouts_per_example, one generation
         # round per step, one pass over it (num_iterations=1: on-policy, like our max_async_level=0..1)
-        per_device_train_batch_size=o.batch_size, gradient_accumulation_steps=1, num_generations=o.rollouts_per_example,
-        generation_batch_size=o.batch_size, num_iterations=1, max_steps=args.steps,
+        per_device_train_batch_size=o.batch_size,
+        gradient_accumulation_steps=1,
+        num_generations=o.rollouts_per_example,
+        generation_batch_size=o.batch_size,
+        num_iterations=1,
+        max_steps=args.steps,
         # sampling
-        max_completion_length=o.sampling.max_tokens, temperature=o.sampling.temperature, top_p=o.sampling.top_p, top_k=0,
+        max_completion_length=o.sampling.max_tokens,
+        temperature=o.sampling.temperature,
+        top_p=o.sampling.top_p,
+        top_k=0,
         # loss: no KL penalty, GRPO group-std normalisation, token-level loss normalised by the step's tokens
-        beta=0.0, scale_rewards="group" if o.std_normalize else "none", loss_type="dapo",
+        beta=0.0,
+        scale_rewards="group" if o.std_normalize else "none",
+        loss_type="dapo",
         # optimizer: AdamW, same lr, betas, weight decay, clip, linear warmup then constant
-        learning_rate=opt.lr, adam_beta1=opt.beta1, adam_beta2=opt.beta2, weight_decay=opt.weight_decay,
-        max_grad_norm=opt.max_grad_norm, warmup_steps=opt.warmup_steps, lr_scheduler_type="constant_with_warmup",
+        learning_rate=opt.lr,
+        adam_beta1=opt.beta1,
+        adam_beta2=opt.beta2,
+        weight_decay=opt.weight_decay,
+        max_grad_norm=opt.max_grad_norm,
+        warmup_steps=opt.warmup_steps,
+        lr_scheduler_type="constant_with_warmup",
         # CPU, no logging services, no checkpoints (ours: monitor=off; its checkpoints are cheap and kept)
-        use_cpu=True, bf16=False, use_vllm=False, report_to="none", save_strategy="no", logging_steps=1,
-        disable_tqdm=True, dataloader_num_workers=0, seed=seed,
+        use_cpu=True,
+        bf16=False,
+        use_vllm=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=seed,
     )
-    return {"model": str(student), "task": asdict(cfg.task), "grpo": grpo, "threads": args.trl_threads,
-            "eval_interval": args.eval_interval, "eval_examples": o.eval.num_examples,
-            "eval_temperature": o.eval.temperature, "max_tokens": o.sampling.max_tokens, "output_dir": str(out)}
+    return {
+        "model": str(student),
+        "task": asdict(cfg.task),
+        "grpo": grpo,
+        "threads": args.trl_threads,
+        "eval_interval": args.eval_interval,
+        "eval_examples": o.eval.num_examples,
+        "eval_temperature": o.eval.temperature,
+        "max_tokens": o.sampling.max_tokens,
+        "output_dir": str(out),
+    }
 
 
-def run_ours(args, seed: int, out: Path) -> Dict:
+def run_ours(args, seed: int, out: Path) -> dict:
     launch = run_launcher(our_overrides(args, seed), out / f"ours-{seed}", timeout_s=args.timeout)
     curve = [(t, r["step"], r["eval/reward"]) for t, r in launch.eval_rows()]
     step_times = [t for t, _ in launch.train_rows()]
     return side_stats(curve, step_times, launch.process.duration_s, launch.ok, args.target)
 
 
-def run_trl(cfg, student: Path, args, seed: int, out: Path) -> Dict:
+def run_trl(cfg, student: Path, args, seed: int, out: Path) -> dict:
     spec = trl_spec(cfg, student, args, seed, out / f"trl-{seed}")
-    env = {"PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "OMP_NUM_THREADS": str(args.trl_threads), "TOKENIZERS_PARALLELISM": "false"}
+    env = {
+        "PYTHONPATH": str(REPO),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "OMP_NUM_THREADS": str(args.trl_threads),
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     print(f"  $ bench/.venv-trl/bin/python bench/trl_grpo.py <spec: seed {seed}, {args.steps} steps>", flush=True)
-    process, _ = run_stamped([str(TRL_PYTHON), "bench/trl_grpo.py", json.dumps(spec)],
-                             out / f"trl-{seed}.console.log", env=env, timeout_s=args.timeout)
+    process, _ = run_stamped(
+        [str(TRL_PYTHON), "bench/trl_grpo.py", json.dumps(spec)],
+        out / f"trl-{seed}.console.log",
+        env=env,
+        timeout_s=args.timeout,
+    )
     events = process.json_lines()
     if process.exit_code != 0:
         tail = "\n    ".join(line for _, line in process.lines[-15:])
@@ -78,34 +121,39 @@ def run_trl(cfg, student: Path, args, seed: int, out: Path) -> Dict:
     return side_stats(curve, step_times, process.duration_s, process.exit_code == 0, args.target)
 
 
-def side_stats(curve: Curve, step_times: List[float], wall_s: float, ok: bool, target: float) -> Dict:
+def side_stats(curve: Curve, step_times: list[float], wall_s: float, ok: bool, target: float) -> dict:
     reached = next(((t, step) for t, step, r in curve if r >= target), (None, None))
     span = step_times[-1] - step_times[0] if len(step_times) > 1 else None
     return {
-        "ok": ok, "wall_s": wall_s, "steps": len(step_times),
+        "ok": ok,
+        "wall_s": wall_s,
+        "steps": len(step_times),
         "first_step_s": step_times[0] if step_times else None,
         "steps_per_min": 60 * (len(step_times) - 1) / span if span else None,
-        "eval_first": curve[0][2] if curve else None, "eval_final": curve[-1][2] if curve else None,
-        "target_s": reached[0], "target_step": reached[1], "curve": curve,
+        "eval_first": curve[0][2] if curve else None,
+        "eval_final": curve[-1][2] if curve else None,
+        "target_s": reached[0],
+        "target_step": reached[1],
+        "curve": curve,
     }
 
 
-def reward_at(curve: Curve, t: float) -> Optional[float]:
+def reward_at(curve: Curve, t: float) -> float | None:
     """The latest eval reward known `t` seconds after the command started."""
     seen = [r for when, _, r in curve if when <= t]
     return seen[-1] if seen else None
 
 
-def wallclock_marks(runs: List[Dict], every_s: float) -> List[float]:
+def wallclock_marks(runs: list[dict], every_s: float) -> list[float]:
     longest = max((r[side]["wall_s"] for r in runs for side in ("ours", "trl")), default=0.0)
     return [every_s * k for k in range(1, int(longest // every_s) + 2)]
 
 
-def ratio(trl: Optional[float], ours: Optional[float]) -> Optional[float]:
+def ratio(trl: float | None, ours: float | None) -> float | None:
     return trl / ours if trl is not None and ours else None
 
 
-def plot(runs: List[Dict], path: Path) -> None:
+def plot(runs: list[dict], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -134,8 +182,10 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per run and side")
     args = parser.parse_args()
     if not TRL_PYTHON.exists():
-        raise SystemExit(f"{TRL_PYTHON} missing; set it up: python3 -m venv bench/.venv-trl && "
-                         "bench/.venv-trl/bin/pip install -r bench/requirements-trl.txt")
+        raise SystemExit(
+            f"{TRL_PYTHON} missing; set it up: python3 -m venv bench/.venv-trl && "
+            "bench/.venv-trl/bin/pip install -r bench/requirements-trl.txt"
+        )
 
     from prime_rl.models import ensure_student
 
@@ -149,33 +199,60 @@ def main() -> None:
     report(args, cfg, runs, out)
 
 
-def report(args, cfg, runs: List[Dict], out: Path) -> None:
+def report(args, cfg, runs: list[dict], out: Path) -> None:
     keys = ["wall_s", "first_step_s", "steps_per_min", "eval_first", "eval_final", "target_s", "target_step"]
     med = {side: {k: median(r[side][k] for r in runs) for k in keys} for side in ("ours", "trl")}
     rows = [[side] + [med[side][k] for k in keys] for side in ("ours", "trl")]
-    print_table(f"vs TRL: medians of {len(runs)} run(s), {args.steps} steps, target eval reward {args.target}",
-                ["side", "wall s", "1st step s", "steps/min", "eval first", "eval final",
-                 f"s to {args.target}", f"step to {args.target}"], rows)
+    print_table(
+        f"vs TRL: medians of {len(runs)} run(s), {args.steps} steps, target eval reward {args.target}",
+        [
+            "side",
+            "wall s",
+            "1st step s",
+            "steps/min",
+            "eval first",
+            "eval final",
+            f"s to {args.target}",
+            f"step to {args.target}",
+        ],
+        rows,
+    )
     marks = wallclock_marks(runs, args.mark_s)
     at = {side: {m: median(reward_at(r[side]["curve"], m) for r in runs) for m in marks} for side in ("ours", "trl")}
     print("eval reward vs wall-clock: the latest eval at each time since the command started, median over runs")
-    print_table("eval reward at",
-                ["side"] + [f"{m:g} s" for m in marks], [[side] + list(at[side].values()) for side in at])
+    print_table(
+        "eval reward at", ["side"] + [f"{m:g} s" for m in marks], [[side] + list(at[side].values()) for side in at]
+    )
     pair_ratios = [ratio(r["trl"]["target_s"], r["ours"]["target_s"]) for r in runs]
     speed = ratio(med["ours"]["steps_per_min"], med["trl"]["steps_per_min"])
-    print(f"wall-clock to reach {args.target}: TRL / ours = {median(pair_ratios)} (median of per-run ratios "
-          f"{pair_ratios}); steps/min ours / TRL = {speed}")
+    print(
+        f"wall-clock to reach {args.target}: TRL / ours = {median(pair_ratios)} (median of per-run ratios "
+        f"{pair_ratios}); steps/min ours / TRL = {speed}"
+    )
     plot(runs, out / "eval_vs_wallclock.png")
     print(f"plot: {out / 'eval_vs_wallclock.png'}")
     o = cfg.orchestrator
-    finish(NAME, {
-        "runs": args.runs, "steps": args.steps, "target": args.target, "eval_interval": args.eval_interval,
-        "batch": f"{o.batch_size // o.rollouts_per_example} prompts x {o.rollouts_per_example}",
-        "lr": cfg.trainer.optim.lr, "trl_threads": args.trl_threads, "trl_version": trl_version(),
-        "median": med, "reward_at_s": at,
-        "time_to_target_ratio_trl_over_ours": median(pair_ratios), "per_run_ratios": pair_ratios,
-        "steps_per_min_ratio_ours_over_trl": speed, "run_dir": str(out), "per_run": runs,
-    }, args.smoke)
+    finish(
+        NAME,
+        {
+            "runs": args.runs,
+            "steps": args.steps,
+            "target": args.target,
+            "eval_interval": args.eval_interval,
+            "batch": f"{o.batch_size // o.rollouts_per_example} prompts x {o.rollouts_per_example}",
+            "lr": cfg.trainer.optim.lr,
+            "trl_threads": args.trl_threads,
+            "trl_version": trl_version(),
+            "median": med,
+            "reward_at_s": at,
+            "time_to_target_ratio_trl_over_ours": median(pair_ratios),
+            "per_run_ratios": pair_ratios,
+            "steps_per_min_ratio_ours_over_trl": speed,
+            "run_dir": str(out),
+            "per_run": runs,
+        },
+        args.smoke,
+    )
 
 
 def trl_version() -> str:

@@ -2,7 +2,6 @@
 
 import re
 from pathlib import Path
-from typing import Optional
 
 STABLE = "STABLE"  # written last into weights/step_N: the export is complete
 
@@ -41,10 +40,10 @@ class RunDir:
         found = [re.fullmatch(r"step_(\d+)(\.bin)?", p.name) for p in (self.root / folder).glob("step_*")]
         return sorted(int(m.group(1)) for m in found if m)
 
-    def latest_weights(self) -> Optional[int]:
+    def latest_weights(self) -> int | None:
         ready = [s for s in self.steps_in("weights") if self.weights_ready(s)]
         return ready[-1] if ready else None
 
-    def latest_checkpoint(self) -> Optional[int]:
+    def latest_checkpoint(self) -> int | None:
         done = [s for s in self.steps_in("checkpoints") if (self.checkpoint(s) / "DONE").exists()]
         return done[-1] if done else None

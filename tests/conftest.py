@@ -1,7 +1,6 @@
 import os
 import sys
 from pathlib import Path
-from typing import List
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -15,14 +14,14 @@ CONF = ROOT / "conf"
 register_configs()
 
 
-def compose_config(overrides: List[str] = ()) -> Config:
+def compose_config(overrides: list[str] = ()) -> Config:
     """The typed config `python launch.py <overrides>` would build (no validation)."""
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return to_config(compose(config_name="config", overrides=list(overrides)))
 
 
-def launch_cmd(*overrides: str) -> List[str]:
+def launch_cmd(*overrides: str) -> list[str]:
     return [sys.executable, str(ROOT / "launch.py"), *overrides]
 
 

@@ -3,7 +3,6 @@ endpoint, a flaky proxy): each is a BaseHTTPRequestHandler subclass served on a 
 
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Type
 
 
 class StubHandler(BaseHTTPRequestHandler):
@@ -21,7 +20,7 @@ class StubHandler(BaseHTTPRequestHandler):
         pass  # a line per request would bury the test's output
 
 
-def serve_stub(handler: Type[StubHandler]) -> ThreadingHTTPServer:
+def serve_stub(handler: type[StubHandler]) -> ThreadingHTTPServer:
     """Serve `handler` in a daemon thread; stop it with `.shutdown()`. Its root is stub_url(server)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True  # a handler left hanging on purpose must not block shutdown

@@ -107,10 +107,24 @@ def test_collate_aligns_completion_logprobs_with_the_loss_mask():
 
 
 def test_parse_completions_reads_token_ids_and_logprobs():
-    data = {"choices": [
-        {"index": 1, "text": "b", "token_ids": [5], "logprobs": {"token_logprobs": [-0.5]}, "finish_reason": "length"},
-        {"index": 0, "text": "a<", "token_ids": [4, 2], "logprobs": {"token_logprobs": [-0.1, -0.2]}, "finish_reason": "stop"},
-    ]}
+    data = {
+        "choices": [
+            {
+                "index": 1,
+                "text": "b",
+                "token_ids": [5],
+                "logprobs": {"token_logprobs": [-0.5]},
+                "finish_reason": "length",
+            },
+            {
+                "index": 0,
+                "text": "a<",
+                "token_ids": [4, 2],
+                "logprobs": {"token_logprobs": [-0.1, -0.2]},
+                "finish_reason": "stop",
+            },
+        ]
+    }
     out = parse_completions(data)
     assert [c.token_ids for c in out] == [[4, 2], [5]]
     assert out[0].logprobs == [-0.1, -0.2] and out[0].finish_reason == "stop"
@@ -119,11 +133,13 @@ def test_parse_completions_reads_token_ids_and_logprobs():
 
 
 def test_parse_prompt_logprobs_takes_the_actual_token_not_the_first_key():
-    choice = {"prompt_logprobs": [
-        None,
-        {"9": {"logprob": -0.1, "rank": 1}, "4": {"logprob": -2.5, "rank": 3}},  # top-1 first, actual token 4
-        {"7": {"logprob": -0.3, "rank": 1}},
-    ]}
+    choice = {
+        "prompt_logprobs": [
+            None,
+            {"9": {"logprob": -0.1, "rank": 1}, "4": {"logprob": -2.5, "rank": 3}},  # top-1 first, actual token 4
+            {"7": {"logprob": -0.3, "rank": 1}},
+        ]
+    }
     assert parse_prompt_logprobs(choice, [1, 4, 7]) == [None, -2.5, -0.3]
     with pytest.raises(InferenceError):
         parse_prompt_logprobs({"prompt_logprobs": None}, [1, 4, 7])

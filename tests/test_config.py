@@ -28,7 +28,10 @@ def check(overrides, visible_gpus=0):
 def test_cfg_job_prints_the_propagated_opd_config():
     out = subprocess.run(
         launch_cmd("--cfg", "job", "training_mode=opd", "teacher=local_vllm"),
-        capture_output=True, text=True, check=True, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
     ).stdout
     cfg = OmegaConf.create(out)
     assert cfg.training_mode == "opd" and cfg.orchestrator.training_mode == "opd"
@@ -44,7 +47,9 @@ def test_sft_sets_the_nll_loss_and_a_local_teacher():
     assert cfg.teacher.kind == TeacherKind.local_vllm
 
 
-@pytest.mark.parametrize("order", [["training_mode=opd", "teacher=external"], ["teacher=external", "training_mode=opd"]])
+@pytest.mark.parametrize(
+    "order", [["training_mode=opd", "teacher=external"], ["teacher=external", "training_mode=opd"]]
+)
 def test_command_line_teacher_wins_over_the_mode_default(order):
     assert compose_config(order).teacher.kind == TeacherKind.external
 
@@ -60,7 +65,11 @@ def test_wrong_type_is_an_error():
 
 
 VALID = {
-    ("rl", "none"), ("opd", "local_vllm"), ("opd", "external"), ("sft", "local_vllm"), ("sft", "external"),
+    ("rl", "none"),
+    ("opd", "local_vllm"),
+    ("opd", "external"),
+    ("sft", "local_vllm"),
+    ("sft", "external"),
 }
 
 
@@ -93,16 +102,29 @@ def test_every_experiment_composes_and_validates(name):
 # (accepted overrides, rejected overrides, a key the error must name)
 RULES = {
     "rl forbids a teacher": ([], ["teacher=local_vllm"], "teacher"),
-    "rl needs teacher_tau 0": (["trainer.loss.teacher_tau=0"], ["trainer.loss.teacher_tau=0.5"], "trainer.loss.teacher_tau"),
+    "rl needs teacher_tau 0": (
+        ["trainer.loss.teacher_tau=0"],
+        ["trainer.loss.teacher_tau=0.5"],
+        "trainer.loss.teacher_tau",
+    ),
     "rl needs verification": ([], ["orchestrator.verification.enabled=false"], "orchestrator.verification.enabled"),
     "opd needs a teacher": (["training_mode=opd"], ["training_mode=opd", "teacher=none"], "teacher"),
     "opd needs teacher_tau > 0": (
-        ["training_mode=opd", "trainer.loss.teacher_tau=0.3"], ["training_mode=opd", "trainer.loss.teacher_tau=0"],
+        ["training_mode=opd", "trainer.loss.teacher_tau=0.3"],
+        ["training_mode=opd", "trainer.loss.teacher_tau=0"],
         "trainer.loss.teacher_tau",
     ),
     "sft needs a teacher": (["training_mode=sft"], ["training_mode=sft", "teacher=none"], "teacher"),
-    "sft trains with the nll loss": (["training_mode=sft"], ["training_mode=sft", "trainer.loss.type=rl"], "trainer.loss.type"),
-    "mode is set in one place": (["training_mode=opd"], ["orchestrator.training_mode=opd"], "orchestrator.training_mode"),
+    "sft trains with the nll loss": (
+        ["training_mode=sft"],
+        ["training_mode=sft", "trainer.loss.type=rl"],
+        "trainer.loss.type",
+    ),
+    "mode is set in one place": (
+        ["training_mode=opd"],
+        ["orchestrator.training_mode=opd"],
+        "orchestrator.training_mode",
+    ),
     "adv_tau > 0 needs verification": (
         ["training_mode=opd", "trainer.loss.adv_tau=0", "orchestrator.verification.enabled=false"],
         ["training_mode=opd", "orchestrator.verification.enabled=false"],
@@ -130,12 +152,18 @@ RULES = {
         "teacher.headers.Authorization",
     ),
     "teacher model must be named": (["training_mode=opd"], ["training_mode=opd", "teacher.model=''"], "teacher.model"),
-    "batch is whole groups": (["orchestrator.batch_size=64"], ["orchestrator.batch_size=100"], "orchestrator.batch_size"),
+    "batch is whole groups": (
+        ["orchestrator.batch_size=64"],
+        ["orchestrator.batch_size=100"],
+        "orchestrator.batch_size",
+    ),
     "max_steps >= 1": (["max_steps=1"], ["max_steps=0"], "max_steps"),
     "lr >= 0": (["trainer.optim.lr=0"], ["trainer.optim.lr=-1"], "trainer.optim.lr"),
     "port in range": (["inference.port=8000"], ["inference.port=70000"], "inference.port"),
     "completion fits the context": (
-        ["orchestrator.sampling.max_tokens=64"], ["orchestrator.sampling.max_tokens=600"], "inference.max_model_len",
+        ["orchestrator.sampling.max_tokens=64"],
+        ["orchestrator.sampling.max_tokens=600"],
+        "inference.max_model_len",
     ),
     "lora rank >= 1": (["lora=on"], ["lora=on", "trainer.lora.rank=0"], "trainer.lora.rank"),
     "known task": (["task=sort"], ["task.name=nope"], "task.name"),
@@ -183,7 +211,10 @@ def test_rejected_launch_exits_2_fast_and_starts_nothing(tmp_path):
     start = time.monotonic()
     proc = subprocess.run(
         launch_cmd("training_mode=opd", "trainer.loss.teacher_tau=0", f"hydra.run.dir={run_dir}"),
-        capture_output=True, text=True, cwd=ROOT, timeout=60,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
     )
     assert proc.returncode == 2
     assert time.monotonic() - start < 20
@@ -196,7 +227,10 @@ def test_opd_dry_run_plan(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.run(
         launch_cmd("training_mode=opd", "teacher=local_vllm", "launcher.dry_run=true", f"hydra.run.dir={run_dir}"),
-        capture_output=True, text=True, cwd=ROOT, timeout=60,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     for role in ("inference", "teacher_inference", "orchestrator", "trainer"):
@@ -210,7 +244,12 @@ def test_opd_dry_run_plan(tmp_path):
 
 def test_gpu_slices_are_disjoint_and_ordered(tmp_path):
     cfg = compose_config(
-        ["training_mode=opd", "deployment.num_infer_gpus=1", "deployment.num_train_gpus=2", "deployment.num_teacher_gpus=1"]
+        [
+            "training_mode=opd",
+            "deployment.num_infer_gpus=1",
+            "deployment.num_train_gpus=2",
+            "deployment.num_teacher_gpus=1",
+        ]
     )
     validate(cfg, visible_gpus=4)
     plan = build_plan(cfg, tmp_path, ["0", "1", "2", "3"])
@@ -226,7 +265,10 @@ def test_gpu_slices_follow_cuda_visible_devices(tmp_path):
     env_overrides = ["deployment.num_infer_gpus=1", "deployment.num_train_gpus=1"]
     proc = subprocess.run(
         launch_cmd(*env_overrides, "launcher.dry_run=true", f"hydra.run.dir={run_dir}"),
-        capture_output=True, text=True, cwd=ROOT, timeout=60,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
         env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": "5,7", "COLUMNS": "400"},
     )
     assert proc.returncode == 0, proc.stderr
@@ -256,7 +298,11 @@ def dry_run(tmp_path, *overrides, cuda_visible=None):
         env["CUDA_VISIBLE_DEVICES"] = cuda_visible
     proc = subprocess.run(
         launch_cmd(*overrides, "launcher.dry_run=true", f"hydra.run.dir={tmp_path / 'run'}"),
-        capture_output=True, text=True, cwd=ROOT, timeout=60, env={**env, "COLUMNS": "400"},
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env={**env, "COLUMNS": "400"},
     )
     assert proc.returncode == 0, proc.stderr
     return proc.stderr
@@ -275,8 +321,15 @@ def test_dry_run_trainer_on_two_cpu_processes_is_torchrun(tmp_path):
 
 
 def test_dry_run_gpu_deployment_with_tp_dp_and_a_sharded_trainer(tmp_path):
-    text = dry_run(tmp_path, "deployment=gpu", "deployment.num_infer_gpus=4", "deployment.num_train_gpus=2",
-                   "inference.tp=2", "inference.dp=2", cuda_visible="3,4,5,6,7,9")
+    text = dry_run(
+        tmp_path,
+        "deployment=gpu",
+        "deployment.num_infer_gpus=4",
+        "deployment.num_train_gpus=2",
+        "inference.tp=2",
+        "inference.dp=2",
+        cuda_visible="3,4,5,6,7,9",
+    )
     vllm = command_of(text, "inference")
     flag = lambda name: vllm[vllm.index(name) + 1]  # noqa: E731
     assert flag("--tensor-parallel-size") == "2" and flag("--data-parallel-size") == "2"

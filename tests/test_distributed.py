@@ -33,20 +33,36 @@ def make_samples(seed: int, n: int = 5) -> list:
     for _ in range(n):
         prompt = [rng.randrange(3, 300) for _ in range(rng.randint(3, 9))]
         completion = [rng.randrange(3, 300) for _ in range(rng.randint(1, 7))]
-        samples.append(Sample(
-            prompt, completion, [-5.77 + rng.uniform(-0.3, 0.3) for _ in completion],
-            advantage=rng.uniform(-1, 1), reward=0.5, teacher_logprobs=[rng.uniform(-8, -1) for _ in completion],
-        ))
+        samples.append(
+            Sample(
+                prompt,
+                completion,
+                [-5.77 + rng.uniform(-0.3, 0.3) for _ in completion],
+                advantage=rng.uniform(-1, 1),
+                reward=0.5,
+                teacher_logprobs=[rng.uniform(-8, -1) for _ in completion],
+            )
+        )
     return samples
 
 
 def run_config(tmp_path, model_dir, name: str, **trainer):
     # 5 samples in micro-batches of 2: rank 0 gets 3 (2 micro-batches), rank 1 gets 2 plus a no-loss stand-in.
-    cfg = compose_config([
-        "training_mode=opd", f"model.name={model_dir}", f"max_steps={STEPS}", "ckpt.interval=1", "ckpt.keep=5",
-        "monitor.wandb.mode=disabled", "trainer.micro_batch_size=2", "trainer.optim.lr=1e-2",
-        "trainer.optim.warmup_steps=1", "trainer.loss.kl_tau=0.1", "trainer.device=cpu",
-    ])
+    cfg = compose_config(
+        [
+            "training_mode=opd",
+            f"model.name={model_dir}",
+            f"max_steps={STEPS}",
+            "ckpt.interval=1",
+            "ckpt.keep=5",
+            "monitor.wandb.mode=disabled",
+            "trainer.micro_batch_size=2",
+            "trainer.optim.lr=1e-2",
+            "trainer.optim.warmup_steps=1",
+            "trainer.loss.kl_tau=0.1",
+            "trainer.device=cpu",
+        ]
+    )
     cfg = replace(cfg, run_dir=str(tmp_path / name), trainer=replace(cfg.trainer, **trainer))
     run_dir = RunDir(cfg.run_dir)
     for step in range(STEPS):
@@ -121,6 +137,11 @@ def test_every_rank_gets_a_share_in_as_many_micro_batches(n, world, size):
     assert len({len(mbs) for mbs in per_rank}) == 1  # FSDP's collectives need the same count on every rank
     tokens = sum(int(mb.loss_mask.sum()) for mbs in per_rank for mb in mbs)
     assert tokens == sum(len(s.completion_ids) for s in samples)  # each completion token exactly once
-    seen = [row[: int(mb.attention_mask[i].sum())].tolist() for mbs in per_rank for mb in mbs
-            for i, row in enumerate(mb.input_ids) if mb.loss_mask[i].any()]
+    seen = [
+        row[: int(mb.attention_mask[i].sum())].tolist()
+        for mbs in per_rank
+        for mb in mbs
+        for i, row in enumerate(mb.input_ids)
+        if mb.loss_mask[i].any()
+    ]
     assert seen == [s.prompt_ids + s.completion_ids for s in samples]  # contiguous shares, in order

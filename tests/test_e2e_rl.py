@@ -30,8 +30,9 @@ def run_processes(marker: str) -> list[int]:
 
 
 def launch(run_dir: Path, *overrides: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    proc = subprocess.run(launch_cmd(*overrides, f"hydra.run.dir={run_dir}"), capture_output=True, text=True,
-                          cwd=ROOT, timeout=timeout)
+    proc = subprocess.run(
+        launch_cmd(*overrides, f"hydra.run.dir={run_dir}"), capture_output=True, text=True, cwd=ROOT, timeout=timeout
+    )
     assert not run_processes(str(run_dir)), "processes of the run outlived the launcher"
     return proc
 
@@ -56,8 +57,18 @@ def test_rl_improves_eval_reward_and_lr_zero_does_not(tmp_path):
     train_rows = [r for r in rows if "loss" in r]
     assert [r["step"] for r in train_rows] == list(range(50))
     assert all(r["policy/staleness"] <= 1 for r in train_rows)  # max_async_level=1
-    for key in ("reward/mean", "loss", "entropy", "mismatch_kl", "grad_norm", "lr", "time/generate", "time/train",
-                "time/step", "throughput/tokens_per_s"):
+    for key in (
+        "reward/mean",
+        "loss",
+        "entropy",
+        "mismatch_kl",
+        "grad_norm",
+        "lr",
+        "time/generate",
+        "time/train",
+        "time/step",
+        "throughput/tokens_per_s",
+    ):
         assert all(key in r for r in train_rows), key
     frozen_rows = [json.loads(line) for line in (tmp_path / "frozen" / "metrics.jsonl").read_text().splitlines()]
     # same weights on both sides: the server's logprobs are the trainer's (a broken reload would show here)

@@ -37,8 +37,13 @@ def test_opd_distills_the_teacher(tmp_path, teacher_dir):
 
 @pytest.mark.vllm
 def test_pure_distillation_never_calls_the_verifier(tmp_path, teacher_dir):
-    run = launch(tmp_path / "run", "experiment=opd", "max_steps=3", "trainer.loss.adv_tau=0",
-                 "orchestrator.verification.enabled=false")
+    run = launch(
+        tmp_path / "run",
+        "experiment=opd",
+        "max_steps=3",
+        "trainer.loss.adv_tau=0",
+        "orchestrator.verification.enabled=false",
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     train = [r for r in rows(tmp_path / "run") if "loss" in r]
     assert len(train) == 3
@@ -61,8 +66,17 @@ def test_opd_with_a_different_tokenizer_fails_before_training(tmp_path, teacher_
     other = tmp_path / "other-teacher"
     shutil.copytree(teacher_dir, other)
     config = json.loads((other / "tokenizer.json").read_text())
-    config["added_tokens"].append({"id": 300, "content": "<|other|>", "single_word": False, "lstrip": False,
-                                   "rstrip": False, "normalized": False, "special": True})
+    config["added_tokens"].append(
+        {
+            "id": 300,
+            "content": "<|other|>",
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+    )
     (other / "tokenizer.json").write_text(json.dumps(config))
     run = launch(tmp_path / "run", "training_mode=opd", f"teacher.model={other}", "max_steps=3")
     assert run.returncode != 0
@@ -96,8 +110,16 @@ def test_opd_against_an_endpoint_without_prompt_logprobs_fails_before_training(t
     monkeypatch.setenv(KEY_ENV, "unused")
     teacher = NoPromptLogprobsTeacher(AutoTokenizer.from_pretrained(ensure_student(Config())))
     try:
-        run = launch(tmp_path / "run", "training_mode=opd", "teacher=external", f"teacher.base_url={teacher.url}",
-                     "teacher.model=x", f"teacher.api_key_env={KEY_ENV}", "teacher.max_retries=0", "max_steps=3")
+        run = launch(
+            tmp_path / "run",
+            "training_mode=opd",
+            "teacher=external",
+            f"teacher.base_url={teacher.url}",
+            "teacher.model=x",
+            f"teacher.api_key_env={KEY_ENV}",
+            "teacher.max_retries=0",
+            "max_steps=3",
+        )
     finally:
         teacher.server.shutdown()
     assert run.returncode != 0

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Dict, List
 
 import httpx
 import pytest
@@ -29,13 +28,13 @@ SHORT = ["max_steps=8", "ckpt.interval=2", "orchestrator.eval.interval=0"]
 TEACHER_KEY_ENV = "PRIME_RL_TEST_TEACHER_KEY"
 
 
-def started_roles(run_dir: Path) -> Dict[str, int]:
+def started_roles(run_dir: Path) -> dict[str, int]:
     """Role -> pid (= process group) of its latest start, from the launcher's log."""
     log = (run_dir / "logs" / "launcher.log").read_text() if (run_dir / "logs" / "launcher.log").exists() else ""
     return {role: int(pid) for role, pid in re.findall(r"started (\w+) \(pid (\d+)", log)}
 
 
-def train_steps(run_dir: Path) -> List[int]:
+def train_steps(run_dir: Path) -> list[int]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines() if (run_dir / "metrics.jsonl").exists() else []
     return [json.loads(line)["step"] for line in lines if line.endswith("}")]
 
@@ -43,7 +42,9 @@ def train_steps(run_dir: Path) -> List[int]:
 def wait_until(predicate, proc: subprocess.Popen, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
-        assert proc.poll() is None, f"the launcher exited ({proc.returncode}) before {what}: {proc.stderr.read()[-3000:]}"
+        assert proc.poll() is None, (
+            f"the launcher exited ({proc.returncode}) before {what}: {proc.stderr.read()[-3000:]}"
+        )
         assert time.monotonic() < deadline, f"no {what} after {timeout_s} s"
         time.sleep(0.2)
 
@@ -73,8 +74,13 @@ FAULTS = [
 def test_a_fault_stops_the_run_cleanly_and_resume_finishes_it(tmp_path, target, sig, extra):
     run_dir = tmp_path / "run"
     at_step = random.randint(3, 5)  # a random step past the first checkpoint (step 2)
-    proc = subprocess.Popen(launch_cmd(*SHORT, *extra, "max_steps=200", f"hydra.run.dir={run_dir}"), cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        launch_cmd(*SHORT, *extra, "max_steps=200", f"hydra.run.dir={run_dir}"),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_until(lambda: len(train_steps(run_dir)) >= at_step, proc, 300, f"step {at_step}")
         if target == "launcher":
@@ -124,13 +130,16 @@ def test_a_server_that_is_not_ready_in_time_fails_naming_it_with_its_log(tmp_pat
 def test_two_runs_started_together_both_finish(tmp_path):
     """Default run dirs (no hydra.run.dir): two launchers in the same second get their own dir and ports."""
     cmd = launch_cmd("max_steps=3", "orchestrator.eval.interval=0")
-    procs = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
     outs = [p.communicate(timeout=540) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
     run_dirs = sorted((tmp_path / "outputs").glob("*/*"))
     assert len(run_dirs) == 2
-    ports = {json.dumps(re.findall(r"port: (\d+)", (d / "configs" / "orchestrator.yaml").read_text())) for d in run_dirs}
+    ports = {
+        json.dumps(re.findall(r"port: (\d+)", (d / "configs" / "orchestrator.yaml").read_text())) for d in run_dirs
+    }
     assert len(ports) == 2
     assert all(train_steps(d) == [0, 1, 2] for d in run_dirs)
 
@@ -139,11 +148,18 @@ def test_a_second_launcher_on_a_live_run_dir_is_refused(tmp_path):
     from prime_rl.launcher.run_lock import claim_run_dir
 
     assert claim_run_dir(tmp_path) is None  # this test process now holds the run dir
-    run = subprocess.run(launch_cmd("launcher.dry_run=true", f"hydra.run.dir={tmp_path}"), capture_output=True,
-                         text=True, cwd=ROOT, timeout=60)
+    run = subprocess.run(
+        launch_cmd("launcher.dry_run=true", f"hydra.run.dir={tmp_path}"),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
     assert run.returncode == 2
-    assert run.stderr.strip() == (f"error: run dir {tmp_path} is in use by another launcher (pid {os.getpid()}); "
-                                  "fix: wait for it to end, or give this run its own hydra.run.dir")
+    assert run.stderr.strip() == (
+        f"error: run dir {tmp_path} is in use by another launcher (pid {os.getpid()}); "
+        "fix: wait for it to end, or give this run its own hydra.run.dir"
+    )
     assert not (tmp_path / "configs").exists()  # the live run's role configs are left alone
 
 
@@ -151,10 +167,19 @@ class FaultyEndpoint:
     """A real HTTP server answering POSTs from a script of faults: "500", "garbage" (malformed JSON), "hang"
     (accepts, never answers), then "ok" (a valid one-completion reply) once the script runs out."""
 
-    OK = {"choices": [{"index": 0, "text": "a", "token_ids": [5], "logprobs": {"token_logprobs": [-0.5]},
-                       "finish_reason": "length"}]}
+    OK = {
+        "choices": [
+            {
+                "index": 0,
+                "text": "a",
+                "token_ids": [5],
+                "logprobs": {"token_logprobs": [-0.5]},
+                "finish_reason": "length",
+            }
+        ]
+    }
 
-    def __init__(self, script: List[str]):
+    def __init__(self, script: list[str]):
         self.script, self.seen = list(script), []
         endpoint = self
 
@@ -166,7 +191,11 @@ class FaultyEndpoint:
                 if fault == "hang":
                     time.sleep(30)
                     return
-                body = {"500": b'{"error": "overloaded"}', "garbage": b'{"choices": [', "ok": json.dumps(endpoint.OK).encode()}[fault]
+                body = {
+                    "500": b'{"error": "overloaded"}',
+                    "garbage": b'{"choices": [',
+                    "ok": json.dumps(endpoint.OK).encode(),
+                }[fault]
                 self.reply(500 if fault == "500" else 200, body)
 
         self.server = serve_stub(Handler)
@@ -204,8 +233,10 @@ def test_transient_endpoint_faults_within_the_retry_budget_do_not_fail():
     assert result[0][0].token_ids == [5]
 
 
-@pytest.mark.parametrize("fault, says", [("500", "HTTP 500"), ("garbage", "JSONDecodeError"), ("hang", "ReadTimeout"),
-                                         ("refused", "ConnectError")])
+@pytest.mark.parametrize(
+    "fault, says",
+    [("500", "HTTP 500"), ("garbage", "JSONDecodeError"), ("hang", "ReadTimeout"), ("refused", "ConnectError")],
+)
 def test_a_persistent_endpoint_fault_fails_clearly_within_its_budget(fault, says):
     endpoint = FaultyEndpoint([fault] * 10)
     url = endpoint.url if fault != "refused" else f"http://127.0.0.1:{free_port(set())}/v1"
@@ -253,11 +284,11 @@ def listening_address(port: int) -> str:
         local, state = line.split()[1], line.split()[3]
         addr, p = local.split(":")
         if int(p, 16) == port and state == "0A":
-            return ".".join(str(int(addr[i:i + 2], 16)) for i in (6, 4, 2, 0))
+            return ".".join(str(int(addr[i : i + 2], 16)) for i in (6, 4, 2, 0))
     return ""
 
 
-def environ(pid: int) -> Dict[str, str]:
+def environ(pid: int) -> dict[str, str]:
     entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     return dict(e.decode(errors="replace").split("=", 1) for e in entries if b"=" in e)
 
@@ -278,9 +309,16 @@ def test_secrets_and_server_keys_never_leave_the_processes(tmp_path, monkeypatch
     run_dir = tmp_path / "run"
     with serve(teacher, tmp_path, served_name="tiny-teacher", extra_args=["--api-key", secret]) as url:
         proxy = FlakyProxy(url, faults=3)
-        cmd = launch_cmd("experiment=sft_external", "max_steps=3", f"teacher.base_url={proxy.url}/v1",
-                         "teacher.model=tiny-teacher", f"teacher.api_key_env={TEACHER_KEY_ENV}", "teacher.max_retries=5",
-                         "monitor.samples_interval=1", f"hydra.run.dir={run_dir}")
+        cmd = launch_cmd(
+            "experiment=sft_external",
+            "max_steps=3",
+            f"teacher.base_url={proxy.url}/v1",
+            "teacher.model=tiny-teacher",
+            f"teacher.api_key_env={TEACHER_KEY_ENV}",
+            "teacher.max_retries=5",
+            "monitor.samples_interval=1",
+            f"hydra.run.dir={run_dir}",
+        )
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             wait_until(lambda: len(train_steps(run_dir)) >= 1, proc, 300, "step 0")

@@ -27,7 +27,7 @@ def student():
 def hf_greedy(model, ids):
     with torch.no_grad():
         out = model.generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False)
-    return out[0, len(ids):].tolist()
+    return out[0, len(ids) :].tolist()
 
 
 async def vllm_greedy(client, tok):
@@ -50,7 +50,12 @@ def test_reload_then_scoring_match_transformers(student, tmp_path):
         client = InferenceClient(f"{url}/v1", max_retries=1)
         before = await vllm_greedy(client, tok)
         # A request still running during the reload (one a client gave up on): preempted, not an error.
-        long_request = {"model": "student", "prompt": [prompt_ids(tok, PROMPTS[0])] * 32, "max_tokens": 480, "ignore_eos": True}
+        long_request = {
+            "model": "student",
+            "prompt": [prompt_ids(tok, PROMPTS[0])] * 32,
+            "max_tokens": 480,
+            "ignore_eos": True,
+        }
         running = asyncio.create_task(client.post("/completions", long_request))
         await asyncio.sleep(0.5)
         assert not running.done()

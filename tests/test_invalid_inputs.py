@@ -8,7 +8,6 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Tuple
 
 import pytest
 
@@ -24,7 +23,7 @@ EXTERNAL = ("training_mode=sft", "teacher=external")  # conf/teacher/external.ya
 class Case:
     kind: str  # the row's category in the docs table
     what: str  # the mistake, in words
-    args: Tuple[str, ...]  # the command line after `python launch.py`
+    args: tuple[str, ...]  # the command line after `python launch.py`
     names: str  # what the one-line error must name (a key, a group, a path)
 
 
@@ -42,13 +41,28 @@ CASES = [
     Case("unknown choice", "no such task", ("task=addition",), "[task]"),
     Case("syntax", "malformed override", ("max_steps==3",), "max_steps==3"),
     Case("out of range", "no steps", ("max_steps=0",), "[max_steps]"),
-    Case("out of range", "batch not a multiple of the group size", ("orchestrator.batch_size=100",),
-         "[orchestrator.batch_size, orchestrator.rollouts_per_example]"),
-    Case("out of range", "empty group", ("orchestrator.rollouts_per_example=0",), "[orchestrator.rollouts_per_example]"),
-    Case("out of range", "negative temperature", ("orchestrator.sampling.temperature=-1",), "[orchestrator.sampling.temperature]"),
+    Case(
+        "out of range",
+        "batch not a multiple of the group size",
+        ("orchestrator.batch_size=100",),
+        "[orchestrator.batch_size, orchestrator.rollouts_per_example]",
+    ),
+    Case(
+        "out of range", "empty group", ("orchestrator.rollouts_per_example=0",), "[orchestrator.rollouts_per_example]"
+    ),
+    Case(
+        "out of range",
+        "negative temperature",
+        ("orchestrator.sampling.temperature=-1",),
+        "[orchestrator.sampling.temperature]",
+    ),
     Case("out of range", "top_p of 0", ("orchestrator.sampling.top_p=0",), "[orchestrator.sampling.top_p]"),
-    Case("out of range", "completions longer than the context", ("orchestrator.sampling.max_tokens=600",),
-         "[orchestrator.sampling.max_tokens, inference.max_model_len]"),
+    Case(
+        "out of range",
+        "completions longer than the context",
+        ("orchestrator.sampling.max_tokens=600",),
+        "[orchestrator.sampling.max_tokens, inference.max_model_len]",
+    ),
     Case("out of range", "negative learning rate", ("trainer.optim.lr=-1e-4",), "[trainer.optim.lr]"),
     Case("out of range", "empty trust region", ("trainer.loss.mask_band=0",), "[trainer.loss.mask_band]"),
     Case("out of range", "no such port", ("inference.port=70000",), "[inference.port]"),
@@ -56,50 +70,102 @@ CASES = [
     Case("out of range", "LoRA of rank 0", ("lora=on", "trainer.lora.rank=0"), "[trainer.lora.rank]"),
     Case("mode conflict", "rl with a teacher", ("teacher=local_vllm",), "[training_mode, teacher]"),
     Case("mode conflict", "opd without a teacher", ("training_mode=opd", "teacher=none"), "[training_mode, teacher]"),
-    Case("mode conflict", "opd without distillation", ("training_mode=opd", "trainer.loss.teacher_tau=0"),
-         "[trainer.loss.teacher_tau]"),
-    Case("mode conflict", "teacher_tau outside opd", ("trainer.loss.teacher_tau=0.5",), "[trainer.loss.teacher_tau, training_mode]"),
-    Case("mode conflict", "sft with the policy-gradient loss", ("training_mode=sft", "trainer.loss.type=rl"),
-         "[training_mode, trainer.loss.type]"),
-    Case("mode conflict", "rl without rewards", ("orchestrator.verification.enabled=false",),
-         "[orchestrator.verification.enabled, training_mode]"),
-    Case("mode conflict", "mode set twice, differently", ("orchestrator.training_mode=opd",),
-         "[training_mode, orchestrator.training_mode]"),
+    Case(
+        "mode conflict",
+        "opd without distillation",
+        ("training_mode=opd", "trainer.loss.teacher_tau=0"),
+        "[trainer.loss.teacher_tau]",
+    ),
+    Case(
+        "mode conflict",
+        "teacher_tau outside opd",
+        ("trainer.loss.teacher_tau=0.5",),
+        "[trainer.loss.teacher_tau, training_mode]",
+    ),
+    Case(
+        "mode conflict",
+        "sft with the policy-gradient loss",
+        ("training_mode=sft", "trainer.loss.type=rl"),
+        "[training_mode, trainer.loss.type]",
+    ),
+    Case(
+        "mode conflict",
+        "rl without rewards",
+        ("orchestrator.verification.enabled=false",),
+        "[orchestrator.verification.enabled, training_mode]",
+    ),
+    Case(
+        "mode conflict",
+        "mode set twice, differently",
+        ("orchestrator.training_mode=opd",),
+        "[training_mode, orchestrator.training_mode]",
+    ),
     Case("missing file", "student model dir", ("model.name=/nonexistent/student",), "[model.name]"),
-    Case("missing file", "teacher model dir", ("training_mode=opd", "teacher.model=/nonexistent/teacher"), "[teacher.model]"),
+    Case(
+        "missing file",
+        "teacher model dir",
+        ("training_mode=opd", "teacher.model=/nonexistent/teacher"),
+        "[teacher.model]",
+    ),
     Case("missing file", "unreadable dataset", ("task=jsonl", "task.path=/nonexistent/train.jsonl"), "[task.path]"),
     Case("missing file", "dataset not given", ("task=jsonl",), "[task.path]"),
-    Case("GPUs", "more GPUs than visible", ("deployment.num_infer_gpus=1", "deployment.num_train_gpus=1"),
-         "[deployment.num_infer_gpus, deployment.num_train_gpus]"),
-    Case("GPUs", "teacher GPUs without a teacher server", ("deployment.num_teacher_gpus=1",),
-         "[deployment.num_teacher_gpus, teacher]"),
+    Case(
+        "GPUs",
+        "more GPUs than visible",
+        ("deployment.num_infer_gpus=1", "deployment.num_train_gpus=1"),
+        "[deployment.num_infer_gpus, deployment.num_train_gpus]",
+    ),
+    Case(
+        "GPUs",
+        "teacher GPUs without a teacher server",
+        ("deployment.num_teacher_gpus=1",),
+        "[deployment.num_teacher_gpus, teacher]",
+    ),
     Case("endpoint", "base_url not a URL", (*EXTERNAL, "teacher.base_url=api.example.com"), "[teacher.base_url]"),
-    Case("secret", "API key env var not set", (*EXTERNAL, f"teacher.api_key_env={UNSET_KEY_ENV}"), "[teacher.api_key_env]"),
-    Case("secret", "teacher key in the launcher's own server-key var", (*EXTERNAL, "teacher.api_key_env=VLLM_API_KEY"),
-         "[teacher.api_key_env]"),
-    Case("secret", "credential in a header", (*EXTERNAL, "+teacher.headers.Authorization=Bearer-x"),
-         "[teacher.headers.Authorization]"),
+    Case(
+        "secret",
+        "API key env var not set",
+        (*EXTERNAL, f"teacher.api_key_env={UNSET_KEY_ENV}"),
+        "[teacher.api_key_env]",
+    ),
+    Case(
+        "secret",
+        "teacher key in the launcher's own server-key var",
+        (*EXTERNAL, "teacher.api_key_env=VLLM_API_KEY"),
+        "[teacher.api_key_env]",
+    ),
+    Case(
+        "secret",
+        "credential in a header",
+        (*EXTERNAL, "+teacher.headers.Authorization=Bearer-x"),
+        "[teacher.headers.Authorization]",
+    ),
     Case("output dir", "run dir under a file", ("hydra.run.dir=/etc/hostname/run",), "[hydra.run.dir]"),
     Case("sweep", "one bad point in a sweep", ("-m", "trainer.loss.teacher_tau=0,0.5"), "sweep job #1"),
 ]
 
 
-def env() -> Dict[str, str]:
+def env() -> dict[str, str]:
     """No GPUs, the external teacher's key set and no other: every machine gives the same messages."""
     out = {k: v for k, v in os.environ.items() if k not in (UNSET_KEY_ENV, "VLLM_API_KEY")}
     return out | {"CUDA_VISIBLE_DEVICES": "", "OPENAI_API_KEY": "sk-not-a-real-key"}
 
 
 def run_case(case: Case, run_dir: Path) -> subprocess.CompletedProcess:
-    where = [] if any(a.startswith("hydra.run.dir=") for a in case.args) else [f"hydra.run.dir={run_dir}",
-                                                                               f"hydra.sweep.dir={run_dir}"]
-    return subprocess.run(launch_cmd(*case.args, *where), capture_output=True, text=True, cwd=ROOT, env=env(),
-                          timeout=120)
+    where = (
+        []
+        if any(a.startswith("hydra.run.dir=") for a in case.args)
+        else [f"hydra.run.dir={run_dir}", f"hydra.sweep.dir={run_dir}"]
+    )
+    return subprocess.run(
+        launch_cmd(*case.args, *where), capture_output=True, text=True, cwd=ROOT, env=env(), timeout=120
+    )
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory) -> Dict[Case, Tuple[subprocess.CompletedProcess, Path]]:
+def results(tmp_path_factory) -> dict[Case, tuple[subprocess.CompletedProcess, Path]]:
     """Every case run once (four at a time), each against a run dir that already holds a run's files."""
+
     def one(case: Case):
         run_dir = tmp_path_factory.mktemp("run")
         (run_dir / "metrics.jsonl").write_text('{"step": 0}\n')
@@ -118,15 +184,27 @@ def test_invalid_input_exits_2_with_one_line_and_touches_nothing(case, results):
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith("error: ") and case.names in line and "; fix: " in line, line
     # nothing started (the launcher's own log would be the first file), nothing already there lost
-    assert sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*")) == ["checkpoints", "checkpoints/step_2", "metrics.jsonl"]
+    assert sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*")) == [
+        "checkpoints",
+        "checkpoints/step_2",
+        "metrics.jsonl",
+    ]
     assert (run_dir / "metrics.jsonl").read_text() == '{"step": 0}\n'
 
 
 def test_the_catalogue_has_at_least_30_cases_of_every_kind_the_issue_names():
     kinds = {c.kind for c in CASES}
     assert len(CASES) >= 30
-    assert {"wrong type", "out of range", "unknown key", "mode conflict", "missing file", "GPUs", "endpoint",
-            "output dir"} <= kinds
+    assert {
+        "wrong type",
+        "out of range",
+        "unknown key",
+        "mode conflict",
+        "missing file",
+        "GPUs",
+        "endpoint",
+        "output dir",
+    } <= kinds
 
 
 def test_the_docs_table_is_generated_from_these_cases(results):
@@ -134,25 +212,29 @@ def test_the_docs_table_is_generated_from_these_cases(results):
     assert DOC.read_text() == render(messages), "regenerate it: python -m tests.test_invalid_inputs"
 
 
-def render(messages: Dict[Case, str]) -> str:
-    rows = [f"| {i} | {c.kind} | {c.what} | `{' '.join(c.args)}` | {messages[c].replace('|', '&#124;')} |"
-            for i, c in enumerate(CASES, 1)]
-    return "\n".join([
-        "# Invalid inputs",
-        "",
-        "Each of these command lines (after `python launch.py`) exits with code 2 and the one line shown, before",
-        "any process starts or any job is submitted; nothing in the run dir is touched. Generated from the cases",
-        "in `tests/test_invalid_inputs.py` by `python -m tests.test_invalid_inputs`, which runs each one;",
-        "the test suite checks that this file matches what the launcher says.",
-        "",
-        "| # | kind | mistake | command line | error |",
-        "|---|---|---|---|---|",
-        *rows,
-        "",
-    ])
+def render(messages: dict[Case, str]) -> str:
+    rows = [
+        f"| {i} | {c.kind} | {c.what} | `{' '.join(c.args)}` | {messages[c].replace('|', '&#124;')} |"
+        for i, c in enumerate(CASES, 1)
+    ]
+    return "\n".join(
+        [
+            "# Invalid inputs",
+            "",
+            "Each of these command lines (after `python launch.py`) exits with code 2 and the one line shown, before",
+            "any process starts or any job is submitted; nothing in the run dir is touched. Generated from the cases",
+            "in `tests/test_invalid_inputs.py` by `python -m tests.test_invalid_inputs`, which runs each one;",
+            "the test suite checks that this file matches what the launcher says.",
+            "",
+            "| # | kind | mistake | command line | error |",
+            "|---|---|---|---|---|",
+            *rows,
+            "",
+        ]
+    )
 
 
-def main(argv: List[str]) -> None:
+def main(argv: list[str]) -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -56,9 +56,15 @@ def test_vllm_serves_the_exported_adapter_like_peft(trained, tmp_path):
     ids = [prompt_ids(tok, p) for p in prompts]
     model.eval()
     with torch.no_grad():
-        peft_out = [model.generate(input_ids=torch.tensor([i]), max_new_tokens=16, do_sample=False)[0, len(i):].tolist() for i in ids]
+        peft_out = [
+            model.generate(input_ids=torch.tensor([i]), max_new_tokens=16, do_sample=False)[0, len(i) :].tolist()
+            for i in ids
+        ]
         with model.disable_adapter():
-            base_out = [model.generate(input_ids=torch.tensor([i]), max_new_tokens=16, do_sample=False)[0, len(i):].tolist() for i in ids]
+            base_out = [
+                model.generate(input_ids=torch.tensor([i]), max_new_tokens=16, do_sample=False)[0, len(i) :].tolist()
+                for i in ids
+            ]
     assert peft_out != base_out  # the adapter matters, so matching it below means something
 
     async def served(url):

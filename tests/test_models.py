@@ -17,9 +17,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prime_rl.config.schema import Config, TaskConfig, TinyModelConfig, WarmStartConfig
 from prime_rl.models import build, ensure_model, ensure_student, ensure_teacher, student_dir, teacher_dir
+from prime_rl.models.chat import prompt_ids
 from prime_rl.models.tiny import build_tiny_model, save_model
 from prime_rl.models.tokenizer import build_tokenizer
-from prime_rl.models.chat import prompt_ids
 from prime_rl.sft.train import eval_reward, sft_batch, sft_train
 from prime_rl.tasks import Example, load_task
 
@@ -182,12 +182,26 @@ def test_launcher_prepare_only_runs_plain_sft_on_a_jsonl_task(tmp_path):
     from tests.conftest import ROOT, launch_cmd
 
     data = tmp_path / "train.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"reverse: {w}", "answer": w[::-1]}) + "\n" for w in ["abc", "hello", "kite"] * 20))
+    data.write_text(
+        "".join(
+            json.dumps({"prompt": f"reverse: {w}", "answer": w[::-1]}) + "\n" for w in ["abc", "hello", "kite"] * 20
+        )
+    )
     env = {**os.environ, "PRIME_RL_CACHE": str(tmp_path / "cache")}
     proc = subprocess.run(
-        launch_cmd("task=jsonl", f"task.path={data}", "task.num_eval=6", "model.warm_start.steps=3",
-                   "launcher.prepare_only=true", f"hydra.run.dir={tmp_path / 'run'}"),
-        capture_output=True, text=True, cwd=ROOT, env=env, timeout=300,
+        launch_cmd(
+            "task=jsonl",
+            f"task.path={data}",
+            "task.num_eval=6",
+            "model.warm_start.steps=3",
+            "launcher.prepare_only=true",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     [built] = [p for p in (tmp_path / "cache" / "models").glob("tiny-jsonl-3-*") if p.is_dir()]

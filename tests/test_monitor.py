@@ -2,13 +2,13 @@
 
 import csv
 import json
-import time
 import struct
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Dict, Iterator, List
 
 import pytest
 from hydra.types import RunMode
@@ -53,7 +53,7 @@ def wandb_records(path: Path) -> Iterator[wandb_internal_pb2.Record]:
             yield record
 
 
-def complete_records(path: Path, timeout_s: float = 60.0) -> List[wandb_internal_pb2.Record]:
+def complete_records(path: Path, timeout_s: float = 60.0) -> list[wandb_internal_pb2.Record]:
     """The file's records once its `exit` record is in: W&B's service may still be writing after finish()."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -71,27 +71,28 @@ class OfflineRun:
         records = complete_records(next(path.glob("run-*.wandb")))
         self.run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
         self.config = {u.key: json.loads(u.value_json) for u in self.run.config.update}
-        self.history: Dict[int, dict] = {}
+        self.history: dict[int, dict] = {}
         for r in records:
             if r.WhichOneof("record_type") == "history":
                 row = {"/".join(i.nested_key) or i.key: json.loads(i.value_json) for i in r.history.item}
                 self.history.setdefault(row["_step"], {}).update(row)
 
-    def steps_with(self, key: str) -> List[int]:
+    def steps_with(self, key: str) -> list[int]:
         return sorted(step for step, row in self.history.items() if key in row)
 
 
-def offline_runs(run_dir: Path) -> List[OfflineRun]:
+def offline_runs(run_dir: Path) -> list[OfflineRun]:
     """In start order (dir names hold the start time to the second only)."""
     runs = [OfflineRun(p) for p in (run_dir / "wandb").glob("offline-run-*")]
     return sorted(runs, key=lambda r: (r.run.start_time.seconds, r.run.start_time.nanos))
 
 
-def files_containing(root: Path, text: str) -> List[Path]:
+def files_containing(root: Path, text: str) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file() and text.encode() in p.read_bytes()]
 
 
 # --- W&B unit tests (no servers) --------------------------------------------------------------------------------
+
 
 class CharTokenizer:
     def decode(self, ids, skip_special_tokens=False):
@@ -104,9 +105,11 @@ def offline_cfg(run_dir: Path, **wandb) -> Config:
     return replace(cfg, run_dir=str(run_dir), monitor=monitor)
 
 
-def opd_samples(n: int) -> List[Sample]:
-    return [Sample([0, 1], [2, 3], [-0.5, -1.5], advantage=0.1 * i, reward=0.5, teacher_logprobs=[-1.0, -2.0])
-            for i in range(n)]
+def opd_samples(n: int) -> list[Sample]:
+    return [
+        Sample([0, 1], [2, 3], [-0.5, -1.5], advantage=0.1 * i, reward=0.5, teacher_logprobs=[-1.0, -2.0])
+        for i in range(n)
+    ]
 
 
 def test_wandb_run_logs_steps_samples_and_the_final_eval_and_reuses_its_id_on_resume(tmp_path):
@@ -159,8 +162,17 @@ def test_auto_mode_follows_the_api_key_and_wandb_mode(monkeypatch):
 
 
 def test_tags_and_logged_config_without_header_values():
-    cfg = compose_config(["training_mode=sft", "teacher=external", "teacher.base_url=https://x/v1", "teacher.model=m",
-                          "+teacher.headers.X-Org=org-1", "lora=on", "monitor.wandb.tags=[a]"])
+    cfg = compose_config(
+        [
+            "training_mode=sft",
+            "teacher=external",
+            "teacher.base_url=https://x/v1",
+            "teacher.model=m",
+            "+teacher.headers.X-Org=org-1",
+            "lora=on",
+            "monitor.wandb.tags=[a]",
+        ]
+    )
     assert run_tags(cfg) == ["mode:sft", "teacher:external", "lora:on", "a"]
     config = logged_config(cfg)
     assert config["teacher"]["headers"] == {"X-Org": "<redacted>"}
@@ -168,8 +180,13 @@ def test_tags_and_logged_config_without_header_values():
 
 
 def test_multirun_names_the_run_after_its_overrides_and_groups_it_by_sweep():
-    hydra = OmegaConf.create({"mode": RunMode.MULTIRUN, "sweep": {"dir": "multirun/2026-01-31/12-00-00"},
-                              "job": {"override_dirname": "trainer.optim.lr=0.001"}})
+    hydra = OmegaConf.create(
+        {
+            "mode": RunMode.MULTIRUN,
+            "sweep": {"dir": "multirun/2026-01-31/12-00-00"},
+            "job": {"override_dirname": "trainer.optim.lr=0.001"},
+        }
+    )
     w = with_sweep_names(compose_config(), hydra).monitor.wandb
     assert (w.group, w.name) == ("2026-01-31/12-00-00", "trainer.optim.lr=0.001")
     w = with_sweep_names(compose_config(["monitor.wandb.group=mine", "monitor.wandb.name=me"]), hydra).monitor.wandb
@@ -180,11 +197,18 @@ def test_multirun_names_the_run_after_its_overrides_and_groups_it_by_sweep():
 
 # --- plots and report on handmade metrics ----------------------------------------------------------------------
 
+
 def fake_metrics(run_dir: Path, steps: int, lr: float, opd: bool = False) -> None:
     rows = []
     for step in range(steps):
-        row = {"step": step, "reward/mean": 0.4 + lr * 100 * step, "loss": 1.0 / (step + 1), "time/step": 0.5,
-               "throughput/tokens_per_s": 1000.0, "throughput/generate_tokens_per_s": 1500.0}
+        row = {
+            "step": step,
+            "reward/mean": 0.4 + lr * 100 * step,
+            "loss": 1.0 / (step + 1),
+            "time/step": 0.5,
+            "throughput/tokens_per_s": 1000.0,
+            "throughput/generate_tokens_per_s": 1500.0,
+        }
         if opd:
             row["teacher_kl"] = 5.0 - step
         if step % 2 == 0:
@@ -221,7 +245,10 @@ def test_report_on_a_handmade_sweep(tmp_path, capsys):
     assert "trainer.optim.lr" in out and "incomplete" in out
     rows = list(csv.DictReader((tmp_path / "report.csv").open()))
     assert [(r["job"], r["status"], float(r["trainer.optim.lr"])) for r in rows] == [
-        ("0", "done", 1e-3), ("1", "done", 3e-3), ("2", "incomplete", 1e-2)]
+        ("0", "done", 1e-3),
+        ("1", "done", 3e-3),
+        ("2", "incomplete", 1e-2),
+    ]
     assert "max_steps" not in rows[0]  # the same in every job: not swept
     assert float(rows[2]["eval/reward_final"]) == pytest.approx(0.4 + 1e-2 * 400)  # from metrics.jsonl
     for name in ("report_eval_reward_final_vs_trainer_optim_lr.png", "report_reward_curves.png"):
@@ -235,6 +262,7 @@ def test_report_on_a_dir_without_jobs_exits_2(tmp_path, capsys):
 
 # --- real runs (vLLM server, orchestrator, trainer) -------------------------------------------------------------
 
+
 @pytest.fixture
 def offline_env(monkeypatch):
     """W&B's default choice with no API key: offline. The secret sits in the launcher's environment."""
@@ -246,9 +274,16 @@ def offline_env(monkeypatch):
 @pytest.mark.vllm
 def test_real_run_reads_back_from_wandb_offline_files(tmp_path, offline_env):
     run_dir = tmp_path / "run"
-    proc = launch(run_dir, "max_steps=3", "orchestrator.eval.interval=3", "monitor.samples_interval=1",
-                  "monitor.wandb.group=g1", "monitor.wandb.name=n1", "monitor.wandb.tags=[t1]",
-                  f"teacher.api_key_env={SECRET_ENV}")
+    proc = launch(
+        run_dir,
+        "max_steps=3",
+        "orchestrator.eval.interval=3",
+        "monitor.samples_interval=1",
+        "monitor.wandb.group=g1",
+        "monitor.wandb.name=n1",
+        "monitor.wandb.tags=[t1]",
+        f"teacher.api_key_env={SECRET_ENV}",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "wandb:" not in proc.stderr + proc.stdout  # W&B's console output stays in the trainer's log
     [run] = offline_runs(run_dir)
@@ -283,16 +318,28 @@ def test_resumed_run_continues_its_wandb_run(tmp_path, offline_env):
 @pytest.mark.vllm
 def test_report_on_a_real_local_multirun(tmp_path, offline_env):
     sweep = tmp_path / "sweep"
-    proc = subprocess.run(launch_cmd("-m", "max_steps=2", "orchestrator.eval.interval=2", "trainer.optim.lr=1e-4,3e-4",
-                                     f"hydra.sweep.dir={sweep}"), capture_output=True, text=True, cwd=ROOT, timeout=900)
+    proc = subprocess.run(
+        launch_cmd(
+            "-m",
+            "max_steps=2",
+            "orchestrator.eval.interval=2",
+            "trainer.optim.lr=1e-4,3e-4",
+            f"hydra.sweep.dir={sweep}",
+        ),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not run_processes(str(sweep))
     names = [offline_runs(sweep / job)[0].run for job in ("0", "1")]
     assert {n.run_group for n in names} == {f"{tmp_path.name}/sweep"}
     assert names[0].display_name != names[1].display_name and "trainer.optim.lr=" in names[0].display_name
 
-    report = subprocess.run([sys.executable, "-m", "prime_rl.report", str(sweep)], capture_output=True, text=True,
-                            cwd=ROOT, timeout=120)
+    report = subprocess.run(
+        [sys.executable, "-m", "prime_rl.report", str(sweep)], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert report.returncode == 0, report.stderr
     rows = list(csv.DictReader((sweep / "report.csv").open()))
     assert [float(r["trainer.optim.lr"]) for r in rows] == [1e-4, 3e-4]

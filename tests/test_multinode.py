@@ -24,8 +24,13 @@ from tests.test_slurm import needs_slurm
 from tests.test_supervisor import DRIVER, assert_nothing_survives, make_plan, run_dir, server, standin  # noqa: F401
 
 EIGHT = [str(i) for i in range(8)]
-GPU_NODES = ["deployment=gpu", "deployment.num_infer_gpus=8", "deployment.num_train_gpus=8", "inference.tp=2",
-             "inference.dp=4"]
+GPU_NODES = [
+    "deployment=gpu",
+    "deployment.num_infer_gpus=8",
+    "deployment.num_train_gpus=8",
+    "inference.tp=2",
+    "inference.dp=4",
+]
 
 
 def flag(argv, name):
@@ -51,9 +56,17 @@ def roles(plan: Plan):
 
 def test_eight_gpus_on_one_node_opd(tmp_path):
     """4 student inference (2 replicas x tp 2) / 3 trainer / 1 teacher: disjoint, contiguous, in that order."""
-    text = dry_run(tmp_path, "deployment=gpu", "training_mode=opd", "deployment.num_infer_gpus=4",
-                   "deployment.num_train_gpus=3", "deployment.num_teacher_gpus=1", "inference.tp=2", "inference.dp=2",
-                   cuda_visible=",".join(EIGHT))
+    text = dry_run(
+        tmp_path,
+        "deployment=gpu",
+        "training_mode=opd",
+        "deployment.num_infer_gpus=4",
+        "deployment.num_train_gpus=3",
+        "deployment.num_teacher_gpus=1",
+        "inference.tp=2",
+        "inference.dp=2",
+        cuda_visible=",".join(EIGHT),
+    )
     inference, trainer, teacher = (command_of(text, r) for r in ("inference", "trainer", "teacher_inference"))
     assert int(flag(inference, "--tensor-parallel-size")) * int(flag(inference, "--data-parallel-size")) == 4
     assert flag(teacher, "--tensor-parallel-size") == "1"
@@ -66,17 +79,29 @@ def test_eight_gpus_on_one_node_opd(tmp_path):
 
 
 def test_two_nodes_inference_then_trainer(tmp_path):
-    inference_node, train_node = node_plans(tmp_path, [*GPU_NODES, "deployment.num_infer_nodes=1",
-                                                       "deployment.num_train_nodes=1"], ["gpu-a", "gpu-b"])
+    inference_node, train_node = node_plans(
+        tmp_path, [*GPU_NODES, "deployment.num_infer_nodes=1", "deployment.num_train_nodes=1"], ["gpu-a", "gpu-b"]
+    )
     assert roles(inference_node) == ["inference"] and roles(train_node) == ["orchestrator", "trainer"]
     vllm = inference_node.role("inference")
     assert flag(vllm.command, "--host") == "0.0.0.0" and flag(vllm.command, "--port") == "8000"
     assert flag(vllm.command, "--tensor-parallel-size") == "2" and flag(vllm.command, "--data-parallel-size") == "4"
     assert vllm.gpus == EIGHT and vllm.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
     trainer = train_node.role("trainer")
-    assert trainer.command[1:13] == ["-m", "torch.distributed.run", "--nnodes", "1", "--node-rank", "0",
-                                     "--rdzv-endpoint", "gpu-b:29500", "--nproc-per-node", "8",
-                                     "-m", "prime_rl.trainer"]
+    assert trainer.command[1:13] == [
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "1",
+        "--node-rank",
+        "0",
+        "--rdzv-endpoint",
+        "gpu-b:29500",
+        "--nproc-per-node",
+        "8",
+        "-m",
+        "prime_rl.trainer",
+    ]
     assert trainer.gpus == EIGHT  # a trainer node's slice starts at its first GPU
     assert train_node.config.inference.urls == ["http://gpu-a:8000/v1"]
     assert inference_node.config == train_node.config  # every node writes the same configs/<role>.yaml
@@ -87,16 +112,31 @@ def test_two_nodes_inference_then_trainer(tmp_path):
 
 
 def test_three_nodes_trainer_over_two_with_a_local_teacher(tmp_path):
-    overrides = [*GPU_NODES, "deployment.num_infer_gpus=4", "inference.dp=2", "training_mode=opd",
-                 "deployment.num_teacher_gpus=4", "deployment.num_infer_nodes=1", "deployment.num_train_nodes=2"]
+    overrides = [
+        *GPU_NODES,
+        "deployment.num_infer_gpus=4",
+        "inference.dp=2",
+        "training_mode=opd",
+        "deployment.num_teacher_gpus=4",
+        "deployment.num_infer_nodes=1",
+        "deployment.num_train_nodes=2",
+    ]
     plans = node_plans(tmp_path, overrides, ["n0", "n1", "n2"])
     assert [roles(p) for p in plans] == [["inference", "teacher_inference"], ["orchestrator", "trainer"], ["trainer"]]
     assert plans[0].role("inference").gpus == EIGHT[:4] and plans[0].role("teacher_inference").gpus == EIGHT[4:]
     assert flag(plans[0].role("teacher_inference").command, "--port") == "8001"
     for rank, plan in ((0, plans[1]), (1, plans[2])):
         trainer = plan.role("trainer").command
-        assert trainer[3:11] == ["--nnodes", "2", "--node-rank", str(rank), "--rdzv-endpoint", "n1:29500",
-                                 "--nproc-per-node", "8"]
+        assert trainer[3:11] == [
+            "--nnodes",
+            "2",
+            "--node-rank",
+            str(rank),
+            "--rdzv-endpoint",
+            "n1:29500",
+            "--nproc-per-node",
+            "8",
+        ]
     cfg = plans[1].config
     assert cfg.inference.urls == ["http://n0:8000/v1"] and cfg.teacher.base_url == "http://n0:8001/v1"
     assert [s.name for s in plans[1].node.remote_servers] == ["inference@n0", "teacher_inference@n0"]
@@ -110,8 +150,13 @@ def test_one_gpu_trainer_node_runs_without_torchrun(tmp_path):
 
 
 def test_dry_run_prints_every_node_on_simulated_hosts(tmp_path):
-    text = dry_run(tmp_path, *GPU_NODES, "deployment.num_infer_nodes=1", "deployment.num_train_nodes=2",
-                   cuda_visible=",".join(EIGHT))
+    text = dry_run(
+        tmp_path,
+        *GPU_NODES,
+        "deployment.num_infer_nodes=1",
+        "deployment.num_train_nodes=2",
+        cuda_visible=",".join(EIGHT),
+    )
     assert "node 0 node0: inference\n" in text and "node 1 node1: orchestrator, trainer (head)\n" in text
     assert "node 2 node2: trainer\n" in text and "waits for inference@node0: http://node0:8000/health" in text
     assert "--node-rank 1 --rdzv-endpoint node1:29500" in text and "--host 0.0.0.0 --port 8000" in text
@@ -121,17 +166,34 @@ def test_dry_run_prints_every_node_on_simulated_hosts(tmp_path):
 
 def test_multi_node_rules():
     gpus = GPU_NODES[:3]
-    validate(compose_config([*gpus, "deployment.num_infer_nodes=2", "deployment.num_train_nodes=1",
-                             "inference.tp=8"]), visible_gpus=8)  # counts are per node
+    validate(
+        compose_config([*gpus, "deployment.num_infer_nodes=2", "deployment.num_train_nodes=1", "inference.tp=8"]),
+        visible_gpus=8,
+    )  # counts are per node
     with pytest.raises(ConfigError) as err:
         validate(compose_config([*gpus, "inference.tp=8", "deployment.num_infer_nodes=1"]), visible_gpus=8)
     assert err.value.keys == ["deployment.num_infer_nodes", "deployment.num_train_nodes"]
     with pytest.raises(ConfigError, match="9 GPUs asked per node but 8 visible"):
-        validate(compose_config([*gpus, "inference.tp=8", "training_mode=opd", "deployment.num_teacher_gpus=1",
-                                 "deployment.num_infer_nodes=1", "deployment.num_train_nodes=1"]), visible_gpus=8)
+        validate(
+            compose_config(
+                [
+                    *gpus,
+                    "inference.tp=8",
+                    "training_mode=opd",
+                    "deployment.num_teacher_gpus=1",
+                    "deployment.num_infer_nodes=1",
+                    "deployment.num_train_nodes=1",
+                ]
+            ),
+            visible_gpus=8,
+        )
     with pytest.raises(ConfigError) as err:  # one GPU per trainer node, but two nodes: two processes
-        validate(compose_config(["deployment=gpu", "lora=on", "deployment.num_infer_nodes=1",
-                                 "deployment.num_train_nodes=2"]), visible_gpus=1)
+        validate(
+            compose_config(
+                ["deployment=gpu", "lora=on", "deployment.num_infer_nodes=1", "deployment.num_train_nodes=2"]
+            ),
+            visible_gpus=1,
+        )
     assert "trainer.lora.enabled" in err.value.keys
 
 
@@ -139,7 +201,12 @@ def test_a_real_multi_node_run_needs_a_slurm_job(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     proc = subprocess.run(
         launch_cmd("deployment.num_infer_nodes=1", "deployment.num_train_nodes=1", f"hydra.run.dir={tmp_path / 'run'}"),
-        capture_output=True, text=True, cwd=ROOT, timeout=60, env=env)
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env=env,
+    )
     assert proc.returncode == 2
     assert "runs inside a SLURM job of 2 nodes" in proc.stderr and "fix:" in proc.stderr
     assert not (tmp_path / "run" / "logs").exists()
@@ -150,11 +217,12 @@ def test_a_real_multi_node_run_needs_a_slurm_job(tmp_path):
 @pytest.mark.timeout(120)
 def test_a_one_node_slurm_job_refuses_a_two_node_deployment(tmp_path):
     """Inside a real job the launcher reads its node list from SLURM: one node is not the two asked for."""
-    two_nodes = launch_cmd("deployment.num_infer_nodes=1", "deployment.num_train_nodes=1",
-                           f"hydra.run.dir={tmp_path / 'run'}")
+    two_nodes = launch_cmd(
+        "deployment.num_infer_nodes=1", "deployment.num_train_nodes=1", f"hydra.run.dir={tmp_path / 'run'}"
+    )
     proc = subprocess.run(
-        ["srun", "--nodes", "1", "--ntasks", "1", *two_nodes],
-        capture_output=True, text=True, cwd=ROOT, timeout=100)
+        ["srun", "--nodes", "1", "--ntasks", "1", *two_nodes], capture_output=True, text=True, cwd=ROOT, timeout=100
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "runs inside a SLURM job of 2 nodes (this SLURM job has 1)" in proc.stderr
     assert not (tmp_path / "run" / "logs").exists()
@@ -162,10 +230,21 @@ def test_a_one_node_slurm_job_refuses_a_two_node_deployment(tmp_path):
 
 def test_slurm_dry_run_asks_for_the_nodes(tmp_path):
     run = subprocess.run(
-        launch_cmd("-m", "hydra/launcher=slurm_gpu", *GPU_NODES, "deployment.num_infer_nodes=1",
-                   "deployment.num_train_nodes=1", "trainer.optim.lr=1e-4,3e-4", "launcher.dry_run=true",
-                   f"hydra.sweep.dir={tmp_path / 'sweep'}"),
-        capture_output=True, text=True, cwd=ROOT, timeout=120)
+        launch_cmd(
+            "-m",
+            "hydra/launcher=slurm_gpu",
+            *GPU_NODES,
+            "deployment.num_infer_nodes=1",
+            "deployment.num_train_nodes=1",
+            "trainer.optim.lr=1e-4,3e-4",
+            "launcher.dry_run=true",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "one array job of 2 tasks, each on 2 nodes with 1 launcher task per node; nothing submitted" in run.stdout
     assert "  nodes: 2\n" in run.stdout and "  tasks_per_node: 1\n" in run.stdout
@@ -207,8 +286,13 @@ def two_node_plans(run_dir: Path, server_exit: bool = False):
         infer.roles[0] = standin(run_dir, "inference", "worker", "3", "1")
         infer.roles[0].health_url = None
     infer.node = Node(0, "localhost", ["inference"], False, [], end)
-    head = make_plan(run_dir, [standin(run_dir, "orchestrator", "worker", "60" if server_exit else "1", "0"),
-                               standin(run_dir, "trainer", "worker", "1", "0")])
+    head = make_plan(
+        run_dir,
+        [
+            standin(run_dir, "orchestrator", "worker", "60" if server_exit else "1", "0"),
+            standin(run_dir, "trainer", "worker", "1", "0"),
+        ],
+    )
     remote = server(run_dir)
     remote.name, remote.port, remote.health_url = "inference@localhost", port, f"http://127.0.0.1:{port}/health"
     head.node = Node(1, "localhost", ["orchestrator", "trainer"], True, [], end, [remote] if not server_exit else [])

@@ -35,8 +35,12 @@ def sacct(job_id: str, settle_s: float = 60) -> dict[str, list[str]]:
     file is written, a moment before its jobs end: wait (bounded) until none is still pending or running."""
     deadline = time.monotonic() + settle_s
     while True:
-        out = subprocess.run(["sacct", "-X", "-D", "-n", "-P", "-o", "jobid,state", "-j", job_id],
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            ["sacct", "-X", "-D", "-n", "-P", "-o", "jobid,state", "-j", job_id],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         states = {}
         for line in out.splitlines():
             job, state = line.split("|")
@@ -104,9 +108,21 @@ def test_a_job_that_times_out_is_requeued_and_resumes(sweep_dir):
     30 s before); submitit requeues it, and the next attempt resumes in the same run dir."""
     run_dir = sweep_dir / "0"
     proc = subprocess.Popen(
-        launch_cmd("-m", "hydra/launcher=slurm", "hydra.launcher.timeout_min=2", "hydra.launcher.signal_delay_s=30",
-                   "max_steps=8", "ckpt.interval=1", "orchestrator.eval.interval=0", f"hydra.sweep.dir={sweep_dir}"),
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        launch_cmd(
+            "-m",
+            "hydra/launcher=slurm",
+            "hydra.launcher.timeout_min=2",
+            "hydra.launcher.signal_delay_s=30",
+            "max_steps=8",
+            "ckpt.interval=1",
+            "orchestrator.eval.interval=0",
+            f"hydra.sweep.dir={sweep_dir}",
+        ),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 240
         while not (run_dir / "checkpoints" / "step_2" / "DONE").exists():
@@ -158,26 +174,49 @@ def test_a_two_gpu_job_gives_each_role_its_own_fake_gpu(sweep_dir):
     """The local node's 2 fake GPUs (gres): the preset asks for the deployment's 2, SLURM sets the job's
     CUDA_VISIBLE_DEVICES, and the launcher inside slices it. launcher.prepare_only: the job prints its plan,
     finds the (cached) student, and starts nothing."""
-    run = sweep(sweep_dir, "deployment.num_infer_gpus=1", "deployment.num_train_gpus=1", "launcher.prepare_only=true",
-                'hydra.launcher.setup=["echo job CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"]', timeout=170)
+    run = sweep(
+        sweep_dir,
+        "deployment.num_infer_gpus=1",
+        "deployment.num_train_gpus=1",
+        "launcher.prepare_only=true",
+        'hydra.launcher.setup=["echo job CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"]',
+        timeout=170,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     log = "".join(p.read_text() for p in sorted((sweep_dir / ".submitit").glob("*/*_log.*")))
     visible = re.search(r"job CUDA_VISIBLE_DEVICES=(\S*)", log).group(1).split(",")
     assert len(visible) == 2, log[-3000:]
-    gpus = {role: re.search(rf"^{role}\n(?:  .*\n)*?  gpus: +(\S+)$", log, re.M).group(1)
-            for role in ("inference", "trainer", "orchestrator")}
+    gpus = {
+        role: re.search(rf"^{role}\n(?:  .*\n)*?  gpus: +(\S+)$", log, re.M).group(1)
+        for role in ("inference", "trainer", "orchestrator")
+    }
     assert gpus == {"inference": visible[0], "trainer": visible[1], "orchestrator": "cpu"}, log[-3000:]
     assert f"CUDA_VISIBLE_DEVICES={visible[1]}" in log  # the trainer's env
 
 
 def test_slurm_dry_run_prints_the_submission_and_submits_nothing(tmp_path):
     run = subprocess.run(
-        launch_cmd("-m", "hydra/launcher=slurm_gpu", "deployment=gpu", "training_mode=opd", "deployment.num_teacher_gpus=1",
-                   "trainer.loss.teacher_tau=0.1,1.0", "launcher.dry_run=true", f"hydra.sweep.dir={tmp_path / 'sweep'}"),
-        capture_output=True, text=True, cwd=ROOT, timeout=120)
+        launch_cmd(
+            "-m",
+            "hydra/launcher=slurm_gpu",
+            "deployment=gpu",
+            "training_mode=opd",
+            "deployment.num_teacher_gpus=1",
+            "trainer.loss.teacher_tau=0.1,1.0",
+            "launcher.dry_run=true",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "one array job of 2 tasks; nothing submitted" in run.stdout
     assert "  gpus_per_node: 3" in run.stdout  # inference 1 + trainer 1 + teacher 1
-    assert "job #1: deployment=gpu training_mode=opd deployment.num_teacher_gpus=1 trainer.loss.teacher_tau=1.0" in run.stdout
+    assert (
+        "job #1: deployment=gpu training_mode=opd deployment.num_teacher_gpus=1 trainer.loss.teacher_tau=1.0"
+        in run.stdout
+    )
     assert f"run dir: {tmp_path / 'sweep' / '1'}" in run.stdout
     assert not (tmp_path / "sweep").exists()

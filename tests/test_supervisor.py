@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List
 
 import pytest
 
@@ -80,7 +79,7 @@ def standin(run_dir: Path, name: str, mode: str, *args: str) -> Role:
     )
 
 
-def make_plan(run_dir: Path, roles: List[Role], ready_timeout_s: float = 20.0, stop_grace_s: float = 2.0) -> Plan:
+def make_plan(run_dir: Path, roles: list[Role], ready_timeout_s: float = 20.0, stop_grace_s: float = 2.0) -> Plan:
     config = Config(max_steps=3, launcher=LauncherConfig(ready_timeout_s=ready_timeout_s, stop_grace_s=stop_grace_s))
     return Plan(run_dir, config, roles)
 
@@ -89,7 +88,7 @@ def server(run_dir: Path, name: str = "inference") -> Role:
     return standin(run_dir, name, "server", str(free_port(set())))
 
 
-def recorded_pids(run_dir: Path) -> List[int]:
+def recorded_pids(run_dir: Path) -> list[int]:
     return [int(p) for f in (run_dir / "pids").glob("*.pids") for p in f.read_text().split()]
 
 
@@ -127,11 +126,14 @@ def run_dir(tmp_path):
 
 
 def test_success_returns_0_and_leaves_no_process(run_dir, capsys):
-    plan = make_plan(run_dir, [
-        server(run_dir),
-        standin(run_dir, "orchestrator", "worker", "0.3", "0"),
-        standin(run_dir, "trainer", "worker", "0.6", "0", "metrics"),
-    ])
+    plan = make_plan(
+        run_dir,
+        [
+            server(run_dir),
+            standin(run_dir, "orchestrator", "worker", "0.3", "0"),
+            standin(run_dir, "trainer", "worker", "0.6", "0", "metrics"),
+        ],
+    )
     assert run_plan(plan) == 0
     # The trainer's grandchild outlived its leader; stopping the group took it too.
     assert_nothing_survives(run_dir, 3)
@@ -145,11 +147,14 @@ def test_success_returns_0_and_leaves_no_process(run_dir, capsys):
 
 
 def test_child_failure_returns_1_naming_role_and_log_tail(run_dir, capsys):
-    plan = make_plan(run_dir, [
-        server(run_dir),
-        standin(run_dir, "orchestrator", "worker", "60", "0"),
-        standin(run_dir, "trainer", "worker", "0.3", "3"),
-    ])
+    plan = make_plan(
+        run_dir,
+        [
+            server(run_dir),
+            standin(run_dir, "orchestrator", "worker", "60", "0"),
+            standin(run_dir, "trainer", "worker", "0.3", "3"),
+        ],
+    )
     started = time.monotonic()
     assert run_plan(plan) == 1
     assert time.monotonic() - started < 8
@@ -161,10 +166,14 @@ def test_child_failure_returns_1_naming_role_and_log_tail(run_dir, capsys):
 
 
 def test_server_never_ready_gives_up_naming_role(run_dir, capsys):
-    plan = make_plan(run_dir, [
-        standin(run_dir, "inference", "silent"),
-        standin(run_dir, "orchestrator", "worker", "60", "0"),
-    ], ready_timeout_s=1.5)
+    plan = make_plan(
+        run_dir,
+        [
+            standin(run_dir, "inference", "silent"),
+            standin(run_dir, "orchestrator", "worker", "60", "0"),
+        ],
+        ready_timeout_s=1.5,
+    )
     plan.roles[0].health_url = f"http://127.0.0.1:{free_port(set())}/health"  # nobody listens there
     started = time.monotonic()
     assert run_plan(plan) == 1
@@ -175,19 +184,23 @@ def test_server_never_ready_gives_up_naming_role(run_dir, capsys):
 
 def start_launcher(run_dir: Path, plan: Plan) -> subprocess.Popen:
     (run_dir / "plan.pkl").write_bytes(pickle.dumps(plan))
-    launcher = subprocess.Popen([sys.executable, "-c", DRIVER, str(run_dir / "plan.pkl")],
-                                stderr=open(run_dir / "stderr.txt", "wb"))
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(run_dir / "plan.pkl")], stderr=open(run_dir / "stderr.txt", "wb")
+    )
     wait_for(lambda: len(list((run_dir / "pids").glob("*.pids"))) == len(plan.roles), 20)
     return launcher
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_stops_everything(run_dir, sig):
-    plan = make_plan(run_dir, [
-        server(run_dir),
-        standin(run_dir, "orchestrator", "worker", "60", "0"),
-        standin(run_dir, "trainer", "worker", "60", "0"),
-    ])
+    plan = make_plan(
+        run_dir,
+        [
+            server(run_dir),
+            standin(run_dir, "orchestrator", "worker", "60", "0"),
+            standin(run_dir, "trainer", "worker", "60", "0"),
+        ],
+    )
     launcher = start_launcher(run_dir, plan)
     launcher.send_signal(sig)
     assert launcher.wait(timeout=10) == 128 + sig
@@ -245,6 +258,12 @@ def test_children_get_their_own_wandb_service(run_dir, monkeypatch):
     sharing it would find its run id still held by the killed one."""
     monkeypatch.setenv("WANDB_SERVICE", "2-1234-tcp-localhost-5678")
     check = "import os, sys; sys.exit(3 if 'WANDB_SERVICE' in os.environ else 0)"
-    role = Role(name="trainer", command=[sys.executable, "-c", check], env={}, gpus=[],
-                log_file=run_dir / "logs" / "trainer.log", config_file=run_dir / "configs" / "trainer.yaml")
+    role = Role(
+        name="trainer",
+        command=[sys.executable, "-c", check],
+        env={},
+        gpus=[],
+        log_file=run_dir / "logs" / "trainer.log",
+        config_file=run_dir / "configs" / "trainer.yaml",
+    )
     assert run_plan(make_plan(run_dir, [role])) == 0

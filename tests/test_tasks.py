@@ -30,7 +30,9 @@ def test_rewards_are_partial_credit_in_unit_interval():
 
 def test_jsonl_task_reads_prompt_and_answer_or_solution(tmp_path):
     path = tmp_path / "data.jsonl"
-    path.write_text('{"prompt": "2+2", "answer": "4"}\n\n{"prompt": "3+3", "solution": 6}\n{"prompt": "1+1", "answer": "2"}\n')
+    path.write_text(
+        '{"prompt": "2+2", "answer": "4"}\n\n{"prompt": "3+3", "solution": 6}\n{"prompt": "1+1", "answer": "2"}\n'
+    )
     task = load_task(TaskConfig(name="jsonl", path=str(path), num_eval=1))
     assert [e.prompt for e in task.train] == ["2+2", "3+3"] and task.train[1].answer == "6"
     assert [e.prompt for e in task.eval] == ["1+1"]

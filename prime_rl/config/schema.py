@@ -6,7 +6,6 @@ unknown key (`trainer.loss.teacher_ta=1`) or a wrong type is an error, never a s
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Dict, List, Optional
 
 
 class TrainingMode(str, Enum):
@@ -59,14 +58,14 @@ class ModelConfig:
     name: str = "tiny"  # "tiny" builds the built-in tiny Qwen2 model locally; otherwise a local Hugging Face model dir
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)  # architecture of the built-in model
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)  # SFT that turns the tiny model into a student
-    cache_dir: Optional[str] = None  # where built models are cached, keyed by recipe (None: $PRIME_RL_CACHE or ~/.cache/prime_rl)
+    cache_dir: str | None = None  # cache of built models, keyed by recipe (None: $PRIME_RL_CACHE or ~/.cache/prime_rl)
 
 
 @dataclass
 class TaskConfig:
     name: str = "reverse"  # built-in task (reverse | sort) or "jsonl" for your own data
-    path: Optional[str] = None  # jsonl: train file, one {"prompt": ..., "answer": ...} per line
-    eval_path: Optional[str] = None  # jsonl: eval file (default: the last num_eval lines of path)
+    path: str | None = None  # jsonl: train file, one {"prompt": ..., "answer": ...} per line
+    eval_path: str | None = None  # jsonl: eval file (default: the last num_eval lines of path)
     num_train: int = 20000  # built-in: size of the train split
     num_eval: int = 128  # size of the eval split
     seed: int = 0  # built-in: seed of the generated examples
@@ -132,7 +131,7 @@ class LoraConfig:
     rank: int = 8  # adapter rank (also vLLM's --max-lora-rank)
     alpha: int = 16  # LoRA scaling numerator
     dropout: float = 0.0  # dropout on the adapter input
-    target_modules: List[str] = field(
+    target_modules: list[str] = field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )  # module names that get adapters
     name: str = "student-lora"  # adapter name served by vLLM and used for rollouts (not the base model's "student")
@@ -160,20 +159,20 @@ class InferenceConfig:
     enforce_eager: bool = True  # vLLM --enforce-eager (fast start; no CUDA graphs)
     tp: int = 1  # GPU: vLLM --tensor-parallel-size of the student server (tp * dp = deployment.num_infer_gpus)
     dp: int = 1  # GPU: vLLM --data-parallel-size of the student server (replicas, each over tp GPUs)
-    extra_args: List[str] = field(default_factory=list)  # more vLLM CLI arguments, passed as given
-    urls: List[str] = field(default_factory=list)  # student servers' base URLs for the orchestrator; set by the multi-node plan (empty = http://host:port/v1)
+    extra_args: list[str] = field(default_factory=list)  # more vLLM CLI arguments, passed as given
+    urls: list[str] = field(default_factory=list)  # student servers' URLs; multi-node plan sets them (empty: host:port)
 
 
 @dataclass
 class TeacherConfig:
     kind: TeacherKind = TeacherKind.none  # set by the teacher group
-    model: str = ""  # local_vllm: "tiny" (built-in, trained longer) or a local model dir; external: the endpoint's model name
+    model: str = ""  # local_vllm: "tiny" (built-in, trained longer) or a model dir; external: the endpoint's model name
     warm_start: WarmStartConfig = field(
         default_factory=lambda: WarmStartConfig(steps=500, lr=3e-3, schedule="cosine")
     )  # recipe of the built-in tiny teacher
-    base_url: Optional[str] = None  # external: OpenAI-compatible base URL, e.g. https://api.openai.com/v1; local_vllm: set by the multi-node plan
-    api_key_env: Optional[str] = None  # name of the env var that holds the API key (the key itself never enters the config)
-    headers: Dict[str, str] = field(default_factory=dict)  # extra HTTP headers (no secrets: use api_key_env)
+    base_url: str | None = None  # external: OpenAI-compatible base URL (https://api.openai.com/v1); multi-node: set
+    api_key_env: str | None = None  # name of the env var holding the API key (the key never enters the config)
+    headers: dict[str, str] = field(default_factory=dict)  # extra HTTP headers (no secrets: use api_key_env)
     port: int = 0  # local_vllm: teacher server port; 0 = a free port chosen at plan time
     max_retries: int = 5  # retries (with backoff) of a failed teacher request
     request_timeout_s: float = 120.0  # per teacher request
@@ -183,9 +182,9 @@ class TeacherConfig:
 class DeploymentConfig:
     num_infer_gpus: int = 0  # GPUs of the student vLLM server (per inference node when multi-node); 0 = CPU
     num_train_gpus: int = 0  # GPUs of the trainer (per trainer node when multi-node); 0 = CPU
-    num_teacher_gpus: Optional[int] = None  # GPUs of the local teacher vLLM server; None = no GPUs for it
+    num_teacher_gpus: int | None = None  # GPUs of the local teacher vLLM server; None = no GPUs for it
     num_infer_nodes: int = 0  # multi-node SLURM job: nodes running a student server each (0 = one node for everything)
-    num_train_nodes: int = 0  # multi-node SLURM job: trainer nodes after the inference nodes (0 = one node for everything)
+    num_train_nodes: int = 0  # multi-node SLURM job: trainer nodes after the inference nodes (0 = one node)
 
 
 def num_nodes(d) -> int:
@@ -206,10 +205,10 @@ def node_gpus(d) -> int:
 class WandbConfig:
     mode: WandbMode = WandbMode.auto  # auto | online | offline | disabled
     project: str = "prime-rl"  # W&B project
-    entity: Optional[str] = None  # W&B entity (team or user)
-    name: Optional[str] = None  # run name (None: W&B picks one; multirun: the job's override string)
-    group: Optional[str] = None  # run group (None in a multirun: the sweep dir, e.g. 2026-01-31/12-00-00)
-    tags: List[str] = field(default_factory=list)  # extra tags (mode, teacher and lora are always added)
+    entity: str | None = None  # W&B entity (team or user)
+    name: str | None = None  # run name (None: W&B picks one; multirun: the job's override string)
+    group: str | None = None  # run group (None in a multirun: the sweep dir, e.g. 2026-01-31/12-00-00)
+    tags: list[str] = field(default_factory=list)  # extra tags (mode, teacher and lora are always added)
 
 
 @dataclass
@@ -239,7 +238,7 @@ class Config:
     training_mode: TrainingMode = TrainingMode.rl  # rl | opd | sft (picked by the training_mode group)
     max_steps: int = 250  # optimizer steps
     seed: int = 0  # seed of sampling order, rollouts and training
-    run_dir: Optional[str] = None  # set by the launcher to the Hydra run dir
+    run_dir: str | None = None  # set by the launcher to the Hydra run dir
     model: ModelConfig = field(default_factory=ModelConfig)  # the student
     task: TaskConfig = field(default_factory=TaskConfig)  # data and verifier
     orchestrator: OrchestratorConfig = field(default_factory=OrchestratorConfig)  # rollouts, rewards, advantages

@@ -2,7 +2,6 @@
 
 import functools
 from pathlib import Path
-from typing import Union
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
@@ -15,7 +14,7 @@ def register_configs() -> None:
     ConfigStore.instance().store(name="base_config", node=Config)
 
 
-def to_config(cfg: Union[DictConfig, dict]) -> Config:
+def to_config(cfg: DictConfig | dict) -> Config:
     """Typed, fully resolved Config from a composed DictConfig or its plain container (raises on a missing or
     mistyped value, and on a key the schema lacks: Hydra's `+key=value` adds one even in struct mode)."""
     plain = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg)  # untyped: the merge rejects extra keys

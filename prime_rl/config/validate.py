@@ -5,8 +5,8 @@ A broken rule raises ConfigError, whose one-line message names the offending key
 """
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 from urllib.parse import urlparse
 
 from prime_rl.config.schema import Config, LossType, TeacherKind, TrainingMode, node_gpus, num_nodes
@@ -277,7 +277,10 @@ def _parallel(cfg: Config, _: int) -> None:
 
 def _nodes(cfg: Config, _: int) -> None:
     d = cfg.deployment
-    for key, n in (("deployment.num_infer_nodes", d.num_infer_nodes), ("deployment.num_train_nodes", d.num_train_nodes)):
+    for key, n in (
+        ("deployment.num_infer_nodes", d.num_infer_nodes),
+        ("deployment.num_train_nodes", d.num_train_nodes),
+    ):
         check(n >= 0, [key], f"must be >= 0, got {n}", "use 0 for a one-node job")
     check(
         (d.num_infer_nodes > 0) == (d.num_train_nodes > 0),

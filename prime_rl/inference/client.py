@@ -7,7 +7,6 @@ the sampler saw; teacher scoring reads vLLM's prompt logprobs; chat is for exter
 import asyncio
 import os
 from dataclasses import dataclass
-from typing import Dict, List, Optional
 
 import httpx
 
@@ -20,10 +19,10 @@ class InferenceError(RuntimeError):
 
 @dataclass
 class Completion:
-    token_ids: List[int]  # sampled completion tokens
-    logprobs: List[float]  # the sampler's logprob of each sampled token
+    token_ids: list[int]  # sampled completion tokens
+    logprobs: list[float]  # the sampler's logprob of each sampled token
     text: str
-    finish_reason: Optional[str]
+    finish_reason: str | None
 
 
 @dataclass
@@ -37,8 +36,8 @@ class InferenceClient:
     def __init__(
         self,
         base_url: str,
-        api_key_env: Optional[str] = None,
-        headers: Optional[Dict[str, str]] = None,
+        api_key_env: str | None = None,
+        headers: dict[str, str] | None = None,
         timeout_s: float = 120.0,
         max_retries: int = 3,
         backoff_s: float = 0.5,
@@ -72,15 +71,21 @@ class InferenceClient:
                 raise InferenceError(f"{self.base_url} did not serve /models within {timeout_s:g} s")
             await asyncio.sleep(poll_s)
 
-    async def post(self, path: str, payload: Optional[dict] = None, params: Optional[dict] = None, json_reply: bool = True) -> dict:
+    async def post(
+        self, path: str, payload: dict | None = None, params: dict | None = None, json_reply: bool = True
+    ) -> dict:
         """POST to an OpenAI API path under base_url (see post_url)."""
         return await self.post_url(self.base_url + path, payload, params, json_reply)
 
-    async def post_root(self, path: str, payload: Optional[dict] = None, params: Optional[dict] = None, json_reply: bool = True) -> dict:
+    async def post_root(
+        self, path: str, payload: dict | None = None, params: dict | None = None, json_reply: bool = True
+    ) -> dict:
         """POST to a vLLM server endpoint outside the OpenAI API (see post_url)."""
         return await self.post_url(self.root + path, payload, params, json_reply)
 
-    async def post_url(self, url: str, payload: Optional[dict] = None, params: Optional[dict] = None, json_reply: bool = True) -> dict:
+    async def post_url(
+        self, url: str, payload: dict | None = None, params: dict | None = None, json_reply: bool = True
+    ) -> dict:
         """POST with retries on connection errors, timeouts, malformed JSON and 5xx/429; other errors fail at once.
 
         `json_reply=False` for control endpoints that answer in plain text (e.g. load_lora_adapter)."""
@@ -99,8 +104,8 @@ class InferenceClient:
         raise InferenceError(f"POST {url} failed after {self.max_retries + 1} attempts, last: {problem}")
 
     async def complete(
-        self, model: str, prompts: List[List[int]], n: int, sampling: Sampling, seed: Optional[int] = None
-    ) -> List[List[Completion]]:
+        self, model: str, prompts: list[list[int]], n: int, sampling: Sampling, seed: int | None = None
+    ) -> list[list[Completion]]:
         """n samples for each token-id prompt, in one request, with the sampler's token ids and logprobs."""
         payload = {
             "model": model,
@@ -119,7 +124,7 @@ class InferenceClient:
             raise InferenceError(f"asked for {n} x {len(prompts)} completions, got {len(flat)}")
         return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
 
-    async def prompt_logprobs(self, model: str, sequences: List[List[int]]) -> List[List[Optional[float]]]:
+    async def prompt_logprobs(self, model: str, sequences: list[list[int]]) -> list[list[float | None]]:
         """For each sequence, the server's logprob of every token in context (None for the first one)."""
         payload = {"model": model, "prompt": sequences, "max_tokens": 1, "prompt_logprobs": 0, "temperature": 1.0}
         data = await self.post("/completions", payload)
@@ -129,7 +134,7 @@ class InferenceClient:
         ordered = sorted(choices, key=lambda c: c.get("index", 0))
         return [parse_prompt_logprobs(c, seq) for c, seq in zip(ordered, sequences)]
 
-    async def chat(self, model: str, messages: List[dict], n: int, sampling: Sampling) -> List[str]:
+    async def chat(self, model: str, messages: list[dict], n: int, sampling: Sampling) -> list[str]:
         """n chat completions; only standard OpenAI fields, so any compatible endpoint accepts it."""
         payload = {
             "model": model,
@@ -152,7 +157,9 @@ class InferenceClient:
         so the engine is idle, and vLLM runs the reload between two engine steps in any case. The pause cost a
         fixed 20 ms sleep plus a drain handshake, about half of each step's reload on 2 cores (BENCHMARKS.md §2).
         A request still running (one the client gave up on) is preempted by the cache reset and recomputed."""
-        await self.post_root("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": weights_dir}}, json_reply=False)
+        await self.post_root(
+            "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": weights_dir}}, json_reply=False
+        )
         await self.reset_prefix_cache()
 
     async def reset_prefix_cache(self) -> None:
@@ -167,7 +174,7 @@ class InferenceClient:
         await self.reset_prefix_cache()
 
 
-def parse_completions(data: dict) -> List[Completion]:
+def parse_completions(data: dict) -> list[Completion]:
     try:
         choices = sorted(data["choices"], key=lambda c: c["index"])
         return [
@@ -183,12 +190,12 @@ def parse_completions(data: dict) -> List[Completion]:
         raise InferenceError(f"malformed completions response (missing {e}): {str(data)[:300]}") from e
 
 
-def parse_prompt_logprobs(choice: dict, token_ids: List[int]) -> List[Optional[float]]:
+def parse_prompt_logprobs(choice: dict, token_ids: list[int]) -> list[float | None]:
     """Pick, at each position, the entry of the token actually there (the dict also holds the top-1 token)."""
     entries = choice.get("prompt_logprobs")
     if entries is None or len(entries) != len(token_ids):
         raise InferenceError(f"endpoint returned no per-token prompt logprobs for {len(token_ids)} tokens")
-    out: List[Optional[float]] = [None]
+    out: list[float | None] = [None]
     for tok, entry in zip(token_ids[1:], entries[1:]):
         hit = (entry or {}).get(str(tok)) or (entry or {}).get(tok)
         if hit is None:

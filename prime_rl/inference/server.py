@@ -2,7 +2,7 @@
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Tuple
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # not at run time: the config package imports this module (SERVER_KEY_ENV), a cycle
     from prime_rl.config.schema import Config
@@ -14,19 +14,30 @@ TEACHER_MODEL_NAME = "teacher"  # served name of the local teacher
 SERVER_KEY_ENV = "VLLM_API_KEY"
 
 
-def vllm_command(cfg: "Config", model: Path, served_name: str, port: int, gpus: List[str], lora_rank: int) -> Tuple[List[str], Dict[str, str]]:
+def vllm_command(
+    cfg: "Config", model: Path, served_name: str, port: int, gpus: list[str], lora_rank: int
+) -> tuple[list[str], dict[str, str]]:
     """(argv, env additions) of one vLLM server; `gpus` empty means the CPU build."""
     inf = cfg.inference
     on_gpu = bool(gpus)
     argv = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model),
-        "--served-model-name", served_name,
-        "--host", inf.host,
-        "--port", str(port),
-        "--dtype", inf.dtype if inf.dtype != "auto" else ("bfloat16" if on_gpu else "float32"),
-        "--max-model-len", str(inf.max_model_len),
-        "--seed", str(cfg.seed),
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--served-model-name",
+        served_name,
+        "--host",
+        inf.host,
+        "--port",
+        str(port),
+        "--dtype",
+        inf.dtype if inf.dtype != "auto" else ("bfloat16" if on_gpu else "float32"),
+        "--max-model-len",
+        str(inf.max_model_len),
+        "--seed",
+        str(cfg.seed),
     ]
     if inf.enforce_eager:
         argv.append("--enforce-eager")
@@ -35,8 +46,14 @@ def vllm_command(cfg: "Config", model: Path, served_name: str, port: int, gpus: 
     if on_gpu:
         # inference.tp/dp shape the student server; the teacher spreads over its own GPUs by tensor parallelism.
         tp, dp = (inf.tp, inf.dp) if served_name == STUDENT_MODEL_NAME else (len(gpus), 1)
-        argv += ["--tensor-parallel-size", str(tp), "--data-parallel-size", str(dp),
-                 "--gpu-memory-utilization", str(inf.gpu_memory_utilization)]
+        argv += [
+            "--tensor-parallel-size",
+            str(tp),
+            "--data-parallel-size",
+            str(dp),
+            "--gpu-memory-utilization",
+            str(inf.gpu_memory_utilization),
+        ]
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     else:
         argv += ["--distributed-executor-backend", "uni", "--kv-cache-memory-bytes", str(inf.kv_cache_bytes)]

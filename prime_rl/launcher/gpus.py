@@ -3,12 +3,12 @@
 import os
 import shutil
 import subprocess
-from typing import Collection, Dict, List, Optional
+from collections.abc import Collection
 
 from prime_rl.config.schema import DeploymentConfig
 
 
-def visible_gpus() -> List[str]:
+def visible_gpus() -> list[str]:
     """Device ids from CUDA_VISIBLE_DEVICES (SLURM sets it), else every GPU nvidia-smi lists, else none."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
@@ -19,10 +19,14 @@ def visible_gpus() -> List[str]:
     return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
 
 
-def gpu_slices(d: DeploymentConfig, visible: List[str], roles: Optional[Collection[str]] = None) -> Dict[str, List[str]]:
+def gpu_slices(d: DeploymentConfig, visible: list[str], roles: Collection[str] | None = None) -> dict[str, list[str]]:
     """Contiguous slices of the visible devices: student inference, then trainer, then teacher. `roles`: the
     roles of this node (multi-node); the others get no GPUs here, so this node's roles start at its first GPU."""
-    counts = [("inference", d.num_infer_gpus), ("trainer", d.num_train_gpus), ("teacher_inference", d.num_teacher_gpus or 0)]
+    counts = [
+        ("inference", d.num_infer_gpus),
+        ("trainer", d.num_train_gpus),
+        ("teacher_inference", d.num_teacher_gpus or 0),
+    ]
     slices, start = {"orchestrator": []}, 0
     for role, n in counts:
         n = n if roles is None or role in roles else 0

@@ -3,7 +3,6 @@
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import List
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -12,13 +11,13 @@ from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 
 from prime_rl.config import Config, ConfigError, TeacherKind, to_config, validate
-from prime_rl.launcher.resume import prepare_resume
-from prime_rl.run_dir import RunDir
 from prime_rl.launcher.gpus import visible_gpus
 from prime_rl.launcher.multinode import build_node_plan, is_multi_node, job_nodes, lock_name
 from prime_rl.launcher.plan import Plan, build_plan, write_role_configs
+from prime_rl.launcher.resume import prepare_resume
 from prime_rl.launcher.run_lock import claim_run_dir
 from prime_rl.launcher.slurm import requeued
+from prime_rl.run_dir import RunDir
 
 console = Console(stderr=True)
 
@@ -46,8 +45,10 @@ def run_job(cfg: DictConfig) -> None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     holder = claim_run_dir(run_dir, lock_name(typed))
     if holder:
-        fail(f"run dir {run_dir} is in use by another launcher (pid {holder}); "
-             "fix: wait for it to end, or give this run its own hydra.run.dir")
+        fail(
+            f"run dir {run_dir} is in use by another launcher (pid {holder}); "
+            "fix: wait for it to end, or give this run its own hydra.run.dir"
+        )
     if requeued(run_dir):  # a SLURM job's next attempt continues from the latest checkpoint in its run dir
         typed.ckpt.resume = True
     plans = plans_of_job(typed, run_dir)
@@ -61,15 +62,17 @@ def run_job(cfg: DictConfig) -> None:
         sys.exit(code)
 
 
-def plans_of_job(cfg: Config, run_dir: Path) -> List[Plan]:
+def plans_of_job(cfg: Config, run_dir: Path) -> list[Plan]:
     """The job's plan; multi-node, this node's (a dry run outside SLURM: every node's)."""
     if not is_multi_node(cfg):
         return [build_plan(cfg, run_dir, visible_gpus())]
     try:
         ranks, hostnames, attempt = job_nodes(cfg)
     except RuntimeError as e:
-        fail(f"{e}; fix: submit it with -m hydra/launcher=slurm_gpu (or srun one task per node with a shared "
-             "hydra.run.dir), or see every node's plan with launcher.dry_run=true")
+        fail(
+            f"{e}; fix: submit it with -m hydra/launcher=slurm_gpu (or srun one task per node with a shared "
+            "hydra.run.dir), or see every node's plan with launcher.dry_run=true"
+        )
     return [build_node_plan(cfg, run_dir, visible_gpus(), rank, hostnames, attempt) for rank in ranks]
 
 
@@ -79,8 +82,9 @@ def with_sweep_names(cfg: Config, hydra_cfg: DictConfig) -> Config:
     if hydra_cfg.mode != RunMode.MULTIRUN:
         return cfg
     w, sweep = cfg.monitor.wandb, Path(hydra_cfg.sweep.dir)
-    wandb = replace(w, group=w.group or f"{sweep.parent.name}/{sweep.name}",
-                    name=w.name or hydra_cfg.job.override_dirname or None)
+    wandb = replace(
+        w, group=w.group or f"{sweep.parent.name}/{sweep.name}", name=w.name or hydra_cfg.job.override_dirname or None
+    )
     return replace(cfg, monitor=replace(cfg.monitor, wandb=wandb))
 
 
@@ -105,7 +109,8 @@ def print_plan(plan: Plan) -> None:
     c = plan.config
     teacher = f", teacher={c.teacher.kind.value}" if c.teacher.kind.value != "none" else ""
     console.print(
-        f"[bold]plan[/bold] training_mode={c.training_mode.value}{teacher}, lora={'on' if c.trainer.lora.enabled else 'off'}, "
+        f"[bold]plan[/bold] training_mode={c.training_mode.value}{teacher}, "
+        f"lora={'on' if c.trainer.lora.enabled else 'off'}, "
         f"max_steps={c.max_steps}, run dir {plan.run_dir}"
     )
     if plan.node:

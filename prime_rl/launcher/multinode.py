@@ -20,7 +20,6 @@ import socket
 import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import List, Optional, Tuple
 
 from prime_rl.config.schema import Config, TeacherKind, num_nodes
 from prime_rl.launcher.plan import Plan, Role, build_plan, log_file, trainer_procs
@@ -34,18 +33,18 @@ BIND_ALL = "0.0.0.0"  # servers answer the other nodes; the server key still gua
 class Node:
     rank: int  # this node's index in the job's node list (SLURM_NODEID)
     hostname: str
-    roles: List[str]  # the roles this node runs
+    roles: list[str]  # the roles this node runs
     head: bool  # runs the orchestrator: waits for every server before starting, ends the run
-    torchrun: List[str]  # torchrun's multi-node arguments; empty when the whole trainer is one process
+    torchrun: list[str]  # torchrun's multi-node arguments; empty when the whole trainer is one process
     end_file: Path  # the end of this attempt of the run, for every node
-    remote_servers: List[Role] = field(default_factory=list)  # head: the servers on the other nodes
+    remote_servers: list[Role] = field(default_factory=list)  # head: the servers on the other nodes
 
 
 def is_multi_node(cfg: Config) -> bool:
     return num_nodes(cfg.deployment) > 1
 
 
-def node_roles(cfg: Config, rank: int) -> List[str]:
+def node_roles(cfg: Config, rank: int) -> list[str]:
     infer = cfg.deployment.num_infer_nodes
     if rank < infer:
         teacher = rank == infer - 1 and cfg.teacher.kind == TeacherKind.local_vllm
@@ -53,7 +52,7 @@ def node_roles(cfg: Config, rank: int) -> List[str]:
     return ["orchestrator", "trainer"] if rank == infer else ["trainer"]
 
 
-def multi_node_config(cfg: Config, hostnames: List[str]) -> Config:
+def multi_node_config(cfg: Config, hostnames: list[str]) -> Config:
     """The config every node writes and every role reads (identical on all nodes): fixed ports, servers on
     all interfaces, the orchestrator given the student servers' and the teacher's URLs."""
     infer_hosts = hostnames[: cfg.deployment.num_infer_nodes]
@@ -66,19 +65,26 @@ def multi_node_config(cfg: Config, hostnames: List[str]) -> Config:
     return replace(cfg, inference=inference, teacher=teacher)
 
 
-def rendezvous(cfg: Config, hostnames: List[str], rank: int) -> List[str]:
+def rendezvous(cfg: Config, hostnames: list[str], rank: int) -> list[str]:
     """torchrun's arguments on trainer node `rank`. The static rendezvous (torchrun's default) takes the node
     rank as given, so the trainer's rank 0 runs on the head node, next to the orchestrator."""
     d = cfg.deployment
     if rank < d.num_infer_nodes or trainer_procs(cfg) * d.num_train_nodes == 1:
         return []
     head = hostnames[d.num_infer_nodes]
-    return ["--nnodes", str(d.num_train_nodes), "--node-rank", str(rank - d.num_infer_nodes),
-            "--rdzv-endpoint", f"{head}:{RDZV_PORT}"]
+    return [
+        "--nnodes",
+        str(d.num_train_nodes),
+        "--node-rank",
+        str(rank - d.num_infer_nodes),
+        "--rdzv-endpoint",
+        f"{head}:{RDZV_PORT}",
+    ]
 
 
-def build_node_plan(cfg: Config, run_dir: Path, visible: List[str], rank: int, hostnames: List[str],
-                    attempt: str = "0") -> Plan:
+def build_node_plan(
+    cfg: Config, run_dir: Path, visible: list[str], rank: int, hostnames: list[str], attempt: str = "0"
+) -> Plan:
     """The plan of node `rank` of a multi-node job whose nodes are `hostnames` (in SLURM's order)."""
     cfg = multi_node_config(cfg, hostnames)
     run_dir = run_dir.resolve()
@@ -96,24 +102,32 @@ def build_node_plan(cfg: Config, run_dir: Path, visible: List[str], rank: int, h
     return plan
 
 
-def remote_servers(cfg: Config, run_dir: Path, hostnames: List[str]) -> List[Role]:
+def remote_servers(cfg: Config, run_dir: Path, hostnames: list[str]) -> list[Role]:
     """The servers of the other nodes, as the head sees them: where to check that they serve, their logs."""
     servers = []
     for rank in range(cfg.deployment.num_infer_nodes):
         for name in node_roles(cfg, rank):
             port = cfg.teacher.port if name == "teacher_inference" else cfg.inference.port
-            servers.append(Role(
-                name=f"{name}@{hostnames[rank]}", command=[], env={}, gpus=[],
-                log_file=log_file(run_dir, name, rank), config_file=run_dir / "configs" / f"{name}.yaml",
-                port=port, health_url=f"http://{hostnames[rank]}:{port}/health", server_key=True,
-            ))
+            servers.append(
+                Role(
+                    name=f"{name}@{hostnames[rank]}",
+                    command=[],
+                    env={},
+                    gpus=[],
+                    log_file=log_file(run_dir, name, rank),
+                    config_file=run_dir / "configs" / f"{name}.yaml",
+                    port=port,
+                    health_url=f"http://{hostnames[rank]}:{port}/health",
+                    server_key=True,
+                )
+            )
     return servers
 
 
 # --- which node am I (inside a SLURM job) -------------------------------------------------------------------
 
 
-def job_nodes(cfg: Config) -> Tuple[List[int], List[str], str]:
+def job_nodes(cfg: Config) -> tuple[list[int], list[str], str]:
     """(ranks to plan here, the job's hostnames, the attempt id). Inside a SLURM job of the deployment's size:
     this node's rank. Otherwise, for a dry run: every node, on simulated hosts node0 .. nodeN-1; for a real
     run, RuntimeError."""
@@ -135,11 +149,12 @@ def lock_name(cfg: Config) -> str:
     return "launcher.lock"
 
 
-def slurm_hostnames() -> List[str]:
+def slurm_hostnames() -> list[str]:
     """The job's nodes in SLURM's order (the order of SLURM_NODEID), expanded from SLURM_JOB_NODELIST."""
     nodelist = os.environ["SLURM_JOB_NODELIST"]
-    out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
-                         check=True, timeout=60).stdout
+    out = subprocess.run(
+        ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
     return out.split()
 
 
@@ -179,7 +194,7 @@ def announce_end(node: Node, code: int) -> None:
         tmp.unlink()
 
 
-def read_end(node: Node) -> Optional[Tuple[int, int]]:
+def read_end(node: Node) -> tuple[int, int] | None:
     """(the rank that ended the run, its exit code), or None while the run goes on."""
     try:
         rank, code = node.end_file.read_text().split()
@@ -188,13 +203,19 @@ def read_end(node: Node) -> Optional[Tuple[int, int]]:
     return int(rank), int(code)
 
 
-def peer_failure(plan: Plan) -> Optional[Role]:
+def peer_failure(plan: Plan) -> Role | None:
     """Another node's launcher, when it failed and so ended the run (its log is the one to show)."""
     end = read_end(plan.node)
     if end is None or end[1] == 0 or end[0] == plan.node.rank:
         return None
-    return Role(name=f"node {end[0]}", command=[], env={}, gpus=[], config_file=plan.run_dir / "configs",
-                log_file=log_file(plan.run_dir, "launcher", end[0]))
+    return Role(
+        name=f"node {end[0]}",
+        command=[],
+        env={},
+        gpus=[],
+        config_file=plan.run_dir / "configs",
+        log_file=log_file(plan.run_dir, "launcher", end[0]),
+    )
 
 
 def run_over(plan: Plan) -> bool:

@@ -8,7 +8,7 @@ import socket
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, Optional
 
 from omegaconf import OmegaConf
 
@@ -24,13 +24,13 @@ if TYPE_CHECKING:
 @dataclass
 class Role:
     name: str  # inference | teacher_inference | orchestrator | trainer
-    command: List[str]  # argv
-    env: Dict[str, str]  # additions to the launcher's environment
-    gpus: List[str]  # CUDA_VISIBLE_DEVICES slice (empty: CPU)
+    command: list[str]  # argv
+    env: dict[str, str]  # additions to the launcher's environment
+    gpus: list[str]  # CUDA_VISIBLE_DEVICES slice (empty: CPU)
     log_file: Path
     config_file: Path
-    port: Optional[int] = None  # servers only
-    health_url: Optional[str] = None  # servers only: ready when this answers 200
+    port: int | None = None  # servers only
+    health_url: str | None = None  # servers only: ready when this answers 200
     server_key: bool = False  # gets the run's server key at spawn (servers require it, the orchestrator sends it)
 
 
@@ -38,7 +38,7 @@ class Role:
 class Plan:
     run_dir: Path
     config: Config  # the resolved config every role reads (ports filled in)
-    roles: List[Role] = field(default_factory=list)
+    roles: list[Role] = field(default_factory=list)
     node: Optional["Node"] = None  # multi-node: the node this plan runs on (prime_rl/launcher/multinode.py)
 
     def role(self, name: str) -> Role:
@@ -65,7 +65,7 @@ def free_port(taken: set) -> int:
             return port
 
 
-def build_plan(cfg: Config, run_dir: Path, visible: List[str], node: Optional["Node"] = None) -> Plan:
+def build_plan(cfg: Config, run_dir: Path, visible: list[str], node: Optional["Node"] = None) -> Plan:
     """Every role of a one-node job, or with `node` (multi-node) the roles of that node."""
     run_dir = run_dir.resolve()
     taken: set = set()
@@ -82,13 +82,31 @@ def build_plan(cfg: Config, run_dir: Path, visible: List[str], node: Optional["N
     lora = cfg.trainer.lora
     if "inference" in here:
         plan.roles.append(
-            _vllm_role(cfg, "inference", student_dir(cfg), STUDENT_MODEL_NAME, cfg.inference.port, slices["inference"],
-                       lora_rank=lora.rank if lora.enabled else 0, run_dir=run_dir, node=node)
+            _vllm_role(
+                cfg,
+                "inference",
+                student_dir(cfg),
+                STUDENT_MODEL_NAME,
+                cfg.inference.port,
+                slices["inference"],
+                lora_rank=lora.rank if lora.enabled else 0,
+                run_dir=run_dir,
+                node=node,
+            )
         )
     if has_teacher_server and "teacher_inference" in here:
         plan.roles.append(
-            _vllm_role(cfg, "teacher_inference", teacher_dir(cfg), TEACHER_MODEL_NAME, cfg.teacher.port,
-                       slices["teacher_inference"], lora_rank=0, run_dir=run_dir, node=node)
+            _vllm_role(
+                cfg,
+                "teacher_inference",
+                teacher_dir(cfg),
+                TEACHER_MODEL_NAME,
+                cfg.teacher.port,
+                slices["teacher_inference"],
+                lora_rank=0,
+                run_dir=run_dir,
+                node=node,
+            )
         )
     for name in [r for r in ("orchestrator", "trainer") if r in here]:
         config_file = run_dir / "configs" / f"{name}.yaml"
@@ -111,12 +129,12 @@ def trainer_procs(cfg: Config) -> int:
     return cfg.deployment.num_train_gpus or cfg.trainer.num_procs
 
 
-def log_file(run_dir: Path, name: str, node_rank: Optional[int] = None) -> Path:
+def log_file(run_dir: Path, name: str, node_rank: int | None = None) -> Path:
     """logs/<role>.log; multi-node logs/<role>.node<rank>.log, since the nodes share the run dir."""
     return run_dir / "logs" / (f"{name}.log" if node_rank is None else f"{name}.node{node_rank}.log")
 
 
-def _module_command(cfg: Config, name: str, config_file: Path, node: Optional["Node"] = None) -> List[str]:
+def _module_command(cfg: Config, name: str, config_file: Path, node: Optional["Node"] = None) -> list[str]:
     args = ["-m", f"prime_rl.{name}", "--config", str(config_file)]
     # --standalone: torchrun hosts the rendezvous itself, on a free local port it picks; multi-node, the
     # node's rendezvous arguments (empty when the whole trainer is one process).
@@ -126,8 +144,17 @@ def _module_command(cfg: Config, name: str, config_file: Path, node: Optional["N
     return [sys.executable, *args]
 
 
-def _vllm_role(cfg: Config, name: str, model: Path, served_name: str, port: int, gpus: List[str],
-               lora_rank: int, run_dir: Path, node: Optional["Node"] = None) -> Role:
+def _vllm_role(
+    cfg: Config,
+    name: str,
+    model: Path,
+    served_name: str,
+    port: int,
+    gpus: list[str],
+    lora_rank: int,
+    run_dir: Path,
+    node: Optional["Node"] = None,
+) -> Role:
     command, env = vllm_command(cfg, model, served_name, port, gpus, lora_rank)
     return Role(
         name=name,

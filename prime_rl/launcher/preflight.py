@@ -12,7 +12,6 @@ submitted instead of submitting it.
 import os
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 from hydra import initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
@@ -32,7 +31,7 @@ CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 LIST_KEYS = "`python launch.py --cfg job` prints every key with its value"
 
 
-def preflight(argv: List[str]) -> None:
+def preflight(argv: list[str]) -> None:
     """Exit 2 with one line if the run (or any sweep point) is invalid; for a SLURM dry run, print the
     submission and exit 0. Otherwise return, and Hydra runs the job or the sweep."""
     args = get_args_parser().parse_args(argv)
@@ -61,7 +60,7 @@ def check_run(cfg: DictConfig) -> None:
         fail(unwritable(run_dir, "hydra.run.dir", problem))
 
 
-def check_sweep(loader, master: DictConfig, overrides: List[str]) -> None:
+def check_sweep(loader, master: DictConfig, overrides: list[str]) -> None:
     gpus, jobs = gpus_of_a_job(master), []
     for num, point in enumerate(sweep_points(master, overrides)):
         cfg, error = compose_point(loader, master, point, num, gpus)
@@ -77,19 +76,19 @@ def check_sweep(loader, master: DictConfig, overrides: List[str]) -> None:
         sys.exit(0)
 
 
-def sweep_points(master: DictConfig, overrides: List[str]) -> List[List[str]]:
+def sweep_points(master: DictConfig, overrides: list[str]) -> list[list[str]]:
     """The overrides of every job, in Hydra's job order (sweep params from the config first, like BasicSweeper)."""
     params = [f"{key}={value}" for key, value in (master.hydra.sweeper.get("params") or {}).items()]
     parsed = OverridesParser.create().parse_overrides(params + overrides)
     return BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]
 
 
-def task_overrides(overrides: List[str]) -> List[str]:
+def task_overrides(overrides: list[str]) -> list[str]:
     """The overrides that make this job what it is (hydra.* and hydra/… ones are the same for every job)."""
     return [o.input_line for o in OverridesParser.create().parse_overrides(overrides) if not o.is_hydra_override()]
 
 
-def compose_point(loader, master: DictConfig, overrides: List[str], num: int, gpus: int):
+def compose_point(loader, master: DictConfig, overrides: list[str], num: int, gpus: int):
     """(the job's composed config with its hydra node, None) or (None, the one-line error)."""
     try:
         cfg = loader.load_sweep_config(master, overrides)
@@ -100,7 +99,7 @@ def compose_point(loader, master: DictConfig, overrides: List[str], num: int, gp
     return cfg, validation_error(cfg, gpus)
 
 
-def validation_error(cfg: DictConfig, gpus: int) -> Optional[str]:
+def validation_error(cfg: DictConfig, gpus: int) -> str | None:
     """The one-line error of the job's config (without its hydra node, as the task function gets it)."""
     task = OmegaConf.to_container(cfg)  # a plain copy: far cheaper than deep-copying the DictConfig
     del task["hydra"]
@@ -131,7 +130,7 @@ def first_line(e: Exception) -> str:
     return str(e).strip().splitlines()[0]
 
 
-def not_writable(path: Path) -> Optional[str]:
+def not_writable(path: Path) -> str | None:
     """Why a directory could not be created at `path` (None if it can): its nearest existing ancestor
     must be a writable directory."""
     existing = path.absolute()

@@ -9,10 +9,10 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
 
 from prime_rl.launcher.plan import Role
 
@@ -29,7 +29,7 @@ class Child:
     def pgid(self) -> int:
         return self.popen.pid  # a session leader's pgid is its pid
 
-    def exit_code(self) -> Optional[int]:
+    def exit_code(self) -> int | None:
         """The leader's exit code, or None while it runs (also reaps it, so it never lingers as a zombie)."""
         return self.popen.poll()
 
@@ -52,7 +52,7 @@ RUN_ENV = "PRIME_RL_RUN_DIR"
 NOT_INHERITED = {"WANDB_SERVICE"}
 
 
-def spawn(role: Role, extra_env: Dict[str, str]) -> Child:
+def spawn(role: Role, extra_env: dict[str, str]) -> Child:
     """Start a role in its own session, output appended to its log, environment = ours + the role's +
     `extra_env` (the run marker, and the server key: given here, so no plan, log or config ever holds it)."""
     role.log_file.parent.mkdir(parents=True, exist_ok=True)
@@ -94,14 +94,18 @@ def _has_live_member(pgid: int) -> bool:
                 stat = f.read()
         except OSError:
             continue  # exited while we looked
-        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
+        fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp ...
         if int(fields[2]) == pgid and fields[0] not in "ZX":
             return True
     return False
 
 
-def stop_children(children: List[Child], grace_s: float, hurry: Callable[[], bool] = lambda: False,
-                  say: Callable[[str], None] = lambda _: None) -> None:
+def stop_children(
+    children: list[Child],
+    grace_s: float,
+    hurry: Callable[[], bool] = lambda: False,
+    say: Callable[[str], None] = lambda _: None,
+) -> None:
     """SIGTERM every group, wait up to grace_s for all to be empty, then SIGKILL what is left.
 
     All groups share one grace period, so stopping takes grace_s, not grace_s per role. `hurry()` turning
@@ -125,7 +129,7 @@ def stop_children(children: List[Child], grace_s: float, hurry: Callable[[], boo
             say(f"warning: process group {c.pgid} of {c.role.name} survived SIGKILL")
 
 
-def marked_processes(marker: str) -> List[int]:
+def marked_processes(marker: str) -> list[int]:
     """Live processes (not this one) whose environment has RUN_ENV=marker."""
     needle, pids = f"{RUN_ENV}={marker}\0".encode(), []
     for entry in os.scandir("/proc"):
@@ -160,7 +164,7 @@ def stop_stragglers(marker: str, grace_s: float, say: Callable[[str], None] = la
             time.sleep(0.1)
 
 
-def _wait_empty(children: List[Child], timeout_s: float, hurry: Callable[[], bool]) -> List[Child]:
+def _wait_empty(children: list[Child], timeout_s: float, hurry: Callable[[], bool]) -> list[Child]:
     """Wait until each group is empty; the ones that are not when time runs out (or hurry() is true)."""
     deadline = time.monotonic() + timeout_s
     left = list(children)
@@ -173,7 +177,7 @@ def _wait_empty(children: List[Child], timeout_s: float, hurry: Callable[[], boo
         time.sleep(0.1)
 
 
-def log_tail(path: Path, lines: int = 20) -> List[str]:
+def log_tail(path: Path, lines: int = 20) -> list[str]:
     try:
         with open(path, "rb") as f:
             f.seek(max(0, os.path.getsize(path) - 64 * 1024))  # logs can be large; the tail is at the end

@@ -3,7 +3,6 @@
 import json
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -20,9 +19,9 @@ class MetricsTail:
         self.path = path
         self.offset = 0
         self.partial = b""
-        self.latest: Dict[str, object] = {}
-        self.last_record: Optional[dict] = None
-        self.step_times: Dict[int, float] = {}  # step -> time/step, each step counted once
+        self.latest: dict[str, object] = {}
+        self.last_record: dict | None = None
+        self.step_times: dict[int, float] = {}  # step -> time/step, each step counted once
 
     def poll(self) -> None:
         try:
@@ -59,7 +58,7 @@ class MetricsTail:
         step = self.latest.get("step")
         return step if isinstance(step, int) else 0
 
-    def eta_s(self, max_steps: int, elapsed_s: float) -> Optional[float]:
+    def eta_s(self, max_steps: int, elapsed_s: float) -> float | None:
         """Remaining time from the mean step time so far (the trainer's time/step, else wall clock)."""
         if self.step_times:
             per_step = sum(self.step_times.values()) / len(self.step_times)
@@ -77,8 +76,12 @@ class ProgressLine:
         self.metrics = metrics
         self.started = time.monotonic()
         self.progress = Progress(
-            TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[info]}"),
-            console=console, refresh_per_second=2,  # the line changes once a step; spare the shared CPUs
+            TextColumn("step"),
+            MofNCompleteColumn(),
+            BarColumn(),
+            TextColumn("{task.fields[info]}"),
+            console=console,
+            refresh_per_second=2,  # the line changes once a step; spare the shared CPUs
         )
         self.task = self.progress.add_task("run", total=max_steps, info="waiting for the first step")
         self.max_steps = max_steps
@@ -121,7 +124,7 @@ def format_duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
 
 
-def summary_lines(run_dir: Path, metrics: MetricsTail) -> List[str]:
+def summary_lines(run_dir: Path, metrics: MetricsTail) -> list[str]:
     """The final numbers: summary.json's scalar entries if it exists, else the last metrics record."""
     metrics.poll()
     try:

@@ -14,7 +14,11 @@ def prepare_resume(run_dir: RunDir) -> int:
     for step in run_dir.steps_in("weights"):
         shutil.rmtree(run_dir.weights(step), ignore_errors=True)
     if run_dir.metrics.exists():
-        kept = [line for line in run_dir.metrics.read_text().splitlines() if _step_of(line) is not None and _step_of(line) < start]
+        kept = [
+            line
+            for line in run_dir.metrics.read_text().splitlines()
+            if _step_of(line) is not None and _step_of(line) < start
+        ]
         run_dir.metrics.write_text("".join(line + "\n" for line in kept))
     return start
 

@@ -4,12 +4,12 @@ would interleave both runs' steps, weights and checkpoints in one directory."""
 import fcntl
 import os
 from pathlib import Path
-from typing import IO, List, Optional
+from typing import IO
 
-_held: List[IO] = []  # open for the life of the process: the kernel drops the lock when it exits, even on kill -9
+_held: list[IO] = []  # open for the life of the process: the kernel drops the lock when it exits, even on kill -9
 
 
-def claim_run_dir(run_dir: Path, name: str = "launcher.lock") -> Optional[str]:
+def claim_run_dir(run_dir: Path, name: str = "launcher.lock") -> str | None:
     """Lock the run dir for this process; None, or the pid of the live launcher that holds it.
     `name`: the lock file (a multi-node job's launchers each hold their node's)."""
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,6 @@
 
 import os
 from pathlib import Path
-from typing import List, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -21,7 +20,7 @@ def is_slurm(master: DictConfig) -> bool:
     return str(master.hydra.launcher.get("_target_", "")).endswith(".SlurmLauncher")
 
 
-def print_submission(master: DictConfig, jobs: List[Tuple[List[str], Path]]) -> None:
+def print_submission(master: DictConfig, jobs: list[tuple[list[str], Path]]) -> None:
     """What `-m hydra/launcher=slurm… launcher.dry_run=true` would submit: one array job, one task per point."""
     params = OmegaConf.to_container(master.hydra.launcher, resolve=True)
     what = "one job" if len(jobs) == 1 else f"one array job of {len(jobs)} tasks"  # submitit's choice too

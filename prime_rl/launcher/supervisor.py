@@ -11,7 +11,6 @@ import signal
 import threading
 import time
 from datetime import datetime
-from typing import Dict, List, Optional
 
 import httpx
 from rich.console import Console
@@ -20,9 +19,9 @@ from prime_rl.inference.server import SERVER_KEY_ENV
 from prime_rl.launcher.multinode import announce_end, peer_failure, run_over, shared_server_key
 from prime_rl.launcher.plan import Plan, Role
 from prime_rl.launcher.processes import RUN_ENV, Child, log_tail, spawn, stop_children, stop_stragglers
+from prime_rl.launcher.progress import MetricsTail, ProgressLine, format_duration, summary_lines
 from prime_rl.monitor.metrics import write_summary
 from prime_rl.monitor.plots import write_plots
-from prime_rl.launcher.progress import MetricsTail, ProgressLine, format_duration, summary_lines
 
 POLL_S = 0.5  # how often children are checked: a dead child is noticed within this
 HTTP_TIMEOUT_S = 2.0  # per readiness request; a hung server must not stall the loop
@@ -53,8 +52,8 @@ class Supervisor:
         self.plan = plan
         self.launcher = plan.config.launcher
         self.console = Console(stderr=True)
-        self.children: List[Child] = []  # in start order
-        self.signum: Optional[int] = None  # set by the signal handler, acted on by the loop
+        self.children: list[Child] = []  # in start order
+        self.signum: int | None = None  # set by the signal handler, acted on by the loop
         self.stopping = False
         self.hurry = False  # a second signal: skip what is left of the stop grace period
         (plan.run_dir / "logs").mkdir(parents=True, exist_ok=True)
@@ -123,7 +122,7 @@ class Supervisor:
         self.say(f"started {role.name} (pid {child.pgid}, log {role.log_file})")
         return child
 
-    def wait_ready(self, servers: List[Role]) -> None:
+    def wait_ready(self, servers: list[Role]) -> None:
         """Wait until every server answers /health and /v1/models, bounded by launcher.ready_timeout_s."""
         timeout = self.launcher.ready_timeout_s
         started = time.monotonic()
@@ -143,7 +142,7 @@ class Supervisor:
                 if pending:
                     time.sleep(POLL_S)
 
-    def watch(self, workers: List[Child]) -> None:
+    def watch(self, workers: list[Child]) -> None:
         """Show progress until orchestrator and trainer have both exited 0."""
         with ProgressLine(self.console, self.metrics, self.plan.config.max_steps) as progress:
             while True:
@@ -177,7 +176,7 @@ class Supervisor:
         if self.children:
             stop_stragglers(self.plan.marker, self.launcher.stop_grace_s, say=self.say)
 
-    def handle_signals(self) -> Dict[int, object]:
+    def handle_signals(self) -> dict[int, object]:
         """Route stop signals to the loop; the previous handlers, to restore afterwards."""
         if threading.current_thread() is not threading.main_thread():
             return {}  # only the main thread may set handlers; atexit and finally still stop the children
@@ -195,7 +194,7 @@ class Supervisor:
         for line in log_tail(e.role.log_file, TAIL_LINES):
             self.say(f"  {line}")
 
-    def say(self, message: str, style: Optional[str] = None) -> None:
+    def say(self, message: str, style: str | None = None) -> None:
         """To the terminal and to logs/launcher.log."""
         self.console.print(message, style=style, markup=False, highlight=False, soft_wrap=True)
         if not self.log.closed:

@@ -45,12 +45,12 @@ def ensure_model(
 
 def _build(out: Path, tiny: TinyModelConfig, warm_start: WarmStartConfig, task_cfg: TaskConfig) -> None:
     import torch
+    from transformers.utils.logging import disable_progress_bar
 
     from prime_rl.models.tiny import build_tiny_model, save_model
     from prime_rl.models.tokenizer import build_tokenizer
     from prime_rl.sft.train import eval_reward, sft_train
     from prime_rl.tasks.task import load_task
-    from transformers.utils.logging import disable_progress_bar
 
     disable_progress_bar()
     torch.set_num_threads(1)  # fastest for a tiny model; more threads thrash on small shared CPUs

@@ -2,8 +2,8 @@
 report shares. matplotlib's Figure is used without pyplot: no GUI backend, no global state between plots."""
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
 
 from matplotlib.figure import Figure
 
@@ -18,7 +18,7 @@ RUN_PLOTS = {
 }
 
 
-def series(rows: List[Dict], key: str) -> Tuple[List[int], List[float]]:
+def series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
     """(steps, values) of the rows holding a finite number under `key`."""
     points = [(r["step"], r[key]) for r in rows if is_number(r.get(key)) and "step" in r]
     return [s for s, _ in points], [v for _, v in points]
@@ -28,7 +28,7 @@ def is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def smooth(values: Sequence[float]) -> List[float]:
+def smooth(values: Sequence[float]) -> list[float]:
     """Trailing mean over a twentieth of the run: per-step values are noisy, their trend is what one reads."""
     window = max(1, len(values) // 20)
     out, total = [], 0.0
@@ -60,7 +60,7 @@ def save(fig: Figure, ax, path: Path) -> Path:
     return path
 
 
-def write_plots(run_dir: Path) -> List[Path]:
+def write_plots(run_dir: Path) -> list[Path]:
     """One PNG per plot of RUN_PLOTS that has data (teacher_kl only in opd), into <run_dir>/plots/."""
     rows = read_metrics(run_dir / "metrics.jsonl")
     written = []

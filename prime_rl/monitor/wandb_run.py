@@ -10,7 +10,6 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import List, Optional
 
 import wandb
 from omegaconf import OmegaConf
@@ -30,10 +29,14 @@ def wandb_mode(mode: WandbMode) -> str:
     return os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
 
 
-def run_tags(cfg: Config) -> List[str]:
+def run_tags(cfg: Config) -> list[str]:
     lora = "on" if cfg.trainer.lora.enabled else "off"
-    return [f"mode:{cfg.training_mode.value}", f"teacher:{cfg.teacher.kind.value}", f"lora:{lora}",
-            *cfg.monitor.wandb.tags]
+    return [
+        f"mode:{cfg.training_mode.value}",
+        f"teacher:{cfg.teacher.kind.value}",
+        f"lora:{lora}",
+        *cfg.monitor.wandb.tags,
+    ]
 
 
 def logged_config(cfg: Config) -> dict:
@@ -66,11 +69,19 @@ class WandbRun:
             return
         w, run_dir = cfg.monitor.wandb, Path(cfg.run_dir)
         self.run = wandb.init(
-            project=w.project, entity=w.entity, name=w.name, group=w.group, tags=run_tags(cfg),
-            config=logged_config(cfg), id=run_id(run_dir, resumed), resume="allow", mode=mode, dir=run_dir,
+            project=w.project,
+            entity=w.entity,
+            name=w.name,
+            group=w.group,
+            tags=run_tags(cfg),
+            config=logged_config(cfg),
+            id=run_id(run_dir, resumed),
+            resume="allow",
+            mode=mode,
+            dir=run_dir,
         )
 
-    def log_step(self, metrics: dict, samples: List[Sample], tokenizer) -> None:
+    def log_step(self, metrics: dict, samples: list[Sample], tokenizer) -> None:
         if self.run is None:
             return
         step = metrics["step"]
@@ -96,7 +107,7 @@ class WandbRun:
         self.run.finish()
 
 
-def wait_for_row(path: Path, step: int, timeout_s: float) -> Optional[dict]:
+def wait_for_row(path: Path, step: int, timeout_s: float) -> dict | None:
     """The metrics.jsonl line of `step` (the final evaluation has no trainer step of its own)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -107,7 +118,7 @@ def wait_for_row(path: Path, step: int, timeout_s: float) -> Optional[dict]:
     return None
 
 
-def samples_table(samples: List[Sample], tokenizer) -> wandb.Table:
+def samples_table(samples: list[Sample], tokenizer) -> wandb.Table:
     """Rollouts as text with their reward and advantage; in opd also how likely the teacher found them."""
     columns = ["prompt", "completion", "reward", "advantage", "logprob_mean"]
     with_teacher = any(s.teacher_logprobs for s in samples)
@@ -115,13 +126,17 @@ def samples_table(samples: List[Sample], tokenizer) -> wandb.Table:
         columns.append("teacher_logprob_mean")
     table = wandb.Table(columns=columns)
     for s in samples:
-        row = [tokenizer.decode(s.prompt_ids, skip_special_tokens=True),
-               tokenizer.decode(s.completion_ids, skip_special_tokens=True),
-               s.reward, s.advantage, mean(s.inference_logprobs)]
+        row = [
+            tokenizer.decode(s.prompt_ids, skip_special_tokens=True),
+            tokenizer.decode(s.completion_ids, skip_special_tokens=True),
+            s.reward,
+            s.advantage,
+            mean(s.inference_logprobs),
+        ]
         table.add_data(*row, *([mean(s.teacher_logprobs)] if with_teacher else []))
     return table
 
 
-def mean(values: Optional[List[float]]) -> Optional[float]:
+def mean(values: list[float] | None) -> float | None:
     """Mean over the completion's tokens; None where there are none (sft has no sampler logprobs)."""
     return math.fsum(values) / len(values) if values else None

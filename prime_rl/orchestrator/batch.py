@@ -6,34 +6,40 @@ Written to a temp name then renamed, so the trainer never reads half a batch.
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
 
 import torch
 
 
 @dataclass
 class Sample:
-    prompt_ids: List[int]
-    completion_ids: List[int]
-    inference_logprobs: List[float]  # mu: the sampler's logprob of each completion token (rl/opd)
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    inference_logprobs: list[float]  # mu: the sampler's logprob of each completion token (rl/opd)
     advantage: float = 0.0  # sequence-level advantage (GRPO)
-    reward: Optional[float] = None  # task reward (None when verification is off)
-    teacher_logprobs: Optional[List[float]] = None  # opd: log p_T of each completion token
+    reward: float | None = None  # task reward (None when verification is off)
+    teacher_logprobs: list[float] | None = None  # opd: log p_T of each completion token
 
 
 @dataclass
 class Batch:
     step: int
     policy_version: int  # weights step the rollouts were sampled from
-    samples: List[Sample]
-    metrics: Dict[str, float] = field(default_factory=dict)  # orchestrator metrics of this step
+    samples: list[Sample]
+    metrics: dict[str, float] = field(default_factory=dict)  # orchestrator metrics of this step
 
 
 def write_batch(batch: Batch, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    torch.save({"step": batch.step, "policy_version": batch.policy_version,
-                "samples": [asdict(s) for s in batch.samples], "metrics": batch.metrics}, tmp)
+    torch.save(
+        {
+            "step": batch.step,
+            "policy_version": batch.policy_version,
+            "samples": [asdict(s) for s in batch.samples],
+            "metrics": batch.metrics,
+        },
+        tmp,
+    )
     os.replace(tmp, path)
 
 

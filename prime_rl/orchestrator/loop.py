@@ -6,7 +6,6 @@ import json
 import random
 import time
 from dataclasses import dataclass
-from typing import List, Optional, Union
 
 from transformers import AutoTokenizer
 
@@ -14,9 +13,9 @@ from prime_rl.config.schema import Config, TeacherKind, TrainingMode
 from prime_rl.inference.client import InferenceClient, Sampling
 from prime_rl.inference.server import STUDENT_MODEL_NAME
 from prime_rl.models import student_dir, teacher_dir
+from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.orchestrator.advantages import grpo_advantages
 from prime_rl.orchestrator.batch import Batch, Sample, write_batch
-from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.orchestrator.policy import PolicySync
 from prime_rl.orchestrator.students import StudentServers, student_client
 from prime_rl.orchestrator.teacher import (
@@ -36,10 +35,10 @@ class Context:
     run_dir: RunDir
     task: Task
     tokenizer: object
-    student: Union[InferenceClient, StudentServers]
+    student: InferenceClient | StudentServers
     student_model: str  # served name to sample from (the LoRA adapter's name with lora=on)
-    teacher: Optional[InferenceClient]
-    teacher_model: Optional[str]
+    teacher: InferenceClient | None
+    teacher_model: str | None
 
 
 async def run(cfg: Config) -> None:
@@ -96,7 +95,7 @@ def due_for_eval(cfg: Config, step: int) -> bool:
     return cfg.orchestrator.verification.enabled and bool(interval) and step % interval == 0
 
 
-def step_prompts(cfg: Config, task: Task, step: int) -> List[Example]:
+def step_prompts(cfg: Config, task: Task, step: int) -> list[Example]:
     """The step's prompts: a deterministic function of (seed, step), so a resumed run sees the same data."""
     n = cfg.orchestrator.batch_size // cfg.orchestrator.rollouts_per_example
     return random.Random(cfg.seed * 1_000_003 + step).sample(task.train, n)
@@ -125,34 +124,41 @@ async def make_batch(ctx: Context, step: int, version: int) -> Batch:
     return Batch(step=step, policy_version=version, samples=samples, metrics=metrics)
 
 
-async def student_rollouts(ctx: Context, examples: List[Example]) -> List[List[Sample]]:
+async def student_rollouts(ctx: Context, examples: list[Example]) -> list[list[Sample]]:
     """One group of rollouts_per_example samples per prompt, all in one request."""
     cfg = ctx.cfg
     prompts = [prompt_ids(ctx.tokenizer, ex.prompt) for ex in examples]
     # No per-request seed: vLLM would give every prompt of the request the same random stream.
-    groups = await ctx.student.complete(ctx.student_model, prompts, cfg.orchestrator.rollouts_per_example, sampling(cfg))
+    groups = await ctx.student.complete(
+        ctx.student_model, prompts, cfg.orchestrator.rollouts_per_example, sampling(cfg)
+    )
     return [[Sample(p, c.token_ids, c.logprobs) for c in group] for p, group in zip(prompts, groups)]
 
 
-async def teacher_rollouts(ctx: Context, ex: Example) -> List[Sample]:
+async def teacher_rollouts(ctx: Context, ex: Example) -> list[Sample]:
     cfg = ctx.cfg
     texts = await ctx.teacher.chat(
-        ctx.teacher_model, [{"role": "user", "content": ex.prompt}], cfg.orchestrator.rollouts_per_example, sampling(cfg)
+        ctx.teacher_model,
+        [{"role": "user", "content": ex.prompt}],
+        cfg.orchestrator.rollouts_per_example,
+        sampling(cfg),
     )
     prompt = prompt_ids(ctx.tokenizer, ex.prompt)
     return [Sample(prompt, answer_ids(ctx.tokenizer, text), inference_logprobs=[]) for text in texts]
 
 
-def sampling(cfg: Config, temperature: Optional[float] = None) -> Sampling:
+def sampling(cfg: Config, temperature: float | None = None) -> Sampling:
     s = cfg.orchestrator.sampling
-    return Sampling(temperature=s.temperature if temperature is None else temperature, top_p=s.top_p, max_tokens=s.max_tokens)
+    return Sampling(
+        temperature=s.temperature if temperature is None else temperature, top_p=s.top_p, max_tokens=s.max_tokens
+    )
 
 
-def completion_text(ctx: Context, completion_ids: List[int]) -> str:
+def completion_text(ctx: Context, completion_ids: list[int]) -> str:
     return ctx.tokenizer.decode(completion_ids, skip_special_tokens=True)
 
 
-def score(ctx: Context, examples: List[Example], groups: List[List[Sample]]) -> dict:
+def score(ctx: Context, examples: list[Example], groups: list[list[Sample]]) -> dict:
     """Rewards from the task's verifier, GRPO advantages, and the step's reward metrics."""
     rewards = []
     for ex, group in zip(examples, groups):
@@ -160,7 +166,9 @@ def score(ctx: Context, examples: List[Example], groups: List[List[Sample]]) -> 
             s.reward = ctx.task.reward(completion_text(ctx, s.completion_ids), ex)
             rewards.append(s.reward)
     o = ctx.cfg.orchestrator
-    for s, adv in zip((s for g in groups for s in g), grpo_advantages(rewards, o.rollouts_per_example, o.std_normalize)):
+    for s, adv in zip(
+        (s for g in groups for s in g), grpo_advantages(rewards, o.rollouts_per_example, o.std_normalize)
+    ):
         s.advantage = adv
     return {
         "reward/mean": sum(rewards) / len(rewards),
@@ -168,7 +176,7 @@ def score(ctx: Context, examples: List[Example], groups: List[List[Sample]]) -> 
     }
 
 
-async def attach_teacher_logprobs(ctx: Context, samples: List[Sample]) -> None:
+async def attach_teacher_logprobs(ctx: Context, samples: list[Sample]) -> None:
     scores = await teacher_logprobs(ctx.teacher, ctx.teacher_model, [(s.prompt_ids, s.completion_ids) for s in samples])
     for s, lp in zip(samples, scores):
         s.teacher_logprobs = lp
@@ -182,7 +190,9 @@ async def evaluate(ctx: Context) -> dict:
 
     async def one(i: int, ex: Example) -> float:
         # A fixed seed per eval prompt: two evaluations of one policy agree, so changes are the policy's.
-        [[c]] = await ctx.student.complete(ctx.student_model, [prompt_ids(ctx.tokenizer, ex.prompt)], 1, eval_sampling, seed=cfg.seed + i)
+        [[c]] = await ctx.student.complete(
+            ctx.student_model, [prompt_ids(ctx.tokenizer, ex.prompt)], 1, eval_sampling, seed=cfg.seed + i
+        )
         return ctx.task.reward(completion_text(ctx, c.token_ids), ex)
 
     rewards = await asyncio.gather(*(one(i, ex) for i, ex in enumerate(examples)))
@@ -195,7 +205,10 @@ async def evaluate_teacher(ctx: Context) -> dict:
     examples = ctx.task.eval[: cfg.orchestrator.eval.num_examples]
     eval_sampling = sampling(cfg, temperature=cfg.orchestrator.eval.temperature)
     texts = await asyncio.gather(
-        *(ctx.teacher.chat(ctx.teacher_model, [{"role": "user", "content": ex.prompt}], 1, eval_sampling) for ex in examples)
+        *(
+            ctx.teacher.chat(ctx.teacher_model, [{"role": "user", "content": ex.prompt}], 1, eval_sampling)
+            for ex in examples
+        )
     )
     rewards = [ctx.task.reward(t[0], ex) for t, ex in zip(texts, examples)]
     return {"eval/teacher_reward": sum(rewards) / len(rewards)}

@@ -22,7 +22,9 @@ class PolicySync:
         latest = self.run_dir.latest_weights()
         while latest is None or latest < needed:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"no weights for step {needed} after {self.wait_timeout_s:.0f}s; is the trainer alive?")
+                raise TimeoutError(
+                    f"no weights for step {needed} after {self.wait_timeout_s:.0f}s; is the trainer alive?"
+                )
             await asyncio.sleep(0.05)
             latest = self.run_dir.latest_weights()
         if latest > self.version:

@@ -2,7 +2,7 @@
 (`inference.urls`), used as one server."""
 
 import asyncio
-from typing import List, Optional, Union
+from typing import Union
 
 from prime_rl.config.schema import Config
 from prime_rl.inference.client import Completion, InferenceClient, Sampling
@@ -13,8 +13,10 @@ def student_client(cfg: Config) -> Union[InferenceClient, "StudentServers"]:
     """A client of the student server, or of all of them when the multi-node plan listed several."""
     urls = cfg.inference.urls or [f"http://{cfg.inference.host}:{cfg.inference.port}/v1"]
     o = cfg.orchestrator
-    clients = [InferenceClient(url, api_key_env=SERVER_KEY_ENV, timeout_s=o.request_timeout_s,
-                               max_retries=o.max_retries) for url in urls]
+    clients = [
+        InferenceClient(url, api_key_env=SERVER_KEY_ENV, timeout_s=o.request_timeout_s, max_retries=o.max_retries)
+        for url in urls
+    ]
     return clients[0] if len(clients) == 1 else StudentServers(clients)
 
 
@@ -22,18 +24,22 @@ class StudentServers:
     """The client calls the orchestrator makes, over several servers of the same policy: a request's prompts
     are split between the servers, and every server reloads the weights before sampling goes on."""
 
-    def __init__(self, clients: List[InferenceClient]):
+    def __init__(self, clients: list[InferenceClient]):
         self.clients = clients
         self.base_url = ", ".join(c.base_url for c in clients)
         self.calls = 0  # rotates which server gets the first share: one-prompt requests spread evenly
 
-    async def complete(self, model: str, prompts: List[List[int]], n: int, sampling: Sampling,
-                       seed: Optional[int] = None) -> List[List[Completion]]:
+    async def complete(
+        self, model: str, prompts: list[list[int]], n: int, sampling: Sampling, seed: int | None = None
+    ) -> list[list[Completion]]:
         k = len(self.clients)
         first, self.calls = self.calls % k, self.calls + 1
         shares = [prompts[i * len(prompts) // k : (i + 1) * len(prompts) // k] for i in range(k)]
-        jobs = [self.clients[(first + i) % k].complete(model, share, n, sampling, seed)
-                for i, share in enumerate(shares) if share]
+        jobs = [
+            self.clients[(first + i) % k].complete(model, share, n, sampling, seed)
+            for i, share in enumerate(shares)
+            if share
+        ]
         return [group for part in await asyncio.gather(*jobs) for group in part]
 
     async def wait_ready(self, timeout_s: float) -> None:

@@ -1,7 +1,6 @@
 """The teacher: per-token scoring of student rollouts (opd) and rollouts of its own (sft)."""
 
 from pathlib import Path
-from typing import List, Tuple
 
 from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.inference.client import InferenceClient, InferenceError
@@ -21,15 +20,18 @@ def teacher_client(cfg: Config) -> tuple[InferenceClient, str]:
         model, key_env = TEACHER_MODEL_NAME, SERVER_KEY_ENV
     else:
         url, model, key_env = t.base_url, t.model, t.api_key_env
-    client = InferenceClient(url, api_key_env=key_env, headers=t.headers,
-                             timeout_s=t.request_timeout_s, max_retries=t.max_retries)
+    client = InferenceClient(
+        url, api_key_env=key_env, headers=t.headers, timeout_s=t.request_timeout_s, max_retries=t.max_retries
+    )
     return client, model
 
 
-async def teacher_logprobs(client: InferenceClient, model: str, pairs: List[Tuple[List[int], List[int]]]) -> List[List[float]]:
+async def teacher_logprobs(
+    client: InferenceClient, model: str, pairs: list[tuple[list[int], list[int]]]
+) -> list[list[float]]:
     """For each (prompt, completion): log p_T of each completion token given everything before it."""
     scores = await client.prompt_logprobs(model, [p + c for p, c in pairs])
-    return [[float(x) for x in s[len(p):]] for s, (p, _) in zip(scores, pairs)]
+    return [[float(x) for x in s[len(p) :]] for s, (p, _) in zip(scores, pairs)]
 
 
 def check_same_tokenizer(student_tok, teacher_dir: Path) -> None:
@@ -38,9 +40,14 @@ def check_same_tokenizer(student_tok, teacher_dir: Path) -> None:
 
     teacher_tok = AutoTokenizer.from_pretrained(teacher_dir)
     if student_tok.get_vocab() != teacher_tok.get_vocab():
-        raise TeacherError(f"teacher tokenizer at {teacher_dir} differs from the student's (vocab); opd scores tokens, so they must match")
+        raise TeacherError(
+            f"teacher tokenizer at {teacher_dir} differs from the student's (vocab); "
+            "opd scores tokens, so they must match"
+        )
     if student_tok.all_special_tokens != teacher_tok.all_special_tokens:
-        raise TeacherError(f"teacher tokenizer at {teacher_dir} has other special tokens than the student's; they must match")
+        raise TeacherError(
+            f"teacher tokenizer at {teacher_dir} has other special tokens than the student's; they must match"
+        )
 
 
 async def check_same_tokenization(client: InferenceClient, model: str, student_tok, probe_text: str) -> None:
@@ -50,16 +57,20 @@ async def check_same_tokenization(client: InferenceClient, model: str, student_t
         data = await client.post_root("/tokenize", {"model": model, "prompt": probe_text, "add_special_tokens": False})
         teacher_ids = data["tokens"]
     except (InferenceError, KeyError, TypeError) as e:
-        raise TeacherError(f"cannot check the teacher's tokenizer at {root}/tokenize (opd needs a vLLM teacher): {e}") from e
+        raise TeacherError(
+            f"cannot check the teacher's tokenizer at {root}/tokenize (opd needs a vLLM teacher): {e}"
+        ) from e
     if teacher_ids != student_tok.encode(probe_text, add_special_tokens=False):
         raise TeacherError(f"teacher at {root} tokenizes differently from the student; opd needs the same tokenizer")
 
 
-async def probe_prompt_logprobs(client: InferenceClient, model: str, token_ids: List[int]) -> None:
+async def probe_prompt_logprobs(client: InferenceClient, model: str, token_ids: list[int]) -> None:
     """One scoring request before training: the endpoint must return a logprob for every token we send."""
     try:
         [scores] = await client.prompt_logprobs(model, [token_ids])
     except InferenceError as e:
-        raise TeacherError(f"teacher endpoint {client.base_url} cannot score prompts (opd needs vLLM prompt_logprobs): {e}") from e
+        raise TeacherError(
+            f"teacher endpoint {client.base_url} cannot score prompts (opd needs vLLM prompt_logprobs): {e}"
+        ) from e
     if any(s is None for s in scores[1:]):
         raise TeacherError(f"teacher endpoint {client.base_url} returned incomplete prompt logprobs")

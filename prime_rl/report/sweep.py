@@ -8,7 +8,6 @@ import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Tuple
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
@@ -23,13 +22,13 @@ FINAL_METRICS = ["eval/reward_final", "reward/mean/final", "teacher_kl/final", "
 @dataclass
 class Job:
     dir: Path
-    overrides: Dict[str, object]  # key -> value, parsed as Hydra parses the command line
-    rows: List[Dict]  # metrics.jsonl
-    summary: Dict  # summary.json, or summarised from metrics.jsonl when the job did not finish
+    overrides: dict[str, object]  # key -> value, parsed as Hydra parses the command line
+    rows: list[dict]  # metrics.jsonl
+    summary: dict  # summary.json, or summarised from metrics.jsonl when the job did not finish
     finished: bool  # summary.json exists: the launcher saw the run succeed
 
 
-def load_jobs(sweep_dir: Path) -> List[Job]:
+def load_jobs(sweep_dir: Path) -> list[Job]:
     dirs = sorted({p.parent.parent for p in sweep_dir.glob("*/.hydra/overrides.yaml")}, key=job_order)
     return [load_job(d) for d in dirs]
 
@@ -49,14 +48,14 @@ def load_job(job_dir: Path) -> Job:
     return Job(job_dir, overrides, rows, summary, finished)
 
 
-def swept_keys(jobs: List[Job]) -> List[str]:
+def swept_keys(jobs: list[Job]) -> list[str]:
     """Override keys whose value differs between jobs; all of them when nothing differs (a single job)."""
     keys = list(dict.fromkeys(k for job in jobs for k in job.overrides))
     differ = [k for k in keys if len({repr(job.overrides.get(k)) for job in jobs}) > 1]
     return differ or keys
 
 
-def report_table(jobs: List[Job], swept: List[str]) -> List[List[object]]:
+def report_table(jobs: list[Job], swept: list[str]) -> list[list[object]]:
     """Header row then one row per job: job, status, swept values, final metrics."""
     metrics = [m for m in FINAL_METRICS if any(m in job.summary for job in jobs)]
     rows = [["job", "status", *swept, *metrics]]
@@ -66,21 +65,21 @@ def report_table(jobs: List[Job], swept: List[str]) -> List[List[object]]:
     return rows
 
 
-def write_csv(path: Path, table: List[List[object]]) -> None:
+def write_csv(path: Path, table: list[list[object]]) -> None:
     with path.open("w", newline="") as f:
         csv.writer(f).writerows(table)
 
 
-def final_metric(jobs: List[Job]) -> str:
+def final_metric(jobs: list[Job]) -> str:
     """Final eval reward when the sweep evaluated, else the final training reward."""
     return "eval/reward_final" if any("eval/reward_final" in job.summary for job in jobs) else "reward/mean/final"
 
 
-def plot_final_vs(jobs: List[Job], key: str, swept: List[str], metric: str, path: Path) -> Path:
+def plot_final_vs(jobs: list[Job], key: str, swept: list[str], metric: str, path: Path) -> Path:
     """The final metric against one swept value; jobs equal in the other swept values share a line."""
     fig, ax = new_plot(f"{metric} vs {key}", metric, xlabel=key)
     others = [k for k in swept if k != key]
-    lines: Dict[str, list] = {}
+    lines: dict[str, list] = {}
     for job in jobs:
         if is_number(job.summary.get(metric)):
             label = label_of(job, others)
@@ -95,7 +94,7 @@ def plot_final_vs(jobs: List[Job], key: str, swept: List[str], metric: str, path
     return save(fig, ax, path)
 
 
-def plot_reward_curves(jobs: List[Job], swept: List[str], path: Path) -> Path:
+def plot_reward_curves(jobs: list[Job], swept: list[str], path: Path) -> Path:
     """Every job's training reward (smoothed) and eval reward (dashed, same colour) on one axis."""
     fig, ax = new_plot("reward of every job (solid: reward/mean, dashed: eval/reward)", "reward")
     for job in jobs:
@@ -110,7 +109,7 @@ def plot_reward_curves(jobs: List[Job], swept: List[str], path: Path) -> Path:
     return save(fig, ax, path)
 
 
-def label_of(job: Job, keys: List[str]) -> str:
+def label_of(job: Job, keys: list[str]) -> str:
     return ", ".join(f"{k}={job.overrides.get(k)}" for k in keys)
 
 
@@ -118,7 +117,7 @@ def plot_name(key: str) -> str:
     return key.replace("/", "_").replace(".", "_")
 
 
-def write_report(sweep_dir: Path) -> Tuple[List[List[object]], List[Path]]:
+def write_report(sweep_dir: Path) -> tuple[list[list[object]], list[Path]]:
     """Writes report.csv and report_*.png into the sweep dir; returns the table and the files written."""
     jobs = load_jobs(sweep_dir)
     if not jobs:
@@ -128,7 +127,9 @@ def write_report(sweep_dir: Path) -> Tuple[List[List[object]], List[Path]]:
     write_csv(sweep_dir / "report.csv", table)
     metric = final_metric(jobs)
     files = [sweep_dir / "report.csv"]
-    files += [plot_final_vs(jobs, k, swept, metric, sweep_dir / f"report_{plot_name(metric)}_vs_{plot_name(k)}.png")
-              for k in swept]
+    files += [
+        plot_final_vs(jobs, k, swept, metric, sweep_dir / f"report_{plot_name(metric)}_vs_{plot_name(k)}.png")
+        for k in swept
+    ]
     files.append(plot_reward_curves(jobs, swept, sweep_dir / "report_reward_curves.png"))
     return table, files

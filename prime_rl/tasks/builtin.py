@@ -2,13 +2,13 @@
 
 import random
 import string
-from typing import Callable, Dict, List
+from collections.abc import Callable
 
 from prime_rl.config.schema import TaskConfig
 from prime_rl.tasks.task import Example, Task
 
 
-def _words(seed: int, count: int, min_len: int = 3, max_len: int = 8) -> List[str]:
+def _words(seed: int, count: int, min_len: int = 3, max_len: int = 8) -> list[str]:
     rng = random.Random(seed)
     seen, words = set(), []
     while len(words) < count:
@@ -35,4 +35,4 @@ def sort_task(cfg: TaskConfig) -> Task:
     return _split(cfg, lambda w: Example(f"sort: {w}", "".join(sorted(w))), "sort")
 
 
-BUILTIN_TASKS: Dict[str, Callable[[TaskConfig], Task]] = {"reverse": reverse_task, "sort": sort_task}
+BUILTIN_TASKS: dict[str, Callable[[TaskConfig], Task]] = {"reverse": reverse_task, "sort": sort_task}

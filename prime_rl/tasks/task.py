@@ -4,7 +4,6 @@ import difflib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List
 
 from prime_rl.config.schema import TaskConfig
 
@@ -23,8 +22,8 @@ def similarity_reward(completion: str, answer: str) -> float:
 @dataclass
 class Task:
     name: str
-    train: List[Example]
-    eval: List[Example]
+    train: list[Example]
+    eval: list[Example]
     verifier_calls: int = 0  # how often reward() ran: logged, so a run with verification off can prove it never did
 
     def reward(self, completion: str, example: Example) -> float:
@@ -32,7 +31,7 @@ class Task:
         return similarity_reward(completion, example.answer)
 
 
-def read_jsonl(path: str | Path) -> List[Example]:
+def read_jsonl(path: str | Path) -> list[Example]:
     """One {"prompt": ..., "answer": ...} object per line ("solution" is accepted for "answer")."""
     examples = []
     for n, line in enumerate(Path(path).expanduser().read_text().splitlines(), 1):

@@ -22,8 +22,10 @@ def save_checkpoint(run_dir: RunDir, step: int, model, optimizer, scheduler, kee
     tmp = path.with_name(path.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    torch.save({"model": model_state, "optimizer": optim_state, "scheduler": scheduler.state_dict(),
-                "step": step}, tmp / "trainer.pt")
+    torch.save(
+        {"model": model_state, "optimizer": optim_state, "scheduler": scheduler.state_dict(), "step": step},
+        tmp / "trainer.pt",
+    )
     (tmp / "DONE").touch()
     shutil.rmtree(path, ignore_errors=True)
     tmp.rename(path)

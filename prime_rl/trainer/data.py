@@ -1,14 +1,12 @@
 """Samples from a batch file -> padded micro-batches of tensors aligned for token_logprobs."""
 
-from typing import List
-
 import torch
 
 from prime_rl.orchestrator.batch import Sample
 from prime_rl.trainer.loss import TokenBatch
 
 
-def collate(samples: List[Sample], pad_id: int) -> TokenBatch:
+def collate(samples: list[Sample], pad_id: int) -> TokenBatch:
     width = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
     shape = (len(samples), width)
     ids = torch.full(shape, pad_id, dtype=torch.long)
@@ -28,5 +26,5 @@ def collate(samples: List[Sample], pad_id: int) -> TokenBatch:
     return TokenBatch(ids, attn, loss_mask, mu, advantages, teacher if has_teacher else None)
 
 
-def micro_batches(samples: List[Sample], size: int, pad_id: int) -> List[TokenBatch]:
+def micro_batches(samples: list[Sample], size: int, pad_id: int) -> list[TokenBatch]:
     return [collate(samples[i : i + size], pad_id) for i in range(0, len(samples), size)]

@@ -1,14 +1,14 @@
 """The multi-process trainer: torchrun ranks, FSDP2 sharding, the step's samples split by rank.
 
 One process (the default) never creates a process group: `init_world` returns SINGLE and the helpers it
-reaches (`all_sum`, `full_tensor`) hand their input back. Under torchrun every rank runs the same loop on its share of the step's samples; the helpers below keep
+reaches (`all_sum`, `full_tensor`) hand their input back. Under torchrun every rank runs the same loop on its
+share of the step's samples; the helpers below keep
 the result equal to one process training on the whole batch, and leave the files to rank 0.
 """
 
 import math
 import os
 from dataclasses import dataclass, replace
-from typing import Dict, List, Tuple
 
 import torch
 import torch.distributed as dist
@@ -44,7 +44,7 @@ class World:
 SINGLE = World()
 
 
-def init_world(device_name: str) -> Tuple[World, torch.device]:
+def init_world(device_name: str) -> tuple[World, torch.device]:
     """(this rank, its device). torchrun sets WORLD_SIZE; without it no process group exists."""
     size = int(os.environ.get("WORLD_SIZE", "1"))
     device = pick_device(device_name)
@@ -79,7 +79,7 @@ def shard_model(model: torch.nn.Module) -> None:
             module.set_force_sum_reduction_for_comms(True)  # else a custom factor asks for PREMUL_SUM: not on gloo
 
 
-def rank_micro_batches(samples: List[Sample], size: int, pad_id: int, world: World) -> List[TokenBatch]:
+def rank_micro_batches(samples: list[Sample], size: int, pad_id: int, world: World) -> list[TokenBatch]:
     """This rank's contiguous share of the step, in as many micro-batches as every other rank has."""
     per_rank = math.ceil(len(samples) / world.size)
     mine = samples[world.rank * per_rank : (world.rank + 1) * per_rank]
@@ -95,7 +95,7 @@ def _no_loss(sample: Sample) -> Sample:
     return replace(sample, completion_ids=[], inference_logprobs=[], teacher_logprobs=teacher)
 
 
-def all_sum(values: Dict[str, float], world: World) -> Dict[str, float]:
+def all_sum(values: dict[str, float], world: World) -> dict[str, float]:
     """Sum each value over the ranks (same keys on every rank)."""
     if world.size == 1:
         return values
@@ -111,12 +111,12 @@ def full_tensor(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
-def full_model_state(model) -> Dict[str, torch.Tensor]:
+def full_model_state(model) -> dict[str, torch.Tensor]:
     """The whole model's state on rank 0's CPU (empty elsewhere). Every rank must call it: it all-gathers."""
     return get_model_state_dict(model, options=FULL)
 
 
-def full_train_state(model, optimizer) -> Tuple[dict, dict]:
+def full_train_state(model, optimizer) -> tuple[dict, dict]:
     """(model, optimizer) state as one process would save it. Every rank must call it: it all-gathers."""
     model_state, optim_state = get_state_dict(model, optimizer, options=FULL)
     if not optim_state:  # ranks > 0 get nothing
@@ -130,18 +130,23 @@ def full_train_state(model, optimizer) -> Tuple[dict, dict]:
 def load_full_train_state(model, optimizer, model_state: dict, optim_state: dict) -> None:
     """Shard a one-process checkpoint (from any world size) onto this rank."""
     optim_state = _optim_by_name(optim_state, _trainable_names(model))
-    set_state_dict(model, optimizer, model_state_dict=model_state, optim_state_dict=optim_state,
-                   options=StateDictOptions(full_state_dict=True))
+    set_state_dict(
+        model,
+        optimizer,
+        model_state_dict=model_state,
+        optim_state_dict=optim_state,
+        options=StateDictOptions(full_state_dict=True),
+    )
 
 
-def _trainable_names(model) -> List[str]:
+def _trainable_names(model) -> list[str]:
     # torch's optimizer.state_dict() numbers parameters, the DCP helpers name them. Checkpoints keep the numbers
     # (a checkpoint written by N ranks resumes on one process and back); make_optimizer numbers them in this
     # order, and FSDP2 keeps their names.
     return [name for name, p in model.named_parameters() if p.requires_grad]
 
 
-def _optim_by_name(state: dict, names: List[str]) -> dict:
+def _optim_by_name(state: dict, names: list[str]) -> dict:
     return {
         "state": {names[i]: s for i, s in state["state"].items()},
         "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]],

@@ -5,7 +5,6 @@ gradient accumulation over micro-batches gives the same gradient as one big batc
 """
 
 from dataclasses import dataclass
-from typing import Dict, Optional
 
 import torch
 
@@ -19,7 +18,7 @@ class TokenBatch:
     loss_mask: torch.Tensor  # [B, T] 1 where the token is a completion token (predicted from position t-1)
     inference_logprobs: torch.Tensor  # [B, T] mu at completion positions, 0 elsewhere
     advantages: torch.Tensor  # [B] sequence-level advantages
-    teacher_logprobs: Optional[torch.Tensor] = None  # [B, T] log p_T at completion positions (opd)
+    teacher_logprobs: torch.Tensor | None = None  # [B, T] log p_T at completion positions (opd)
 
 
 def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
@@ -78,5 +77,5 @@ def distill_center(batch_teacher: torch.Tensor, batch_mu: torch.Tensor, mask: to
     return ((adv * mask).sum() / mask.sum().clamp(min=1)).item()
 
 
-def metric_means(sums: Dict[str, float], total_tokens: int) -> Dict[str, float]:
+def metric_means(sums: dict[str, float], total_tokens: int) -> dict[str, float]:
     return {k: v / total_tokens for k, v in sums.items()}

@@ -23,7 +23,12 @@ def load_model(cfg: Config, device: torch.device):
         lora = cfg.trainer.lora
         model = get_peft_model(
             model,
-            LoraConfig(r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                       target_modules=list(lora.target_modules), task_type="CAUSAL_LM"),
+            LoraConfig(
+                r=lora.rank,
+                lora_alpha=lora.alpha,
+                lora_dropout=lora.dropout,
+                target_modules=list(lora.target_modules),
+                task_type="CAUSAL_LM",
+            ),
         )
     return model, AutoTokenizer.from_pretrained(path)

@@ -14,7 +14,14 @@ from prime_rl.run_dir import RunDir
 from prime_rl.trainer.checkpoint import load_checkpoint, save_checkpoint
 from prime_rl.trainer.data import micro_batches
 from prime_rl.trainer.distributed import (
-    SINGLE, World, all_sum, close_world, full_tensor, init_world, rank_micro_batches, shard_model,
+    SINGLE,
+    World,
+    all_sum,
+    close_world,
+    full_tensor,
+    init_world,
+    rank_micro_batches,
+    shard_model,
 )
 from prime_rl.trainer.loss import distill_center, metric_means, rl_loss, sft_loss, token_entropy, token_logprobs
 from prime_rl.trainer.model import load_model
@@ -79,8 +86,9 @@ def wait_for_batch(run_dir: RunDir, step: int, timeout_s: float) -> Batch:
     return read_batch(path)
 
 
-def train_step(cfg: Config, model, optimizer, scheduler, batch: Batch, pad_id: int, device,
-               world: World = SINGLE) -> dict:
+def train_step(
+    cfg: Config, model, optimizer, scheduler, batch: Batch, pad_id: int, device, world: World = SINGLE
+) -> dict:
     start = time.monotonic()
     model.train()
     loss_cfg = cfg.trainer.loss
