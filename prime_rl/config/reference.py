@@ -1,0 +1,206 @@
+"""The parameter reference, rendered from the one-line comment each field has in schema.py.
+
+That comment is the only description of a key: a table written beside it restates it by hand and drifts
+(the README's did). So docs/parameters.md (every key) and the README's table (the keys most runs touch, between
+two markers) are rendered from those comments and from the defaults Hydra composes, once per training mode since
+a mode's group changes some of them. `python -m prime_rl.config.reference` rewrites both files; `--check` only
+compares, and tests/test_docs.py fails when either file is stale.
+"""
+
+import argparse
+import ast
+import dataclasses
+import functools
+import inspect
+import sys
+import typing
+from collections.abc import Iterator
+from enum import Enum
+from pathlib import Path
+from types import ModuleType
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from prime_rl.config import schema
+from prime_rl.config.schema import Config, TrainingMode
+from prime_rl.config.store import register_configs, to_config
+
+ROOT = Path(__file__).resolve().parents[2]
+CONF = ROOT / "conf"
+README = ROOT / "README.md"
+PARAMETERS = ROOT / "docs" / "parameters.md"
+COMMAND = "python -m prime_rl.config.reference"
+BEGIN = f"<!-- parameters: generated from prime_rl/config/schema.py by `{COMMAND}`, do not edit -->"
+END = "<!-- /parameters -->"
+MODE_KEY = "training_mode"  # the mode itself: noting that `training_mode=opd` sets it to opd says nothing
+README_KEYS = (
+    "training_mode",
+    "max_steps",
+    "orchestrator.batch_size",
+    "orchestrator.rollouts_per_example",
+    "orchestrator.max_async_level",
+    "orchestrator.verification.enabled",
+    "trainer.loss.adv_tau",
+    "trainer.loss.teacher_tau",
+    "trainer.loss.kl_tau",
+    "trainer.loss.mask_band",
+    "trainer.optim.lr",
+    "teacher.model",
+    "teacher.base_url",
+    "teacher.api_key_env",
+    "deployment.num_teacher_gpus",
+    "deployment.num_infer_nodes",
+    "deployment.num_train_nodes",
+    "ckpt.interval",
+    "ckpt.resume",
+    "launcher.dry_run",
+)
+
+
+def field_comments(source: str) -> dict[tuple[str, str], str]:
+    """(class name, field name) -> the comment after the field's statement, for every annotated class attribute."""
+    lines = source.splitlines()
+    return {
+        (cls.name, stmt.target.id): trailing_comment(lines[stmt.end_lineno - 1], stmt.end_col_offset)
+        for cls in ast.parse(source).body
+        if isinstance(cls, ast.ClassDef)
+        for stmt in cls.body
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+    }
+
+
+def trailing_comment(line: str, end_col: int) -> str:
+    # ast columns count UTF-8 bytes; slicing after the statement skips a "#" inside a string default
+    rest = line.encode()[end_col:].decode().strip()
+    return rest[1:].strip() if rest.startswith("#") else ""
+
+
+def uncommented(module: ModuleType) -> list[str]:
+    """`Class.field` of every dataclass field in the module without a trailing comment."""
+    comments = field_comments(inspect.getsource(module))
+    classes = [c for _, c in inspect.getmembers(module, inspect.isclass) if c.__module__ == module.__name__]
+    return [
+        f"{c.__name__}.{f.name}"
+        for c in classes
+        if dataclasses.is_dataclass(c)
+        for f in dataclasses.fields(c)
+        if not comments.get((c.__name__, f.name))
+    ]
+
+
+def leaves(cls: type = Config, prefix: str = "") -> Iterator[tuple[str, tuple[str, str]]]:
+    """(dotted key, (class name, field name)) of every parameter that is not itself a section, in schema order."""
+    types = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(types[f.name]):
+            yield from leaves(types[f.name], f"{prefix}{f.name}.")
+        else:
+            yield prefix + f.name, (cls.__name__, f.name)
+
+
+@functools.cache  # every key's default reads it
+def composed() -> dict[str, Config]:
+    """The config `python launch.py` composes (under "") and the one `training_mode=<mode>` composes, per mode."""
+    register_configs()
+    GlobalHydra.instance().clear()  # a Hydra left initialized (a test, a notebook) would make initialize refuse
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        runs = {"": compose("config")} | {m.value: compose("config", [f"{MODE_KEY}={m.value}"]) for m in TrainingMode}
+    return {mode: to_config(cfg) for mode, cfg in runs.items()}
+
+
+def literal(value) -> str:
+    """A value as YAML or the command line writes it."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, list):
+        return "[" + ", ".join(map(literal, value)) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {literal(v)}" for k, v in value.items()) + "}"
+    return str(value) if value != "" else '""'
+
+
+def default(key: str) -> str:
+    """`a`, or `a` (opd: `b`) where a training mode's group changes it."""
+    values = {mode: literal(functools.reduce(getattr, key.split("."), cfg)) for mode, cfg in composed().items()}
+    base = values.pop("")
+    changed = [f"{mode}: `{v}`" for mode, v in values.items() if v != base and key != MODE_KEY]
+    return f"`{base}`" + (f" ({', '.join(changed)})" if changed else "")
+
+
+def cell(text: str) -> str:
+    return text.replace("|", "\\|")  # GFM's escape, which also holds inside code spans
+
+
+def table(keys: list[str]) -> list[str]:
+    meanings = field_comments(inspect.getsource(schema))
+    where = dict(leaves())
+    missing = [k for k in keys if k not in where]
+    if missing:
+        raise ValueError(f"not parameters of prime_rl/config/schema.py: {', '.join(missing)}")
+    rows = [f"| `{k}` | {cell(default(k))} | {cell(meanings[where[k]])} |" for k in keys]
+    return ["| parameter | default | meaning |", "|---|---|---|", *rows]
+
+
+def sections() -> dict[str, list[str]]:
+    """Heading -> keys, a heading per top-level section (the top-level parameters first, under their own)."""
+    comments = field_comments(inspect.getsource(schema))
+    out: dict[str, list[str]] = {}
+    for key, _ in leaves():
+        section, _, rest = key.partition(".")
+        heading = f"`{section}`: {comments[('Config', section)]}" if rest else "Top level"
+        out.setdefault(heading, []).append(key)
+    return out
+
+
+def parameters_md() -> str:
+    header = [
+        "# Parameters",
+        "",
+        f"Generated from the field comments in `prime_rl/config/schema.py` and the defaults of `conf/` by `{COMMAND}`;"
+        " do not edit.",
+    ]
+    body = [line for heading, keys in sections().items() for line in ["", f"## {heading}", "", *table(keys)]]
+    return "\n".join(header + body) + "\n"
+
+
+def readme_block() -> str:
+    link = [
+        "Every parameter, with its default and meaning: [docs/parameters.md](docs/parameters.md). It and this table",
+        f"are generated from the comments in `prime_rl/config/schema.py` by `{COMMAND}`.",
+    ]
+    return "\n".join([BEGIN, "", *table(list(README_KEYS)), "", *link, "", END])
+
+
+def readme_md(text: str) -> str:
+    """The README with the block between the markers regenerated, the rest as it is."""
+    if text.count(BEGIN) != 1 or text.count(END) != 1:
+        raise ValueError(f"README.md must hold `{BEGIN}` and `{END}` once each, in its Parameter reference section")
+    before, rest = text.split(BEGIN)
+    return before + readme_block() + rest.split(END)[1]
+
+
+def expected() -> dict[Path, str]:
+    """Each generated file's content as the schema and conf/ make it now."""
+    return {README: readme_md(README.read_text()), PARAMETERS: parameters_md()}
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a generated file is stale, write nothing")
+    check = parser.parse_args(argv).check
+    stale = {path: text for path, text in expected().items() if not path.exists() or path.read_text() != text}
+    names = ", ".join(str(p.relative_to(ROOT)) for p in stale)
+    if check:
+        if stale:
+            sys.exit(f"error: {names} out of date with prime_rl/config/schema.py; fix: {COMMAND}")
+        return
+    for path, text in stale.items():
+        path.write_text(text)
+        print(f"wrote {path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
