@@ -1,13 +1,16 @@
-"""Entry point: compose the Hydra config, validate it, then plan and run the processes of one job."""
+"""Entry point: Hydra composes the config; it is validated (validation.py) before anything is written, started
+or submitted; then each job (or each sweep point) runs the local launcher (launcher/job.py)."""
 
-import sys
+import os
 
 import hydra
+from hydra.errors import HydraException
 from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
 
 from prime_rl.config import register_configs
-from prime_rl.launcher.preflight import preflight
 from prime_rl.launcher.slurm import register_resolvers
+from prime_rl.launcher.validation import fail, hydra_error
 
 register_configs()
 register_resolvers()
@@ -21,5 +24,9 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    preflight(sys.argv[1:])  # the run, or every sweep point, composed and validated before anything starts
-    main()
+    # Hydra then raises an error in the command line instead of printing it over several lines: one line here.
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        main()
+    except (HydraException, OmegaConfBaseException) as e:
+        fail(hydra_error(e))

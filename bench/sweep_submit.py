@@ -1,7 +1,7 @@
 """Sweep submission: seconds to validate and submit a 100-point sweep to the local SLURM (`bash .ci/slurm up`).
 
   validate only   `python launch.py -m hydra/launcher=slurm trainer.optim.lr=<100 values> launcher.dry_run=true`
-                  until it exits: every point composed and validated (prime_rl/launcher/preflight.py), the
+                  until it exits: every point composed and validated (prime_rl/launcher/validation.py), the
                   submission printed, nothing submitted.
   one point       the same with a single value: the fixed cost (interpreter, imports, Hydra) in the above.
   submit          the same without the dry run, until the 100th array task is in the queue (`squeue -r`,

@@ -8,7 +8,7 @@ import torch
 from prime_rl.config.schema import LossConfig
 from prime_rl.inference.client import InferenceError, parse_completions, parse_prompt_logprobs
 from prime_rl.orchestrator.advantages import grpo_advantages
-from prime_rl.orchestrator.batch import Batch, Sample, read_batch, write_batch
+from prime_rl.protocol.batch import Batch, Sample, read_batch, write_batch
 from prime_rl.trainer.data import collate
 from prime_rl.trainer.loss import TokenBatch, distill_center, rl_loss, sft_loss, token_logprobs
 
@@ -58,7 +58,7 @@ def test_distillation_advantage_is_clamped_centered_and_weighted():
     cfg = LossConfig(adv_tau=0.0, teacher_tau=0.5, teacher_adv_clip=2.0)
     center = distill_center(batch.teacher_logprobs, batch.inference_logprobs, batch.loss_mask.float(), cfg)
     assert center == pytest.approx((-2.0 + 1.0) / 2)
-    loss, sums = rl_loss(logprobs, batch, cfg, total_tokens=2, center=center)
+    loss, sums = rl_loss(logprobs, batch, cfg, total_tokens=2, teacher_center=center)
     # clamped (-2, +1), centered (-1.5, +1.5), weighted by 0.5 -> sum 0: loss 0; teacher_kl = mean(pi - pT)
     assert loss.item() == pytest.approx(0.0, abs=1e-6)
     assert sums["teacher_kl"] / 2 == pytest.approx((10.0 - 1.0) / 2)

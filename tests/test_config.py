@@ -6,7 +6,7 @@ import subprocess
 import time
 
 import pytest
-from hydra.errors import ConfigCompositionException
+from hydra.errors import ConfigCompositionException, HydraException
 from omegaconf import OmegaConf
 
 from prime_rl.config import ConfigError, TeacherKind, TrainingMode, load_config, validate
@@ -34,16 +34,16 @@ def test_cfg_job_prints_the_propagated_opd_config():
         cwd=ROOT,
     ).stdout
     cfg = OmegaConf.create(out)
-    assert cfg.training_mode == "opd" and cfg.orchestrator.training_mode == "opd"
+    assert cfg.training_mode == "opd" and "training_mode" not in cfg.orchestrator  # the mode lives in one place
     assert cfg.trainer.loss.teacher_tau > 0 and cfg.trainer.loss.adv_tau == 1.0
     assert cfg.orchestrator.verification.enabled is True
     assert "num_teacher_gpus" in cfg.deployment
     assert cfg.teacher.kind == "local_vllm"
 
 
-def test_sft_sets_the_nll_loss_and_a_local_teacher():
+def test_sft_defaults_to_a_local_teacher():
     cfg = compose_config(["training_mode=sft"])
-    assert cfg.trainer.loss.type.value == "sft"
+    assert cfg.training_mode == TrainingMode.sft
     assert cfg.teacher.kind == TeacherKind.local_vllm
 
 
@@ -81,7 +81,7 @@ def test_every_mode_teacher_lora_combination(mode, teacher, lora):
     overrides = [f"training_mode={mode}", f"teacher={teacher}", f"lora={lora}"]
     cfg = compose_config(overrides)
     assert cfg.trainer.lora.enabled is (lora == "on")
-    assert cfg.training_mode == TrainingMode(mode) == cfg.orchestrator.training_mode
+    assert cfg.training_mode == TrainingMode(mode)
     if (mode, teacher) in VALID:
         validate(cfg)
     else:
@@ -115,16 +115,6 @@ RULES = {
         "trainer.loss.teacher_tau",
     ),
     "sft needs a teacher": (["training_mode=sft"], ["training_mode=sft", "teacher=none"], "teacher"),
-    "sft trains with the nll loss": (
-        ["training_mode=sft"],
-        ["training_mode=sft", "trainer.loss.type=rl"],
-        "trainer.loss.type",
-    ),
-    "mode is set in one place": (
-        ["training_mode=opd"],
-        ["orchestrator.training_mode=opd"],
-        "orchestrator.training_mode",
-    ),
     "adv_tau > 0 needs verification": (
         ["training_mode=opd", "trainer.loss.adv_tau=0", "orchestrator.verification.enabled=false"],
         ["training_mode=opd", "orchestrator.verification.enabled=false"],
@@ -174,6 +164,13 @@ RULES = {
     "cpu inference has no tp": (["inference.tp=1"], ["inference.tp=2"], "inference.tp"),
     "cpu inference has no dp": (["inference.dp=1"], ["inference.dp=2"], "inference.dp"),
 }
+
+
+@pytest.mark.parametrize("key", ["orchestrator.training_mode=opd", "trainer.loss.type=sft"])
+def test_the_mode_is_set_only_at_the_top_level(key):
+    """The trainer and orchestrator read training_mode itself: no second copy can disagree with it."""
+    with pytest.raises(HydraException, match=key.split("=")[0].split(".")[-1]):
+        compose_config([key])
 
 
 @pytest.mark.parametrize("rule", list(RULES))

@@ -14,8 +14,8 @@ from safetensors.torch import load_file
 from prime_rl.launcher.plan import build_plan, write_role_configs
 from prime_rl.models.tiny import build_tiny_model, save_model
 from prime_rl.models.tokenizer import build_tokenizer
-from prime_rl.orchestrator.batch import Batch, Sample, write_batch
-from prime_rl.run_dir import RunDir
+from prime_rl.protocol.batch import Batch, Sample, write_batch
+from prime_rl.protocol.run_dir import RunDir
 from prime_rl.trainer.checkpoint import load_checkpoint
 from prime_rl.trainer.distributed import World, rank_micro_batches
 from prime_rl.trainer.model import load_model

@@ -81,7 +81,7 @@ def test_resume_continues_from_the_latest_checkpoint(tmp_path):
     common = ["ckpt.interval=2", "orchestrator.eval.interval=0", "trainer.optim.warmup_steps=10"]
     first = launch(run_dir, "max_steps=4", *common)
     assert first.returncode == 0, first.stderr[-3000:]
-    assert (run_dir / "checkpoints" / "step_4" / "DONE").exists()
+    assert (run_dir / "checkpoints" / "step_4" / "STABLE").exists()
     second = launch(run_dir, "max_steps=8", "ckpt.resume=true", *common)
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resuming from step 4" in second.stderr

@@ -18,7 +18,7 @@ import torch
 from prime_rl.inference.client import InferenceClient, InferenceError, Sampling
 from prime_rl.launcher.plan import free_port
 from prime_rl.launcher.processes import group_alive, marked_processes
-from prime_rl.run_dir import RunDir
+from prime_rl.protocol.run_dir import RunDir
 from tests.conftest import ROOT, launch_cmd
 from tests.http_stub import StubHandler, serve_stub, stub_url
 from tests.test_e2e_rl import launch

@@ -10,7 +10,7 @@ from prime_rl.config.schema import Config
 from prime_rl.inference.client import InferenceClient, InferenceError, Sampling
 from prime_rl.models import ensure_student
 from prime_rl.models.chat import prompt_ids
-from prime_rl.run_dir import RunDir
+from prime_rl.protocol.run_dir import RunDir
 from prime_rl.trainer.weights import export_weights
 from tests.vllm_server import serve
 

@@ -84,9 +84,9 @@ CASES = [
     ),
     Case(
         "mode conflict",
-        "sft with the policy-gradient loss",
-        ("training_mode=sft", "trainer.loss.type=rl"),
-        "[training_mode, trainer.loss.type]",
+        "opd rewards without a verifier",
+        ("training_mode=opd", "orchestrator.verification.enabled=false"),
+        "[trainer.loss.adv_tau, orchestrator.verification.enabled]",
     ),
     Case(
         "mode conflict",
@@ -95,10 +95,10 @@ CASES = [
         "[orchestrator.verification.enabled, training_mode]",
     ),
     Case(
-        "mode conflict",
-        "mode set twice, differently",
+        "unknown key",
+        "the mode set below the top level",
         ("orchestrator.training_mode=opd",),
-        "[training_mode, orchestrator.training_mode]",
+        "[orchestrator.training_mode]",
     ),
     Case("missing file", "student model dir", ("model.name=/nonexistent/student",), "[model.name]"),
     Case(
@@ -172,6 +172,7 @@ def results(tmp_path_factory) -> dict[Case, tuple[subprocess.CompletedProcess, P
         (run_dir / "checkpoints" / "step_2").mkdir(parents=True)
         return case, (run_case(case, run_dir), run_dir)
 
+    tmp_path_factory.getbasetemp()  # created once here: from four threads at once, each would make its own
     with ThreadPoolExecutor(4) as pool:
         return dict(pool.map(one, CASES))
 

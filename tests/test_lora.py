@@ -6,12 +6,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from prime_rl.config.schema import LossType
+from prime_rl.config.schema import TrainingMode
 from prime_rl.inference.client import InferenceClient, Sampling
 from prime_rl.models import ensure_student
 from prime_rl.models.chat import answer_ids, prompt_ids
-from prime_rl.orchestrator.batch import Batch, Sample
-from prime_rl.run_dir import RunDir
+from prime_rl.protocol.batch import Batch, Sample
+from prime_rl.protocol.run_dir import RunDir
 from prime_rl.tasks import load_task
 from prime_rl.trainer.model import load_model
 from prime_rl.trainer.train import make_optimizer, train_step
@@ -27,7 +27,7 @@ def trained(tmp_path_factory):
     """A LoRA student after a few aggressive NLL steps on the sort task (so its outputs surely change)."""
     torch.set_num_threads(1)
     cfg = compose_config(["lora=on", "trainer.optim.lr=1e-2", "trainer.optim.warmup_steps=0"])
-    cfg = replace(cfg, trainer=replace(cfg.trainer, loss=replace(cfg.trainer.loss, type=LossType.sft)))
+    cfg = replace(cfg, training_mode=TrainingMode.sft)  # NLL, as the trainer trains in sft mode
     ensure_student(cfg)
     model, tok = load_model(cfg, torch.device("cpu"))
     before = {n: p.detach().clone() for n, p in model.named_parameters()}

@@ -19,7 +19,7 @@ from prime_rl.config.schema import Config, MonitorConfig, WandbConfig, WandbMode
 from prime_rl.launcher.job import with_sweep_names
 from prime_rl.monitor.plots import write_plots
 from prime_rl.monitor.wandb_run import RUN_ID_FILE, WandbRun, logged_config, run_tags, wandb_mode
-from prime_rl.orchestrator.batch import Sample
+from prime_rl.protocol.batch import Sample
 from prime_rl.report.__main__ import main as report_main
 from tests.conftest import ROOT, compose_config, launch_cmd
 from tests.test_e2e_rl import launch, run_processes

@@ -14,8 +14,8 @@ import pytest
 
 from prime_rl.config import ConfigError, load_config, validate
 from prime_rl.inference.client import InferenceClient
-from prime_rl.launcher.multinode import Node, announce_end, build_node_plan, read_end, shared_server_key
-from prime_rl.launcher.plan import Plan, build_plan
+from prime_rl.launcher.multinode import announce_end, build_node_plan, read_end, shared_server_key
+from prime_rl.launcher.plan import ROLES, Node, Plan, RemoteServer, build_plan
 from prime_rl.launcher.supervisor import run_plan
 from prime_rl.orchestrator.students import StudentServers, student_client
 from tests.conftest import ROOT, compose_config, launch_cmd
@@ -106,7 +106,7 @@ def test_two_nodes_inference_then_trainer(tmp_path):
     assert train_node.config.inference.urls == ["http://gpu-a:8000/v1"]
     assert inference_node.config == train_node.config  # every node writes the same configs/<role>.yaml
     assert train_node.node.head and not inference_node.node.head
-    [remote] = train_node.node.remote_servers  # the head waits for it before starting the orchestrator
+    [remote] = train_node.remote_servers  # the head waits for it before starting the orchestrator
     assert (remote.name, remote.health_url) == ("inference@gpu-a", "http://gpu-a:8000/health")
     assert trainer.log_file.name == "trainer.node1.log" and train_node.launcher_log.name == "launcher.node1.log"
 
@@ -139,8 +139,8 @@ def test_three_nodes_trainer_over_two_with_a_local_teacher(tmp_path):
         ]
     cfg = plans[1].config
     assert cfg.inference.urls == ["http://n0:8000/v1"] and cfg.teacher.base_url == "http://n0:8001/v1"
-    assert [s.name for s in plans[1].node.remote_servers] == ["inference@n0", "teacher_inference@n0"]
-    assert plans[2].node.remote_servers == [] and not plans[2].node.head
+    assert [s.name for s in plans[1].remote_servers] == ["inference@n0", "teacher_inference@n0"]
+    assert plans[2].remote_servers == [] and not plans[2].node.head
 
 
 def test_one_gpu_trainer_node_runs_without_torchrun(tmp_path):
@@ -254,7 +254,12 @@ def test_slurm_dry_run_asks_for_the_nodes(tmp_path):
 
 def test_single_node_plan_is_unchanged(tmp_path):
     plan = build_plan(compose_config([]), tmp_path, [])
-    assert plan.node is None and plan.config.inference.urls == [] and plan.config.inference.host == "127.0.0.1"
+    assert (
+        not plan.node.multi
+        and plan.node.roles == ROLES
+        and plan.config.inference.urls == []
+        and plan.config.inference.host == "127.0.0.1"
+    )
     assert plan.launcher_log == tmp_path.resolve() / "logs" / "launcher.log"
 
 
@@ -269,7 +274,7 @@ def test_server_key_is_shared_and_private(tmp_path):
 
 
 def test_the_first_end_stays(tmp_path):
-    nodes = [Node(rank, f"n{rank}", [], rank == 1, [], tmp_path / "nodes" / "end.7.0") for rank in range(3)]
+    nodes = [Node(rank, f"n{rank}", (), rank == 1, (), tmp_path / "nodes" / "end.7.0") for rank in range(3)]
     announce_end(nodes[0], 0)  # a non-head node finishing well says nothing
     assert read_end(nodes[1]) is None
     announce_end(nodes[2], 1)
@@ -285,7 +290,7 @@ def two_node_plans(run_dir: Path, server_exit: bool = False):
     if server_exit:  # a server that dies a moment after it served
         infer.roles[0] = standin(run_dir, "inference", "worker", "3", "1")
         infer.roles[0].health_url = None
-    infer.node = Node(0, "localhost", ["inference"], False, [], end)
+    infer.node = Node(0, "localhost", ("inference",), False, (), end)
     head = make_plan(
         run_dir,
         [
@@ -293,9 +298,9 @@ def two_node_plans(run_dir: Path, server_exit: bool = False):
             standin(run_dir, "trainer", "worker", "1", "0"),
         ],
     )
-    remote = server(run_dir)
-    remote.name, remote.port, remote.health_url = "inference@localhost", port, f"http://127.0.0.1:{port}/health"
-    head.node = Node(1, "localhost", ["orchestrator", "trainer"], True, [], end, [remote] if not server_exit else [])
+    remote = RemoteServer("inference@localhost", f"http://127.0.0.1:{port}/health", run_dir / "logs" / "inference.log")
+    head.node = Node(1, "localhost", ("orchestrator", "trainer"), True, (), end)
+    head.remote_servers = [remote] if not server_exit else []
     return infer, head
 
 

@@ -125,7 +125,7 @@ def test_a_job_that_times_out_is_requeued_and_resumes(sweep_dir):
     )
     try:
         deadline = time.monotonic() + 240
-        while not (run_dir / "checkpoints" / "step_2" / "DONE").exists():
+        while not (run_dir / "checkpoints" / "step_2" / "STABLE").exists():
             assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint at step 2"
             time.sleep(0.2)
         [trainer] = run_processes(f"{run_dir}/configs/trainer.yaml")

@@ -16,7 +16,7 @@ import pytest
 from prime_rl.config.schema import Config, LauncherConfig
 from prime_rl.launcher.plan import Plan, Role, free_port
 from prime_rl.launcher.processes import group_alive, spawn, stop_children
-from prime_rl.launcher.progress import MetricsTail, summary_lines
+from prime_rl.launcher.progress import RunState, summary_lines
 from prime_rl.launcher.supervisor import run_plan
 
 # argv: pid_file mode [args...]; modes: server PORT | silent | worker SECONDS EXIT_CODE [metrics]; "stubborn"
@@ -238,9 +238,9 @@ def test_member_ignoring_sigterm_gets_sigkilled(run_dir):
     assert child.stopped
 
 
-def test_metrics_tail_tolerates_partial_and_odd_lines(tmp_path):
+def test_run_state_tolerates_partial_and_odd_lines(tmp_path):
     path = tmp_path / "metrics.jsonl"
-    tail = MetricsTail(path)
+    tail = RunState(path)
     tail.poll()  # no file yet
     path.write_text('{"step": 1, "time/step": 2.0, "reward/mean": 0.1}\nnot json\n[1]\n{"step": 2, "lo')
     tail.poll()

@@ -1,11 +1,10 @@
-from prime_rl.config.schema import Config, LossType, TeacherKind, TrainingMode, WandbMode
+from prime_rl.config.schema import Config, TeacherKind, TrainingMode, WandbMode
 from prime_rl.config.store import load_config, register_configs, to_config
 from prime_rl.config.validate import ConfigError, validate
 
 __all__ = [
     "Config",
     "ConfigError",
-    "LossType",
     "TeacherKind",
     "TrainingMode",
     "WandbMode",

@@ -20,11 +20,6 @@ class TeacherKind(str, Enum):
     external = "external"  # any OpenAI-compatible endpoint at teacher.base_url
 
 
-class LossType(str, Enum):
-    rl = "rl"  # importance-weighted policy gradient (rl and opd)
-    sft = "sft"  # masked NLL on completion tokens
-
-
 class WandbMode(str, Enum):
     auto = "auto"  # $WANDB_MODE if set; else online when WANDB_API_KEY is set, offline otherwise
     online = "online"
@@ -92,7 +87,6 @@ class EvalConfig:
 
 @dataclass
 class OrchestratorConfig:
-    training_mode: TrainingMode = TrainingMode.rl  # set from the top-level training_mode; do not set by hand
     batch_size: int = 128  # rollouts per step (= prompts x rollouts_per_example)
     rollouts_per_example: int = 8  # rollouts per prompt (GRPO group size)
     max_async_level: int = 1  # rollouts of step n may come from a policy at most this many steps old
@@ -106,7 +100,6 @@ class OrchestratorConfig:
 
 @dataclass
 class LossConfig:
-    type: LossType = LossType.rl  # rl (policy gradient) or sft (NLL); sft mode sets it
     adv_tau: float = 1.0  # weight of the reward advantage; 0 = pure distillation
     teacher_tau: float = 0.0  # weight of the per-token distillation advantage log p_T - log pi; > 0 in opd
     kl_tau: float = 0.0  # weight of the (log ratio)^2 penalty against the inference policy

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
-from prime_rl.config.schema import Config, LossType, TeacherKind, TrainingMode, node_gpus, num_nodes
-from prime_rl.inference.server import SERVER_KEY_ENV
+from prime_rl.config.schema import Config, TeacherKind, TrainingMode, node_gpus, num_nodes
+from prime_rl.protocol.servers import SERVER_KEY_ENV
 
 # Header names that carry credentials; they belong in teacher.api_key_env, never in a config file.
 SECRET_HEADERS = {"authorization", "api-key", "x-api-key", "proxy-authorization"}
@@ -68,19 +68,6 @@ def _ranges(cfg: Config, _: int) -> None:
 
 def _mode(cfg: Config, _: int) -> None:
     mode, loss, teacher = cfg.training_mode, cfg.trainer.loss, cfg.teacher.kind
-    check(
-        cfg.orchestrator.training_mode == mode,
-        ["training_mode", "orchestrator.training_mode"],
-        f"orchestrator.training_mode={cfg.orchestrator.training_mode.value} differs from training_mode={mode.value}",
-        "set only the top-level training_mode=…",
-    )
-    want_loss = LossType.sft if mode == TrainingMode.sft else LossType.rl
-    check(
-        loss.type == want_loss,
-        ["training_mode", "trainer.loss.type"],
-        f"{mode.value} trains with loss.type={want_loss.value}, got {loss.type.value}",
-        f"drop trainer.loss.type (training_mode={mode.value} sets it)",
-    )
     if mode == TrainingMode.rl:
         check(
             teacher == TeacherKind.none,

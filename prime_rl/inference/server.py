@@ -2,20 +2,13 @@
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # not at run time: the config package imports this module (SERVER_KEY_ENV), a cycle
-    from prime_rl.config.schema import Config
-
-STUDENT_MODEL_NAME = "student"  # served name of the student's base weights
-TEACHER_MODEL_NAME = "teacher"  # served name of the local teacher
-# The env var through which the launcher hands its children the run's server key: vLLM requires it on /v1/*,
-# the orchestrator sends it. Never a config value, so it cannot reach a config dump.
-SERVER_KEY_ENV = "VLLM_API_KEY"
+from prime_rl.config.schema import Config
+from prime_rl.protocol.servers import STUDENT_MODEL_NAME
 
 
 def vllm_command(
-    cfg: "Config", model: Path, served_name: str, port: int, gpus: list[str], lora_rank: int
+    cfg: Config, model: Path, served_name: str, port: int, gpus: list[str], lora_rank: int
 ) -> tuple[list[str], dict[str, str]]:
     """(argv, env additions) of one vLLM server; `gpus` empty means the CPU build."""
     inf = cfg.inference

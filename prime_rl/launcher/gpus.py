@@ -19,9 +19,9 @@ def visible_gpus() -> list[str]:
     return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
 
 
-def gpu_slices(d: DeploymentConfig, visible: list[str], roles: Collection[str] | None = None) -> dict[str, list[str]]:
+def gpu_slices(d: DeploymentConfig, visible: list[str], roles: Collection[str]) -> dict[str, list[str]]:
     """Contiguous slices of the visible devices: student inference, then trainer, then teacher. `roles`: the
-    roles of this node (multi-node); the others get no GPUs here, so this node's roles start at its first GPU."""
+    roles of this node; the others get no GPUs here, so this node's roles start at its first GPU."""
     counts = [
         ("inference", d.num_infer_gpus),
         ("trainer", d.num_train_gpus),
@@ -29,7 +29,7 @@ def gpu_slices(d: DeploymentConfig, visible: list[str], roles: Collection[str] |
     ]
     slices, start = {"orchestrator": []}, 0
     for role, n in counts:
-        n = n if roles is None or role in roles else 0
+        n = n if role in roles else 0
         slices[role] = visible[start : start + n]
         start += n
     return slices

@@ -17,7 +17,7 @@ from prime_rl.launcher.plan import Plan, build_plan, write_role_configs
 from prime_rl.launcher.resume import prepare_resume
 from prime_rl.launcher.run_lock import claim_run_dir
 from prime_rl.launcher.slurm import requeued
-from prime_rl.run_dir import RunDir
+from prime_rl.protocol.run_dir import RunDir
 
 console = Console(stderr=True)
 
@@ -100,7 +100,7 @@ def run(plan: Plan) -> int:
         console.print(f"teacher: {ensure_teacher(cfg)}")
     if cfg.launcher.prepare_only:
         return 0
-    if cfg.ckpt.resume and (plan.node is None or plan.node.head):  # multi-node: the head alone trims the run dir
+    if cfg.ckpt.resume and plan.node.head:  # multi-node: the head alone trims the run dir
         console.print(f"resuming from step {prepare_resume(RunDir(plan.run_dir))}")
     return run_plan(plan)
 
@@ -113,10 +113,10 @@ def print_plan(plan: Plan) -> None:
         f"lora={'on' if c.trainer.lora.enabled else 'off'}, "
         f"max_steps={c.max_steps}, run dir {plan.run_dir}"
     )
-    if plan.node:
+    if plan.node.multi:
         n = plan.node
         console.print(f"[bold]node {n.rank}[/bold] {n.hostname}: {', '.join(n.roles)}{' (head)' if n.head else ''}")
-        for server in n.remote_servers:
+        for server in plan.remote_servers:
             console.print(f"  waits for {server.name}: {server.health_url}", soft_wrap=True)
     for role in plan.roles:
         console.print(f"[bold cyan]{role.name}[/bold cyan]")

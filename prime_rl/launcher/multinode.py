@@ -16,28 +16,18 @@ node that fails writes it first; every node stops when it appears).
 
 import os
 import secrets
-import socket
 import subprocess
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 from prime_rl.config.schema import Config, TeacherKind, num_nodes
-from prime_rl.launcher.plan import Plan, Role, build_plan, log_file, trainer_procs
+from prime_rl.launcher.plan import Node, Plan, RemoteServer, build_plan, trainer_procs
+from prime_rl.protocol.atomic import write_once
+from prime_rl.protocol.run_dir import RunDir
 
 STUDENT_PORT = 8000  # when inference.port is 0: every node must know the port without asking
 RDZV_PORT = 29500  # torchrun's rendezvous on the first trainer node (torch's default master port)
 BIND_ALL = "0.0.0.0"  # servers answer the other nodes; the server key still guards /v1
-
-
-@dataclass
-class Node:
-    rank: int  # this node's index in the job's node list (SLURM_NODEID)
-    hostname: str
-    roles: list[str]  # the roles this node runs
-    head: bool  # runs the orchestrator: waits for every server before starting, ends the run
-    torchrun: list[str]  # torchrun's multi-node arguments; empty when the whole trainer is one process
-    end_file: Path  # the end of this attempt of the run, for every node
-    remote_servers: list[Role] = field(default_factory=list)  # head: the servers on the other nodes
 
 
 def is_multi_node(cfg: Config) -> bool:
@@ -87,39 +77,29 @@ def build_node_plan(
 ) -> Plan:
     """The plan of node `rank` of a multi-node job whose nodes are `hostnames` (in SLURM's order)."""
     cfg = multi_node_config(cfg, hostnames)
-    run_dir = run_dir.resolve()
     node = Node(
         rank=rank,
         hostname=hostnames[rank],
-        roles=node_roles(cfg, rank),
+        roles=tuple(node_roles(cfg, rank)),
         head=rank == cfg.deployment.num_infer_nodes,
-        torchrun=rendezvous(cfg, hostnames, rank),
-        end_file=run_dir / "nodes" / f"end.{attempt}",
+        torchrun=tuple(rendezvous(cfg, hostnames, rank)),
+        end_file=RunDir(run_dir.resolve()).end_marker(attempt),
     )
     plan = build_plan(cfg, run_dir, visible, node)
     if node.head:
-        node.remote_servers = remote_servers(plan.config, run_dir, hostnames)
+        plan.remote_servers = remote_servers(plan.config, plan.run_dir, hostnames)
     return plan
 
 
-def remote_servers(cfg: Config, run_dir: Path, hostnames: list[str]) -> list[Role]:
+def remote_servers(cfg: Config, run_dir: Path, hostnames: list[str]) -> list[RemoteServer]:
     """The servers of the other nodes, as the head sees them: where to check that they serve, their logs."""
     servers = []
     for rank in range(cfg.deployment.num_infer_nodes):
         for name in node_roles(cfg, rank):
             port = cfg.teacher.port if name == "teacher_inference" else cfg.inference.port
+            host = hostnames[rank]
             servers.append(
-                Role(
-                    name=f"{name}@{hostnames[rank]}",
-                    command=[],
-                    env={},
-                    gpus=[],
-                    log_file=log_file(run_dir, name, rank),
-                    config_file=run_dir / "configs" / f"{name}.yaml",
-                    port=port,
-                    health_url=f"http://{hostnames[rank]}:{port}/health",
-                    server_key=True,
-                )
+                RemoteServer(f"{name}@{host}", f"http://{host}:{port}/health", RunDir(run_dir).log(name, rank))
             )
     return servers
 
@@ -162,36 +142,15 @@ def slurm_hostnames() -> list[str]:
 
 
 def shared_server_key(run_dir: Path) -> str:
-    """The run's server key, the same on every node: the first node to get here writes `server_key` (mode
-    0600, whole or not at all: a hard link fails when the file exists), the others read it. A requeued
-    attempt keeps it."""
-    path = run_dir / "server_key"
-    tmp = run_dir / f".server_key.{socket.gethostname()}.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(secrets.token_urlsafe(32))
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink()
-    return path.read_text().strip()
+    """The run's server key, the same on every node: the first node to get here writes it (mode 0600), the
+    others read it. A requeued attempt keeps it."""
+    return write_once(RunDir(run_dir).server_key, secrets.token_urlsafe(32), mode=0o600).strip()
 
 
 def announce_end(node: Node, code: int) -> None:
     """The head ends the run for every node; any node that fails ends it too. The first word stays."""
-    if not (node.head or code):
-        return
-    node.end_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = node.end_file.with_name(f".{node.end_file.name}.{node.rank}")
-    tmp.write_text(f"{node.rank} {code}\n")
-    try:
-        os.link(tmp, node.end_file)
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink()
+    if node.multi and (node.head or code):
+        write_once(node.end_file, f"{node.rank} {code}\n")
 
 
 def read_end(node: Node) -> tuple[int, int] | None:
@@ -203,21 +162,14 @@ def read_end(node: Node) -> tuple[int, int] | None:
     return int(rank), int(code)
 
 
-def peer_failure(plan: Plan) -> Role | None:
-    """Another node's launcher, when it failed and so ended the run (its log is the one to show)."""
-    end = read_end(plan.node)
+def peer_failure(plan: Plan) -> tuple[str, Path] | None:
+    """(name, launcher log) of another node that failed and so ended the run."""
+    end = read_end(plan.node) if plan.node.multi else None
     if end is None or end[1] == 0 or end[0] == plan.node.rank:
         return None
-    return Role(
-        name=f"node {end[0]}",
-        command=[],
-        env={},
-        gpus=[],
-        config_file=plan.run_dir / "configs",
-        log_file=log_file(plan.run_dir, "launcher", end[0]),
-    )
+    return f"node {end[0]}", RunDir(plan.run_dir).log("launcher", end[0])
 
 
 def run_over(plan: Plan) -> bool:
-    """Whether this node may end: always on one node or the head; elsewhere once the head says so."""
-    return plan.node is None or plan.node.head or read_end(plan.node) is not None
+    """Whether this node may end: always on the head (one node is its own head); elsewhere once the head says so."""
+    return plan.node.head or read_end(plan.node) is not None

@@ -3,26 +3,28 @@
 The plan is pure data computed from the validated config; the dry run prints it and the supervisor runs it.
 """
 
-import os
 import socket
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
 
 from omegaconf import OmegaConf
 
 from prime_rl.config.schema import Config, TeacherKind
-from prime_rl.inference.server import STUDENT_MODEL_NAME, TEACHER_MODEL_NAME, vllm_command
+from prime_rl.inference.server import vllm_command
 from prime_rl.launcher.gpus import gpu_slices
 from prime_rl.models import student_dir, teacher_dir
+from prime_rl.protocol.atomic import write_text
+from prime_rl.protocol.run_dir import RunDir
+from prime_rl.protocol.servers import STUDENT_MODEL_NAME, TEACHER_MODEL_NAME
 
-if TYPE_CHECKING:
-    from prime_rl.launcher.multinode import Node
+ROLES = ("inference", "teacher_inference", "orchestrator", "trainer")
 
 
 @dataclass
 class Role:
+    """A process this launcher starts."""
+
     name: str  # inference | teacher_inference | orchestrator | trainer
     command: list[str]  # argv
     env: dict[str, str]  # additions to the launcher's environment
@@ -35,11 +37,40 @@ class Role:
 
 
 @dataclass
+class RemoteServer:
+    """A server another node of the job starts, which this node waits for."""
+
+    name: str  # <role>@<host>
+    health_url: str  # ready when this answers 200
+    log_file: Path  # where its node writes its log (the run dir is shared)
+
+
+@dataclass(frozen=True)
+class Node:
+    """Where a plan runs. One machine is a one-node layout: rank 0, every role, the head."""
+
+    rank: int = 0  # index in the job's node list (SLURM_NODEID)
+    hostname: str = "localhost"
+    roles: tuple[str, ...] = ROLES  # the roles this node runs
+    head: bool = True  # runs the orchestrator; the run ends when its roles end
+    torchrun: tuple[str, ...] = ()  # multi-node: torchrun's rendezvous arguments for this node's trainer
+    end_file: Path | None = None  # multi-node: the end of this attempt, for every node; None on one node
+
+    @property
+    def multi(self) -> bool:
+        return self.end_file is not None
+
+
+LOCAL = Node()
+
+
+@dataclass
 class Plan:
     run_dir: Path
     config: Config  # the resolved config every role reads (ports filled in)
     roles: list[Role] = field(default_factory=list)
-    node: Optional["Node"] = None  # multi-node: the node this plan runs on (prime_rl/launcher/multinode.py)
+    node: Node = LOCAL
+    remote_servers: list[RemoteServer] = field(default_factory=list)  # multi-node head: the other nodes' servers
 
     def role(self, name: str) -> Role:
         return next(r for r in self.roles if r.name == name)
@@ -47,11 +78,11 @@ class Plan:
     @property
     def marker(self) -> str:
         """What every process of this plan carries in RUN_ENV (multi-node: per node, as nodes may share a host)."""
-        return str(self.run_dir) + (f"#node{self.node.rank}" if self.node else "")
+        return str(self.run_dir) + (f"#node{self.node.rank}" if self.node.multi else "")
 
     @property
     def launcher_log(self) -> Path:
-        return log_file(self.run_dir, "launcher", self.node.rank if self.node else None)
+        return log_file(self.run_dir, "launcher", self.node)
 
 
 def free_port(taken: set) -> int:
@@ -65,8 +96,8 @@ def free_port(taken: set) -> int:
             return port
 
 
-def build_plan(cfg: Config, run_dir: Path, visible: list[str], node: Optional["Node"] = None) -> Plan:
-    """Every role of a one-node job, or with `node` (multi-node) the roles of that node."""
+def build_plan(cfg: Config, run_dir: Path, visible: list[str], node: Node = LOCAL) -> Plan:
+    """The roles `node` runs (on one machine: every role of the job)."""
     run_dir = run_dir.resolve()
     taken: set = set()
     has_teacher_server = cfg.teacher.kind == TeacherKind.local_vllm
@@ -76,47 +107,42 @@ def build_plan(cfg: Config, run_dir: Path, visible: list[str], node: Optional["N
         inference=replace(cfg.inference, port=cfg.inference.port or free_port(taken)),
         teacher=replace(cfg.teacher, port=(cfg.teacher.port or free_port(taken)) if has_teacher_server else 0),
     )
-    here = set(node.roles) if node else {"inference", "teacher_inference", "orchestrator", "trainer"}
-    slices = gpu_slices(cfg.deployment, visible, here if node else None)
+    slices = gpu_slices(cfg.deployment, visible, node.roles)
     plan = Plan(run_dir, cfg, node=node)
     lora = cfg.trainer.lora
-    if "inference" in here:
+    if "inference" in node.roles:
         plan.roles.append(
             _vllm_role(
-                cfg,
+                plan,
                 "inference",
                 student_dir(cfg),
                 STUDENT_MODEL_NAME,
                 cfg.inference.port,
                 slices["inference"],
                 lora_rank=lora.rank if lora.enabled else 0,
-                run_dir=run_dir,
-                node=node,
             )
         )
-    if has_teacher_server and "teacher_inference" in here:
+    if has_teacher_server and "teacher_inference" in node.roles:
         plan.roles.append(
             _vllm_role(
-                cfg,
+                plan,
                 "teacher_inference",
                 teacher_dir(cfg),
                 TEACHER_MODEL_NAME,
                 cfg.teacher.port,
                 slices["teacher_inference"],
                 lora_rank=0,
-                run_dir=run_dir,
-                node=node,
             )
         )
-    for name in [r for r in ("orchestrator", "trainer") if r in here]:
-        config_file = run_dir / "configs" / f"{name}.yaml"
+    for name in [r for r in ("orchestrator", "trainer") if r in node.roles]:
+        config_file = RunDir(run_dir).config(name)
         plan.roles.append(
             Role(
                 name=name,
                 command=_module_command(cfg, name, config_file, node),
                 env={"CUDA_VISIBLE_DEVICES": ",".join(slices[name])} if visible else {},
                 gpus=slices[name],
-                log_file=log_file(run_dir, name, node.rank if node else None),
+                log_file=log_file(run_dir, name, node),
                 config_file=config_file,
                 server_key=name == "orchestrator",
             )
@@ -129,40 +155,32 @@ def trainer_procs(cfg: Config) -> int:
     return cfg.deployment.num_train_gpus or cfg.trainer.num_procs
 
 
-def log_file(run_dir: Path, name: str, node_rank: int | None = None) -> Path:
-    """logs/<role>.log; multi-node logs/<role>.node<rank>.log, since the nodes share the run dir."""
-    return run_dir / "logs" / (f"{name}.log" if node_rank is None else f"{name}.node{node_rank}.log")
+def log_file(run_dir: Path, name: str, node: Node) -> Path:
+    """The role's log; multi-node, one per node, since the nodes share the run dir."""
+    return RunDir(run_dir).log(name, node.rank if node.multi else None)
 
 
-def _module_command(cfg: Config, name: str, config_file: Path, node: Optional["Node"] = None) -> list[str]:
+def _module_command(cfg: Config, name: str, config_file: Path, node: Node) -> list[str]:
     args = ["-m", f"prime_rl.{name}", "--config", str(config_file)]
-    # --standalone: torchrun hosts the rendezvous itself, on a free local port it picks; multi-node, the
-    # node's rendezvous arguments (empty when the whole trainer is one process).
-    rendezvous = node.torchrun if node else (["--standalone"] if trainer_procs(cfg) > 1 else [])
+    # Multi-node: the node's rendezvous arguments. One node: --standalone, torchrun hosts the rendezvous itself
+    # on a free local port; no torchrun at all when the whole trainer is one process.
+    rendezvous = list(node.torchrun) or (["--standalone"] if trainer_procs(cfg) > 1 and not node.multi else [])
     if name == "trainer" and rendezvous:
         args = ["-m", "torch.distributed.run", *rendezvous, "--nproc-per-node", str(trainer_procs(cfg)), *args]
     return [sys.executable, *args]
 
 
 def _vllm_role(
-    cfg: Config,
-    name: str,
-    model: Path,
-    served_name: str,
-    port: int,
-    gpus: list[str],
-    lora_rank: int,
-    run_dir: Path,
-    node: Optional["Node"] = None,
+    plan: Plan, name: str, model: Path, served_name: str, port: int, gpus: list[str], lora_rank: int
 ) -> Role:
-    command, env = vllm_command(cfg, model, served_name, port, gpus, lora_rank)
+    command, env = vllm_command(plan.config, model, served_name, port, gpus, lora_rank)
     return Role(
         name=name,
         command=command,
         env=env,
         gpus=gpus,
-        log_file=log_file(run_dir, name, node.rank if node else None),
-        config_file=run_dir / "configs" / f"{name}.yaml",
+        log_file=log_file(plan.run_dir, name, plan.node),
+        config_file=RunDir(plan.run_dir).config(name),
         port=port,
         health_url=f"http://127.0.0.1:{port}/health",
         server_key=True,
@@ -170,11 +188,8 @@ def _vllm_role(
 
 
 def write_role_configs(plan: Plan) -> None:
-    """Every role reads the same resolved config; one file per role so each can be rerun alone."""
+    """Every role reads the same resolved config; one file per role so each can be rerun alone. Written whole:
+    multi-node, another node may be reading or writing the same file right now."""
     text = OmegaConf.to_yaml(OmegaConf.structured(plan.config))
     for role in plan.roles:
-        role.config_file.parent.mkdir(parents=True, exist_ok=True)
-        # Whole or not at all: multi-node, another node may be reading or writing the same file right now.
-        tmp = role.config_file.with_name(f".{role.config_file.name}.{socket.gethostname()}.{os.getpid()}")
-        tmp.write_text(text)
-        os.replace(tmp, role.config_file)
+        write_text(role.config_file, text)

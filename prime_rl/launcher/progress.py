@@ -7,43 +7,25 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from prime_rl.protocol.metrics import MetricsTail
+from prime_rl.protocol.run_dir import RunDir
 
-class MetricsTail:
-    """Follows metrics.jsonl while the trainer and orchestrator append to it.
 
-    Both write to the same file with different keys, so the latest value of each key is kept. A line being
-    written is not complete yet: it waits for its newline. Lines that are not JSON objects are skipped.
-    """
+class RunState:
+    """What the launcher knows of the run from metrics.jsonl: the latest value of each key (the trainer and the
+    orchestrator write different keys), the furthest step, and each step's time."""
 
     def __init__(self, path: Path):
-        self.path = path
-        self.offset = 0
-        self.partial = b""
+        self.tail = MetricsTail(path)
         self.latest: dict[str, object] = {}
         self.last_record: dict | None = None
         self.step_times: dict[int, float] = {}  # step -> time/step, each step counted once
 
     def poll(self) -> None:
-        try:
-            with open(self.path, "rb") as f:
-                if f.seek(0, 2) < self.offset:  # rewritten from scratch: start over
-                    self.offset, self.partial = 0, b""
-                f.seek(self.offset)
-                data = f.read()
-        except OSError:
-            return  # not written yet
-        self.offset += len(data)
-        *lines, self.partial = (self.partial + data).split(b"\n")
-        for line in lines:
-            self._add(line)
+        for record in self.tail.poll():
+            self._add(record)
 
-    def _add(self, line: bytes) -> None:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            return
-        if not isinstance(record, dict):
-            return
+    def _add(self, record: dict) -> None:
         self.last_record = record
         step, step_time, highest = record.get("step"), record.get("time/step"), self.step
         self.latest.update(record)
@@ -72,7 +54,7 @@ class MetricsTail:
 class ProgressLine:
     """One live line on stderr: step/max_steps, reward, loss, tokens/s, ETA."""
 
-    def __init__(self, console: Console, metrics: MetricsTail, max_steps: int):
+    def __init__(self, console: Console, metrics: RunState, max_steps: int):
         self.metrics = metrics
         self.started = time.monotonic()
         self.progress = Progress(
@@ -124,11 +106,11 @@ def format_duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
 
 
-def summary_lines(run_dir: Path, metrics: MetricsTail) -> list[str]:
+def summary_lines(run_dir: Path, metrics: RunState) -> list[str]:
     """The final numbers: summary.json's scalar entries if it exists, else the last metrics record."""
     metrics.poll()
     try:
-        summary = json.loads((run_dir / "summary.json").read_text())
+        summary = json.loads(RunDir(run_dir).summary.read_text())
         source = "summary.json"
     except (OSError, ValueError):
         summary, source = metrics.last_record, "metrics.jsonl (last line)"

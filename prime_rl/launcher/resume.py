@@ -1,9 +1,9 @@
 """Before a resumed run starts: drop everything newer than the latest checkpoint, so it is recomputed once."""
 
-import json
 import shutil
 
-from prime_rl.run_dir import RunDir
+from prime_rl.protocol.metrics import keep_rows_before
+from prime_rl.protocol.run_dir import RunDir
 
 
 def prepare_resume(run_dir: RunDir) -> int:
@@ -14,17 +14,5 @@ def prepare_resume(run_dir: RunDir) -> int:
     for step in run_dir.steps_in("weights"):
         shutil.rmtree(run_dir.weights(step), ignore_errors=True)
     if run_dir.metrics.exists():
-        kept = [
-            line
-            for line in run_dir.metrics.read_text().splitlines()
-            if _step_of(line) is not None and _step_of(line) < start
-        ]
-        run_dir.metrics.write_text("".join(line + "\n" for line in kept))
+        keep_rows_before(run_dir.metrics, start)
     return start
-
-
-def _step_of(line: str):
-    try:
-        return json.loads(line)["step"]
-    except (ValueError, KeyError, TypeError):
-        return None  # a torn last line from a killed writer

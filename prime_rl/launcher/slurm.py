@@ -6,7 +6,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from prime_rl.config.schema import node_gpus, num_nodes
-from prime_rl.run_dir import RunDir
+from prime_rl.protocol.run_dir import RunDir
 
 
 def register_resolvers() -> None:

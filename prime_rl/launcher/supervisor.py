@@ -11,17 +11,19 @@ import signal
 import threading
 import time
 from datetime import datetime
+from pathlib import Path
 
 import httpx
 from rich.console import Console
 
-from prime_rl.inference.server import SERVER_KEY_ENV
 from prime_rl.launcher.multinode import announce_end, peer_failure, run_over, shared_server_key
-from prime_rl.launcher.plan import Plan, Role
+from prime_rl.launcher.plan import Plan, RemoteServer, Role
 from prime_rl.launcher.processes import RUN_ENV, Child, log_tail, spawn, stop_children, stop_stragglers
-from prime_rl.launcher.progress import MetricsTail, ProgressLine, format_duration, summary_lines
+from prime_rl.launcher.progress import ProgressLine, RunState, format_duration, summary_lines
 from prime_rl.monitor.metrics import write_summary
 from prime_rl.monitor.plots import write_plots
+from prime_rl.protocol.run_dir import RunDir
+from prime_rl.protocol.servers import SERVER_KEY_ENV
 
 POLL_S = 0.5  # how often children are checked: a dead child is noticed within this
 HTTP_TIMEOUT_S = 2.0  # per readiness request; a hung server must not stall the loop
@@ -31,9 +33,11 @@ logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per readiness p
 
 
 class RoleFailed(Exception):
-    def __init__(self, role: Role, reason: str):
-        super().__init__(f"{role.name} {reason}")
-        self.role, self.reason = role, reason
+    """A role of this node, or (multi-node) another node, failed: its name, its log and why."""
+
+    def __init__(self, name: str, log_file: Path, reason: str):
+        super().__init__(f"{name} {reason}")
+        self.name, self.log_file, self.reason = name, log_file, reason
 
 
 class Interrupted(Exception):
@@ -58,10 +62,10 @@ class Supervisor:
         self.hurry = False  # a second signal: skip what is left of the stop grace period
         (plan.run_dir / "logs").mkdir(parents=True, exist_ok=True)
         self.log = open(plan.launcher_log, "a", buffering=1)
-        self.metrics = MetricsTail(plan.run_dir / "metrics.jsonl")
+        self.metrics = RunState(RunDir(plan.run_dir).metrics)
         # A fresh key per run: the servers answer only the launcher's children, not another run or user.
         # Multi-node, every node's launcher reads the one its run dir holds.
-        self.server_key = shared_server_key(plan.run_dir) if plan.node else secrets.token_urlsafe(32)
+        self.server_key = shared_server_key(plan.run_dir) if plan.node.multi else secrets.token_urlsafe(32)
 
     def run(self) -> int:
         atexit.register(self.stop)  # whatever happens in this process, its children go with it
@@ -72,8 +76,7 @@ class Supervisor:
             return code
         finally:
             self.stop()  # also on an unexpected error
-            if self.plan.node:
-                announce_end(self.plan.node, code)  # multi-node: the other nodes stop too
+            announce_end(self.plan.node, code)  # multi-node: the other nodes stop too
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self.log.close()
@@ -84,12 +87,11 @@ class Supervisor:
         workers = [r for r in self.plan.roles if not r.health_url]
         self.say(f"run dir {self.plan.run_dir}; logs in {self.plan.run_dir / 'logs'}")
         try:
-            remote = self.plan.node.remote_servers if self.plan.node else []  # multi-node head: the other nodes'
             started_servers = [self.start(r).role for r in servers]
             # Orchestrator and trainer start alongside: their imports and model loading overlap the servers'
             # start-up, and the orchestrator waits for the servers itself before its first request.
             started_workers = [self.start(r) for r in workers]
-            self.wait_ready(started_servers + remote)
+            self.wait_ready(started_servers + self.plan.remote_servers)
             self.watch(started_workers)
         except RoleFailed as e:
             self.stop()
@@ -100,11 +102,11 @@ class Supervisor:
             self.say(f"stopped by signal ({signal.Signals(e.signum).name})", style="bold yellow")
             return 128 + e.signum
         self.stop()
-        if self.plan.node and not self.plan.node.head:
+        if not self.plan.node.head:
             self.say("run finished (the head node writes the summary)", style="bold green")
             return 0
         self.say(f"run finished in {format_duration(time.monotonic() - started)}", style="bold green")
-        write_summary(self.plan.run_dir)
+        write_summary(RunDir(self.plan.run_dir))
         if write_plots(self.plan.run_dir):
             self.say(f"plots in {self.plan.run_dir / 'plots'}")
         for line in summary_lines(self.plan.run_dir, self.metrics):
@@ -117,12 +119,12 @@ class Supervisor:
             key = {SERVER_KEY_ENV: self.server_key} if role.server_key else {}
             child = spawn(role, {RUN_ENV: self.plan.marker} | key)
         except OSError as e:
-            raise RoleFailed(role, f"could not start ({e})") from e
+            raise RoleFailed(role.name, role.log_file, f"could not start ({e})") from e
         self.children.append(child)
         self.say(f"started {role.name} (pid {child.pgid}, log {role.log_file})")
         return child
 
-    def wait_ready(self, servers: list[Role]) -> None:
+    def wait_ready(self, servers: list[Role | RemoteServer]) -> None:
         """Wait until every server answers /health and /v1/models, bounded by launcher.ready_timeout_s."""
         timeout = self.launcher.ready_timeout_s
         started = time.monotonic()
@@ -138,7 +140,8 @@ class Supervisor:
                     self.say(f"{role.name} ready after {time.monotonic() - started:.1f} s")
                 if pending and time.monotonic() - started > timeout:
                     role = pending[0]
-                    raise RoleFailed(role, f"not ready after {timeout:g} s (no 200 from {role.health_url})")
+                    reason = f"not ready after {timeout:g} s (no 200 from {role.health_url})"
+                    raise RoleFailed(role.name, role.log_file, reason)
                 if pending:
                     time.sleep(POLL_S)
 
@@ -160,10 +163,10 @@ class Supervisor:
         for child in self.children:
             code = child.exit_code()
             if code is not None and (code != 0 or child.role.health_url):
-                raise RoleFailed(child.role, f"failed ({describe_exit(code)})")
-        peer = self.plan.node and peer_failure(self.plan)
+                raise RoleFailed(child.role.name, child.role.log_file, f"failed ({describe_exit(code)})")
+        peer = peer_failure(self.plan)
         if peer:  # multi-node: another node failed and ended the run
-            raise RoleFailed(peer, "failed")
+            raise RoleFailed(*peer, "failed")
 
     def stop(self) -> None:
         """Stop every started role: orchestrator and trainer first, so no server is stopped with requests
@@ -190,8 +193,8 @@ class Supervisor:
             self.signum = signum
 
     def report_failure(self, e: RoleFailed) -> None:
-        self.say(f"error: role {e.role.name} {e.reason}; last lines of {e.role.log_file}:", style="bold red")
-        for line in log_tail(e.role.log_file, TAIL_LINES):
+        self.say(f"error: role {e.name} {e.reason}; last lines of {e.log_file}:", style="bold red")
+        for line in log_tail(e.log_file, TAIL_LINES):
             self.say(f"  {line}")
 
     def say(self, message: str, style: str | None = None) -> None:
@@ -201,7 +204,7 @@ class Supervisor:
             self.log.write(f"{datetime.now():%Y-%m-%d %H:%M:%S} {message}\n")
 
 
-def serves(http: httpx.Client, role: Role) -> bool:
+def serves(http: httpx.Client, role: Role | RemoteServer) -> bool:
     """/health answers once the engine is up; /v1/models (which needs the server key) once the model is served."""
     models_url = role.health_url.removesuffix("/health") + "/v1/models"
     try:

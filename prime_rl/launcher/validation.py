@@ -1,69 +1,64 @@
-"""Before Hydra runs anything, the command line is composed and validated: a bad input exits 2 with one line.
+"""Every run and every sweep point is validated before anything is written, started or submitted.
 
-Hydra would report a typo in a key with a traceback-like message (exit 1) and a broken cross-field rule
-only once the job runs; a sweep expands `-m a=1,2 b=x,y` inside its sweeper, job by job, so a typo in the
-last point would surface after the first jobs ran (or, on SLURM, after hours in the queue). So launch.py
-calls `preflight` first: it composes the run (or every sweep point, with Hydra's own parser, BasicSweeper
-and `load_sweep_config`) exactly as the job will, validates it like `run_job` does, and checks that the
-output dir can be written. With `launcher.dry_run=true` and a SLURM launcher it then prints what would be
-submitted instead of submitting it.
+Hydra composes the config; a bad input then exits 2 with one line naming the keys and the fix:
+- a single run: the `ValidateRun` callback (`hydra.callbacks` in conf/config.yaml), called before Hydra creates
+  the run dir, so an earlier run's files there are untouched;
+- a sweep (`-m`): the validating sweeper (`hydra/sweeper=validating`, hydra_plugins/prime_rl_sweeper), which
+  composes and validates every point before the launcher gets any, so a typo in the last point fails in seconds
+  instead of after the first jobs ran (or, on SLURM, after hours in the queue);
+- a command line Hydra cannot compose (unknown key, wrong type, no such option): launch.py, from Hydra's error.
 """
 
+import itertools
 import os
 import sys
 from pathlib import Path
 
-from hydra import initialize_config_dir
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-from hydra._internal.utils import get_args_parser
-from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, MissingConfigException
-from hydra.types import RunMode
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from prime_rl.config import ConfigError, to_config, validate
 from prime_rl.launcher.gpus import visible_gpus
-from prime_rl.launcher.slurm import is_slurm, print_submission
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 LIST_KEYS = "`python launch.py --cfg job` prints every key with its value"
 
 
-def preflight(argv: list[str]) -> None:
-    """Exit 2 with one line if the run (or any sweep point) is invalid; for a SLURM dry run, print the
-    submission and exit 0. Otherwise return, and Hydra runs the job or the sweep."""
-    args = get_args_parser().parse_args(argv)
-    if args.help or args.hydra_help or args.cfg or args.info or args.shell_completion:
-        return  # Hydra's own inspection commands: show the config as it is, valid or not
-    with initialize_config_dir(config_dir=str(CONF_DIR), job_name="launch", version_base="1.3"):
-        gh = GlobalHydra.instance().hydra
-        mode = RunMode.MULTIRUN if args.multirun else RunMode.RUN
-        try:
-            master = gh.compose_config(args.config_name or "config", args.overrides, run_mode=mode)
-        except (HydraException, OmegaConfBaseException) as e:
-            fail(hydra_error(e))
-        if args.multirun:
-            check_sweep(gh.config_loader, master, args.overrides)
+class ValidateRun(Callback):
+    """A single run: its config, then its output dir."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        error = validation_error(config, len(visible_gpus()))
+        if error:
+            fail(error)
+        run_dir = Path(config.hydra.run.dir)
+        problem = not_writable(run_dir)
+        if problem:  # Hydra would fail creating it with a traceback
+            fail(unwritable(run_dir, "hydra.run.dir", problem))
+
+
+def sweep_points(config_loader, overrides: list[str]) -> list[list[str]]:
+    """The overrides of every job of `-m a=1,2 b=x,y`: the cartesian product, in the order Hydra runs them."""
+    parsed = OverridesParser.create(config_loader=config_loader).parse_overrides(overrides)
+    choices = []
+    for o in parsed:
+        key = o.get_key_element()
+        if not o.is_sweep_override():
+            choices.append([f"{key}={o.get_value_element_as_str()}"])
+        elif o.is_discrete_sweep():
+            choices.append([f"{key}={value}" for value in o.sweep_string_iterator()])
         else:
-            check_run(master)
+            fail(f"invalid sweep [{key}]: {o.input_line} is not a list of values; fix: use {key}=a,b or range()")
+    return [list(point) for point in itertools.product(*choices)]
 
 
-def check_run(cfg: DictConfig) -> None:
-    error = validation_error(cfg, len(visible_gpus()))
-    if error:
-        fail(error)
-    run_dir = Path(cfg.hydra.run.dir)
-    problem = not_writable(run_dir)
-    if problem:  # Hydra would fail creating it with a traceback
-        fail(unwritable(run_dir, "hydra.run.dir", problem))
-
-
-def check_sweep(loader, master: DictConfig, overrides: list[str]) -> None:
+def check_sweep(config_loader, master: DictConfig, points: list[list[str]]) -> list[tuple[list[str], Path]]:
+    """(a job's task overrides, its run dir) for every point; exit 2 at the first invalid one."""
     gpus, jobs = gpus_of_a_job(master), []
-    for num, point in enumerate(sweep_points(master, overrides)):
-        cfg, error = compose_point(loader, master, point, num, gpus)
+    for num, point in enumerate(points):
+        cfg, error = compose_point(config_loader, master, point, num, gpus)
         if error:
             fail(f"sweep job #{num} ({' '.join(task_overrides(point))}): {error}; nothing was launched")
         jobs.append((task_overrides(point), Path(cfg.hydra.sweep.dir) / str(cfg.hydra.sweep.subdir)))
@@ -71,16 +66,7 @@ def check_sweep(loader, master: DictConfig, overrides: list[str]) -> None:
     problem = not_writable(sweep_dir)
     if problem:
         fail(unwritable(sweep_dir, "hydra.sweep.dir", problem))
-    if master.launcher.dry_run and is_slurm(master):
-        print_submission(master, jobs)
-        sys.exit(0)
-
-
-def sweep_points(master: DictConfig, overrides: list[str]) -> list[list[str]]:
-    """The overrides of every job, in Hydra's job order (sweep params from the config first, like BasicSweeper)."""
-    params = [f"{key}={value}" for key, value in (master.hydra.sweeper.get("params") or {}).items()]
-    parsed = OverridesParser.create().parse_overrides(params + overrides)
-    return BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]
+    return jobs
 
 
 def task_overrides(overrides: list[str]) -> list[str]:
@@ -88,10 +74,10 @@ def task_overrides(overrides: list[str]) -> list[str]:
     return [o.input_line for o in OverridesParser.create().parse_overrides(overrides) if not o.is_hydra_override()]
 
 
-def compose_point(loader, master: DictConfig, overrides: list[str], num: int, gpus: int):
+def compose_point(config_loader, master: DictConfig, overrides: list[str], num: int, gpus: int):
     """(the job's composed config with its hydra node, None) or (None, the one-line error)."""
     try:
-        cfg = loader.load_sweep_config(master, overrides)
+        cfg = config_loader.load_sweep_config(master, overrides)
     except (HydraException, OmegaConfBaseException) as e:
         return None, hydra_error(e)
     with open_dict(cfg.hydra.job):

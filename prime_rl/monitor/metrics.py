@@ -1,18 +1,10 @@
-"""Reading metrics.jsonl and summarising a run into summary.json."""
+"""A run summarised into summary.json: first and final values of the curves people compare."""
 
 import json
-from pathlib import Path
 
-
-def read_metrics(path: Path) -> list[dict]:
-    """Every complete line of metrics.jsonl (a torn last line from a killed writer is skipped)."""
-    rows = []
-    for line in path.read_text().splitlines() if path.exists() else []:
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue
-    return rows
+from prime_rl.protocol.atomic import write_text
+from prime_rl.protocol.metrics import read_rows
+from prime_rl.protocol.run_dir import RunDir
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -42,7 +34,7 @@ def summarize(rows: list[dict]) -> dict:
     return summary
 
 
-def write_summary(run_dir: Path) -> dict:
-    summary = summarize(read_metrics(run_dir / "metrics.jsonl"))
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+def write_summary(run_dir: RunDir) -> dict:
+    summary = summarize(read_rows(run_dir.metrics))
+    write_text(run_dir.summary, json.dumps(summary, indent=2) + "\n")
     return summary

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from prime_rl.monitor.metrics import read_metrics
+from prime_rl.protocol.metrics import read_rows
+from prime_rl.protocol.run_dir import RunDir
 
 # plot name -> (y label, per-step metrics drawn raw + smoothed, occasional metrics drawn as points)
 RUN_PLOTS = {
@@ -62,7 +63,7 @@ def save(fig: Figure, ax, path: Path) -> Path:
 
 def write_plots(run_dir: Path) -> list[Path]:
     """One PNG per plot of RUN_PLOTS that has data (teacher_kl only in opd), into <run_dir>/plots/."""
-    rows = read_metrics(run_dir / "metrics.jsonl")
+    rows = read_rows(RunDir(run_dir).metrics)
     written = []
     for name, (ylabel, per_step, occasional) in RUN_PLOTS.items():
         drawn = {key: series(rows, key) for key in per_step + occasional}

@@ -15,9 +15,9 @@ import wandb
 from omegaconf import OmegaConf
 
 from prime_rl.config.schema import Config, WandbMode
-from prime_rl.monitor.metrics import read_metrics
-from prime_rl.orchestrator.batch import Sample
-from prime_rl.orchestrator.loop import due_for_eval
+from prime_rl.protocol.batch import Sample
+from prime_rl.protocol.metrics import due_for_eval, read_rows
+from prime_rl.protocol.run_dir import RunDir
 
 RUN_ID_FILE = "wandb_run_id"  # in the run dir: a resumed or requeued job continues the same W&B run
 
@@ -99,7 +99,7 @@ class WandbRun:
             return
         if due_for_eval(self.cfg, 0):  # the orchestrator's own test for a final evaluation
             timeout_s = self.cfg.launcher.ready_timeout_s * 4
-            final = wait_for_row(Path(self.cfg.run_dir) / "metrics.jsonl", self.cfg.max_steps, timeout_s)
+            final = wait_for_row(RunDir(self.cfg.run_dir).metrics, self.cfg.max_steps, timeout_s)
             if final is None:
                 print(f"no final evaluation in metrics.jsonl after {timeout_s:.0f}s; not in W&B", flush=True)
             else:
@@ -111,7 +111,7 @@ def wait_for_row(path: Path, step: int, timeout_s: float) -> dict | None:
     """The metrics.jsonl line of `step` (the final evaluation has no trainer step of its own)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        found = [r for r in read_metrics(path) if r.get("step") == step]
+        found = [r for r in read_rows(path) if r.get("step") == step]
         if found:
             return found[-1]
         time.sleep(0.5)

@@ -11,11 +11,9 @@ from transformers import AutoTokenizer
 
 from prime_rl.config.schema import Config, TeacherKind, TrainingMode
 from prime_rl.inference.client import InferenceClient, Sampling
-from prime_rl.inference.server import STUDENT_MODEL_NAME
 from prime_rl.models import student_dir, teacher_dir
 from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.orchestrator.advantages import grpo_advantages
-from prime_rl.orchestrator.batch import Batch, Sample, write_batch
 from prime_rl.orchestrator.policy import PolicySync
 from prime_rl.orchestrator.students import StudentServers, student_client
 from prime_rl.orchestrator.teacher import (
@@ -25,7 +23,11 @@ from prime_rl.orchestrator.teacher import (
     teacher_client,
     teacher_logprobs,
 )
-from prime_rl.run_dir import RunDir
+from prime_rl.protocol.batch import Batch, Sample, write_batch
+from prime_rl.protocol.metrics import append_row, due_for_eval
+from prime_rl.protocol.policy import policy_window
+from prime_rl.protocol.run_dir import RunDir
+from prime_rl.protocol.servers import STUDENT_MODEL_NAME
 from prime_rl.tasks import Example, Task, load_task
 
 
@@ -51,7 +53,7 @@ async def run(cfg: Config) -> None:
         if cfg.training_mode == TrainingMode.opd:
             await preflight_opd(ctx)
         for step in range(start, cfg.max_steps):
-            version = await policy.ensure(max(step - cfg.orchestrator.max_async_level, start))
+            version = await policy.ensure(policy_window(step, cfg.orchestrator.max_async_level, start))
             batch = await make_batch(ctx, step, version)
             batch.metrics["time/reload"] = policy.reload_s
             policy.reload_s = 0.0
@@ -65,8 +67,7 @@ async def run(cfg: Config) -> None:
         await policy.ensure(cfg.max_steps)
         if due_for_eval(cfg, 0):
             final = {"step": cfg.max_steps, **await evaluate(ctx)}
-            with ctx.run_dir.metrics.open("a") as f:
-                f.write(json.dumps(final) + "\n")
+            append_row(ctx.run_dir.metrics, final)
             print(json.dumps(final), flush=True)
     finally:
         await ctx.student.close()
@@ -87,12 +88,6 @@ def make_context(cfg: Config) -> Context:
         teacher=teacher,
         teacher_model=teacher_model,
     )
-
-
-def due_for_eval(cfg: Config, step: int) -> bool:
-    """Evaluation needs the verifier, so verification off means no evaluation either."""
-    interval = cfg.orchestrator.eval.interval
-    return cfg.orchestrator.verification.enabled and bool(interval) and step % interval == 0
 
 
 def step_prompts(cfg: Config, task: Task, step: int) -> list[Example]:

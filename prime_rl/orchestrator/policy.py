@@ -4,7 +4,7 @@ import asyncio
 import time
 
 from prime_rl.inference.client import InferenceClient
-from prime_rl.run_dir import RunDir
+from prime_rl.protocol.run_dir import RunDir
 
 
 class PolicySync:

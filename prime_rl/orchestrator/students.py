@@ -6,7 +6,7 @@ from typing import Union
 
 from prime_rl.config.schema import Config
 from prime_rl.inference.client import Completion, InferenceClient, Sampling
-from prime_rl.inference.server import SERVER_KEY_ENV
+from prime_rl.protocol.servers import SERVER_KEY_ENV
 
 
 def student_client(cfg: Config) -> Union[InferenceClient, "StudentServers"]:

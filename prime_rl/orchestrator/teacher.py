@@ -4,7 +4,7 @@ from pathlib import Path
 
 from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.inference.client import InferenceClient, InferenceError
-from prime_rl.inference.server import SERVER_KEY_ENV, TEACHER_MODEL_NAME
+from prime_rl.protocol.servers import SERVER_KEY_ENV, TEACHER_MODEL_NAME
 
 
 class TeacherError(RuntimeError):

@@ -12,8 +12,10 @@ from pathlib import Path
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from prime_rl.monitor.metrics import read_metrics, summarize
+from prime_rl.monitor.metrics import summarize
 from prime_rl.monitor.plots import is_number, new_plot, plot_noisy, save, series
+from prime_rl.protocol.metrics import read_rows
+from prime_rl.protocol.run_dir import RunDir
 
 # summary.json keys shown per job, in this order, when any job has them
 FINAL_METRICS = ["eval/reward_final", "reward/mean/final", "teacher_kl/final", "loss/final", "steps", "train_time_s"]
@@ -41,7 +43,7 @@ def job_order(path: Path):
 def load_job(job_dir: Path) -> Job:
     lines = OmegaConf.to_container(OmegaConf.load(job_dir / ".hydra" / "overrides.yaml"))
     overrides = {o.key_or_group: o.value() for o in OverridesParser.create().parse_overrides(lines)}
-    rows = read_metrics(job_dir / "metrics.jsonl")
+    rows = read_rows(RunDir(job_dir).metrics)
     summary_file = job_dir / "summary.json"
     finished = summary_file.exists()
     summary = json.loads(summary_file.read_text()) if finished else summarize(rows)

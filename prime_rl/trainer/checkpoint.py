@@ -1,4 +1,5 @@
-"""Trainer checkpoints: checkpoints/step_N/ holds model + optimizer + scheduler state after N steps; DONE last.
+"""Trainer checkpoints: checkpoints/step_N/ holds model + optimizer + scheduler state after N steps,
+published whole (protocol/atomic.py).
 
 One format for any number of trainer processes: the full (unsharded) state, optimizer keyed by parameter index.
 """
@@ -7,7 +8,8 @@ import shutil
 
 import torch
 
-from prime_rl.run_dir import RunDir
+from prime_rl.protocol.atomic import publish_dir
+from prime_rl.protocol.run_dir import RunDir
 from prime_rl.trainer.distributed import SINGLE, World, full_train_state, load_full_train_state
 
 
@@ -18,17 +20,8 @@ def save_checkpoint(run_dir: RunDir, step: int, model, optimizer, scheduler, kee
         model_state, optim_state = model.state_dict(), optimizer.state_dict()
     if not world.main:
         return
-    path = run_dir.checkpoint(step)
-    tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    torch.save(
-        {"model": model_state, "optimizer": optim_state, "scheduler": scheduler.state_dict(), "step": step},
-        tmp / "trainer.pt",
-    )
-    (tmp / "DONE").touch()
-    shutil.rmtree(path, ignore_errors=True)
-    tmp.rename(path)
+    state = {"model": model_state, "optimizer": optim_state, "scheduler": scheduler.state_dict(), "step": step}
+    publish_dir(run_dir.checkpoint(step), lambda out: torch.save(state, out / "trainer.pt"))
     for old in run_dir.steps_in("checkpoints")[:-keep]:
         shutil.rmtree(run_dir.checkpoint(old), ignore_errors=True)
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from prime_rl.orchestrator.batch import Sample
+from prime_rl.protocol.batch import Sample
 from prime_rl.trainer.loss import TokenBatch
 
 

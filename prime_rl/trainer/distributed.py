@@ -21,7 +21,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 
-from prime_rl.orchestrator.batch import Sample
+from prime_rl.protocol.batch import Sample
 from prime_rl.trainer.data import collate
 from prime_rl.trainer.loss import TokenBatch
 from prime_rl.trainer.model import pick_device

@@ -42,22 +42,25 @@ def distill_advantage(logprobs: torch.Tensor, batch: TokenBatch, cfg: LossConfig
     return adv - center
 
 
-def rl_loss(logprobs: torch.Tensor, batch: TokenBatch, cfg: LossConfig, total_tokens: int, center: float = 0.0):
-    """Importance-weighted policy gradient with a trust-region mask; returns (loss, metric sums)."""
+def rl_loss(
+    logprobs: torch.Tensor, batch: TokenBatch, cfg: LossConfig, total_tokens: int, teacher_center: float | None = None
+):
+    """Importance-weighted policy gradient with a trust-region mask; returns (loss, metric sums).
+    `teacher_center`: opd's distillation term, centred on this step mean; None (rl): no teacher term."""
     mask = batch.loss_mask.float()
     log_ratio = (logprobs - batch.inference_logprobs) * mask
     ratio = log_ratio.exp()
     in_band = ((logprobs.exp() - batch.inference_logprobs.exp()).abs() <= cfg.mask_band).float() * mask
     adv = cfg.adv_tau * batch.advantages[:, None].expand_as(logprobs)
-    if cfg.teacher_tau > 0:
-        adv = adv + cfg.teacher_tau * distill_advantage(logprobs, batch, cfg, center)
+    if teacher_center is not None:
+        adv = adv + cfg.teacher_tau * distill_advantage(logprobs, batch, cfg, teacher_center)
     per_token = -adv.detach() * ratio + cfg.kl_tau * log_ratio**2
     loss = (per_token * in_band).sum() / total_tokens
     sums = {
         "mismatch_kl": ((ratio - 1 - log_ratio) * mask).sum().item(),
         "masked_fraction": (mask - in_band).sum().item(),
     }
-    if batch.teacher_logprobs is not None:
+    if teacher_center is not None:
         sums["teacher_kl"] = ((logprobs - batch.teacher_logprobs).detach() * mask).sum().item()
     return loss, sums
 

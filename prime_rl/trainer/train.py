@@ -7,10 +7,12 @@ import time
 import torch
 from transformers.utils.logging import disable_progress_bar
 
-from prime_rl.config.schema import Config, LossType
+from prime_rl.config.schema import Config, TrainingMode
 from prime_rl.monitor.wandb_run import WandbRun
-from prime_rl.orchestrator.batch import Batch, read_batch
-from prime_rl.run_dir import RunDir
+from prime_rl.protocol.batch import Batch, read_batch
+from prime_rl.protocol.metrics import append_row
+from prime_rl.protocol.policy import policy_window
+from prime_rl.protocol.run_dir import RunDir
 from prime_rl.trainer.checkpoint import load_checkpoint, save_checkpoint
 from prime_rl.trainer.data import micro_batches
 from prime_rl.trainer.distributed import (
@@ -50,7 +52,8 @@ def train(cfg: Config) -> None:
         metrics = train_step(cfg, model, optimizer, scheduler, batch, tokenizer.pad_token_id, device, world)
         export_weights(model, tokenizer, run_dir, step + 1, world)
         if world.main:  # every rank has read the batch: the step's all-reduces waited for all of them
-            prune_weights(run_dir, keep_from=step + 1 - cfg.orchestrator.max_async_level - 1)
+            # the orchestrator is past step `step` now; one step of margin for a reload still in flight
+            prune_weights(run_dir, keep_from=policy_window(step, cfg.orchestrator.max_async_level))
             run_dir.rollouts(step).unlink(missing_ok=True)
         step_s, last = time.monotonic() - last, time.monotonic()
         timing = {"time/step": step_s, "throughput/tokens_per_s": metrics["tokens"] / step_s}
@@ -93,7 +96,9 @@ def train_step(
     model.train()
     loss_cfg = cfg.trainer.loss
     mbs = micro_batches(batch.samples, cfg.trainer.micro_batch_size, pad_id)
-    center = batch_distill_center(mbs, loss_cfg) if loss_cfg.teacher_tau > 0 else 0.0  # of the whole batch
+    mode = cfg.training_mode
+    # opd: the distillation advantage is centred on the mean of the whole step, before it is split by rank
+    teacher_center = batch_distill_center(mbs, loss_cfg) if mode == TrainingMode.opd else None
     if world.size > 1:
         mbs = rank_micro_batches(batch.samples, cfg.trainer.micro_batch_size, pad_id, world)
     # Divide by the step's tokens on all ranks: the summed gradients then equal one process's gradient.
@@ -103,10 +108,10 @@ def train_step(
         mb = to_device(mb, device)
         logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
         logprobs = token_logprobs(logits, mb.input_ids)
-        if loss_cfg.type == LossType.sft:
+        if mode == TrainingMode.sft:
             loss, extra = sft_loss(logprobs, mb, total_tokens)
         else:
-            loss, extra = rl_loss(logprobs, mb, loss_cfg, total_tokens, center)
+            loss, extra = rl_loss(logprobs, mb, loss_cfg, total_tokens, teacher_center)
         loss.backward()
         sums["loss"] += loss.item() * total_tokens
         sums["entropy"] += (token_entropy(logits.detach()) * mb.loss_mask).sum().item()
@@ -143,7 +148,5 @@ def to_device(mb, device):
 
 def log_metrics(run_dir: RunDir, metrics: dict) -> None:
     """One line per step in metrics.jsonl; the trainer is its only writer while the run trains."""
-    line = json.dumps(metrics)
-    with run_dir.metrics.open("a") as f:
-        f.write(line + "\n")
-    print(line, flush=True)
+    append_row(run_dir.metrics, metrics)
+    print(json.dumps(metrics), flush=True)

@@ -1,24 +1,23 @@
-"""Weight export for the inference server: weights/step_N/ (safetensors, or a peft adapter dir) + STABLE."""
+"""Weight export for the inference server: weights/step_N/ (safetensors, or a peft adapter dir), published whole."""
 
 import shutil
+from pathlib import Path
 
-from prime_rl.run_dir import STABLE, RunDir
+from prime_rl.protocol.atomic import publish_dir
+from prime_rl.protocol.run_dir import RunDir
 from prime_rl.trainer.distributed import SINGLE, World, full_model_state
 
 
 def export_weights(model, tokenizer, run_dir: RunDir, step: int, world: World = SINGLE) -> None:
-    """Write to a temp dir, rename, then mark STABLE: a reader never sees a half-written export."""
+    """weights/step_<step>, published whole: a server never loads a half-written export."""
     state = full_model_state(model) if world.size > 1 else None  # every rank gathers; rank 0 writes
-    if not world.main:
-        return
-    final = run_dir.weights(step)
-    tmp = final.with_name(final.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, state_dict=state)  # None: the model's own (unsharded) weights
-    tokenizer.save_pretrained(tmp)
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-    (final / STABLE).touch()
+
+    def fill(out: Path) -> None:
+        model.save_pretrained(out, state_dict=state)  # None: the model's own (unsharded) weights
+        tokenizer.save_pretrained(out)
+
+    if world.main:
+        publish_dir(run_dir.weights(step), fill)
 
 
 def prune_weights(run_dir: RunDir, keep_from: int) -> None:

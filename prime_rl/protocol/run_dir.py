@@ -1,0 +1,70 @@
+"""The run directory: the only place where the processes of a run meet. Every path of the protocol is here."""
+
+import re
+from pathlib import Path
+
+from prime_rl.protocol.atomic import is_complete
+
+
+class RunDir:
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def rollouts(self, step: int) -> Path:
+        """orchestrator -> trainer: the batch of `step` (batch.py)."""
+        return self.root / "rollouts" / f"step_{step}.bin"
+
+    def weights(self, step: int) -> Path:
+        """trainer -> inference: the policy after `step` optimizer steps (safetensors, or a peft adapter)."""
+        return self.root / "weights" / f"step_{step}"
+
+    def checkpoint(self, step: int) -> Path:
+        """trainer: model, optimizer and scheduler after `step` steps, for resume."""
+        return self.root / "checkpoints" / f"step_{step}"
+
+    def config(self, role: str) -> Path:
+        """launcher -> every role: the resolved config the role reads."""
+        return self.root / "configs" / f"{role}.yaml"
+
+    def log(self, role: str, node_rank: int | None = None) -> Path:
+        """logs/<role>.log; multi-node logs/<role>.node<rank>.log, since the nodes share the run dir."""
+        return self.root / "logs" / (f"{role}.log" if node_rank is None else f"{role}.node{node_rank}.log")
+
+    @property
+    def metrics(self) -> Path:
+        """trainer (a line per step) and orchestrator (the final evaluation) -> launcher, W&B, report."""
+        return self.root / "metrics.jsonl"
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def merged(self) -> Path:
+        """lora=on: the final model with the adapter merged in."""
+        return self.root / "merged"
+
+    @property
+    def server_key(self) -> Path:
+        """Multi-node: the run's server key, shared by every node's launcher (mode 0600)."""
+        return self.root / "server_key"
+
+    def end_marker(self, attempt: str) -> Path:
+        """Multi-node: written once when this attempt of the run is over, by the head or a failing node."""
+        return self.root / "nodes" / f"end.{attempt}"
+
+    def steps_in(self, folder: str) -> list[int]:
+        """Step numbers of the `step_N` entries under a folder, ascending."""
+        found = [re.fullmatch(r"step_(\d+)(\.bin)?", p.name) for p in (self.root / folder).glob("step_*")]
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def weights_ready(self, step: int) -> bool:
+        return is_complete(self.weights(step))
+
+    def latest_weights(self) -> int | None:
+        ready = [s for s in self.steps_in("weights") if self.weights_ready(s)]
+        return ready[-1] if ready else None
+
+    def latest_checkpoint(self) -> int | None:
+        done = [s for s in self.steps_in("checkpoints") if is_complete(self.checkpoint(s))]
+        return done[-1] if done else None

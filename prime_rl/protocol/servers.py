@@ -1,0 +1,7 @@
+"""What the launcher, the orchestrator and the vLLM servers agree on to reach each other."""
+
+STUDENT_MODEL_NAME = "student"  # served name of the student's base weights
+TEACHER_MODEL_NAME = "teacher"  # served name of the local teacher
+# The env var through which the launcher hands its children the run's server key: vLLM requires it on /v1/*,
+# the orchestrator sends it. Never a config value, so it cannot reach a config dump.
+SERVER_KEY_ENV = "VLLM_API_KEY"
