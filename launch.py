@@ -9,11 +9,9 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from prime_rl.config import register_configs
-from prime_rl.launcher.slurm import register_resolvers
 from prime_rl.launcher.validation import fail, hydra_error
 
 register_configs()
-register_resolvers()
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")

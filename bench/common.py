@@ -34,16 +34,9 @@ if str(REPO) not in sys.path:  # the scripts run as `python bench/x.py`: make pr
 
 def compose(overrides: Sequence[str] = ()):
     """The typed Config a `python launch.py <overrides>` run would get (Hydra's own composition)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
+    from prime_rl.config import compose_config
 
-    from prime_rl.config import register_configs, to_config
-    from prime_rl.launcher.slurm import register_resolvers
-
-    register_configs()
-    register_resolvers()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return to_config(hydra_compose("config", overrides=list(overrides)))
+    return compose_config(overrides)
 
 
 # ---------------------------------------------------------------- running commands and reading their output

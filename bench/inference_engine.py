@@ -96,13 +96,13 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils.logging import disable_progress_bar
 
-    from prime_rl.models import ensure_student
     from prime_rl.models.chat import prompt_ids
+    from prime_rl.prepare import prepare_student
     from prime_rl.tasks import load_task
     from tests.vllm_server import serve  # the launcher's vLLM command and process-group handling
 
     cfg = compose()
-    student = ensure_student(cfg)
+    student = prepare_student(cfg)
     tokenizer = AutoTokenizer.from_pretrained(student)
     prompts = [prompt_ids(tokenizer, ex.prompt) for ex in load_task(cfg.task).train[: args.prompts]]
     torch.set_num_threads(args.hf_threads)

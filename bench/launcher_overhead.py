@@ -49,9 +49,9 @@ def main() -> None:
     add_runs_arg(parser)
     args = parser.parse_args()
 
-    from prime_rl.models import ensure_student
+    from prime_rl.prepare import prepare_student
 
-    ensure_student(compose(OVERRIDES))  # a first-ever build is not launcher overhead
+    prepare_student(compose(OVERRIDES))  # a first-ever build is not launcher overhead
     out = bench_dir(NAME)
     runs = []
     for run in range(args.runs):

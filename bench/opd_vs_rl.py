@@ -74,7 +74,7 @@ def run_mode(mode: str, steps: int, args, seed: int, out: Path, target: float | 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_runs_arg(parser)
-    parser.add_argument("--rl-steps", type=int, default=300, help="rl's step budget (it needed ~240 in DESIGN §6)")
+    parser.add_argument("--rl-steps", type=int, default=300, help="rl's step budget (it needed ~240 in earlier runs)")
     parser.add_argument("--opd-steps", type=int, default=200, help="opd's step budget")
     parser.add_argument("--eval-interval", type=int, default=10, help="evaluate every N steps (the step resolution)")
     parser.add_argument("--fraction", type=float, default=0.9, help="target = this x the teacher's eval reward")
@@ -82,12 +82,13 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per run")
     args = parser.parse_args()
 
-    from prime_rl.models import ensure_student, ensure_teacher, student_dir
+    from prime_rl.models import student_dir
+    from prime_rl.prepare import prepare_student, prepare_teacher
 
     opd_cfg, rl_cfg = compose(overrides("opd", 1, args, 0)), compose(overrides("rl", 1, args, 0))
     if student_dir(opd_cfg) != student_dir(rl_cfg):
         raise SystemExit("opd and rl would start from different students; this benchmark needs the same warm start")
-    ensure_student(rl_cfg), ensure_teacher(opd_cfg)  # built (or taken from the cache) before any clock starts
+    prepare_student(rl_cfg), prepare_teacher(opd_cfg)  # built (or taken from the cache) before any clock starts
     out = bench_dir(NAME)
     runs = []
     for seed in range(args.runs):

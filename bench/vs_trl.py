@@ -187,10 +187,10 @@ def main() -> None:
             "bench/.venv-trl/bin/pip install -r bench/requirements-trl.txt"
         )
 
-    from prime_rl.models import ensure_student
+    from prime_rl.prepare import prepare_student
 
     cfg = compose(our_overrides(args, 0))
-    student = ensure_student(cfg)  # built (or taken from the cache) before any clock starts
+    student = prepare_student(cfg)  # built (or taken from the cache) before any clock starts
     out = bench_dir(NAME)
     runs = []
     for seed in range(args.runs):  # the two sides alternate, so a change in machine load hits both

@@ -3,22 +3,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-
-from prime_rl.config import Config, register_configs, to_config
 
 ROOT = Path(__file__).resolve().parents[1]
-CONF = ROOT / "conf"
-
-register_configs()
 
 
-def compose_config(overrides: list[str] = ()) -> Config:
-    """The typed config `python launch.py <overrides>` would build (no validation)."""
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return to_config(compose(config_name="config", overrides=list(overrides)))
+def pytest_collection_modifyitems(items):
+    """Tests that start real servers, SLURM jobs or fault-injected runs are slow too: `pytest -m "not slow"` is
+    the fast suite (under a minute), `pytest` everything."""
+    for item in items:
+        if any(item.get_closest_marker(m) for m in ("vllm", "slurm", "faults")):
+            item.add_marker(pytest.mark.slow)
 
 
 def launch_cmd(*overrides: str) -> list[str]:

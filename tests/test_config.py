@@ -9,9 +9,9 @@ import pytest
 from hydra.errors import ConfigCompositionException, HydraException
 from omegaconf import OmegaConf
 
-from prime_rl.config import ConfigError, TeacherKind, TrainingMode, load_config, validate
+from prime_rl.config import ConfigError, TeacherKind, TrainingMode, compose_config, load_config, validate
 from prime_rl.launcher.plan import build_plan
-from tests.conftest import ROOT, compose_config, launch_cmd
+from tests.conftest import ROOT, launch_cmd
 
 KEY_ENV = "PRIME_RL_TEST_TEACHER_KEY"
 

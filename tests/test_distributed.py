@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from prime_rl.config import compose_config
 from prime_rl.launcher.plan import build_plan, write_role_configs
 from prime_rl.models.tiny import build_tiny_model, save_model
 from prime_rl.models.tokenizer import build_tokenizer
@@ -20,7 +21,7 @@ from prime_rl.trainer.checkpoint import load_checkpoint
 from prime_rl.trainer.distributed import World, rank_micro_batches
 from prime_rl.trainer.model import load_model
 from prime_rl.trainer.train import make_optimizer, train
-from tests.conftest import ROOT, compose_config
+from tests.conftest import ROOT
 
 STEPS = 3  # the 2-rank run resumes from the 1-process checkpoint of step 1 and trains steps 1 and 2
 COMPARED = ["loss", "entropy", "mismatch_kl", "masked_fraction", "teacher_kl", "grad_norm", "tokens", "lr"]
@@ -82,6 +83,7 @@ def model_dir(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_train_like_one_process(tmp_path, model_dir):
     torch.set_num_threads(1)
     one_cfg, one = run_config(tmp_path, model_dir, "one")

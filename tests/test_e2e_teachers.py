@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from prime_rl.config import compose_config
 from prime_rl.config.schema import Config
-from prime_rl.models import ensure_teacher
-from tests.conftest import compose_config
+from prime_rl.prepare import prepare_teacher
 from tests.http_stub import StubHandler, serve_stub, stub_url
 from tests.test_e2e_rl import launch, summary
 
@@ -21,7 +21,7 @@ def rows(run_dir: Path) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def teacher_dir() -> Path:
-    return ensure_teacher(compose_config(["training_mode=opd"]))
+    return prepare_teacher(compose_config(["training_mode=opd"]))
 
 
 @pytest.mark.vllm
@@ -105,10 +105,10 @@ class NoPromptLogprobsTeacher:
 def test_opd_against_an_endpoint_without_prompt_logprobs_fails_before_training(tmp_path, monkeypatch):
     from transformers import AutoTokenizer
 
-    from prime_rl.models import ensure_student
+    from prime_rl.prepare import prepare_student
 
     monkeypatch.setenv(KEY_ENV, "unused")
-    teacher = NoPromptLogprobsTeacher(AutoTokenizer.from_pretrained(ensure_student(Config())))
+    teacher = NoPromptLogprobsTeacher(AutoTokenizer.from_pretrained(prepare_student(Config())))
     try:
         run = launch(
             tmp_path / "run",

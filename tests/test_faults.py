@@ -299,13 +299,13 @@ def test_secrets_and_server_keys_never_leave_the_processes(tmp_path, monkeypatch
     """sft from an external endpoint behind a flaky proxy: the transient 500s are retried away, the servers
     of the run answer only with the run's key and listen on 127.0.0.1 only, and neither the teacher's key nor
     the run's key is in any file of the run dir (configs, Hydra dumps, logs, W&B's offline files)."""
-    from prime_rl.models import ensure_teacher
-    from tests.conftest import compose_config
+    from prime_rl.config import compose_config
+    from prime_rl.prepare import prepare_teacher
     from tests.vllm_server import serve
 
     secret = "sk-prime-rl-test-9f8e7d6c5b4a"
     monkeypatch.setenv(TEACHER_KEY_ENV, secret)
-    teacher = ensure_teacher(compose_config(["training_mode=opd"]))
+    teacher = prepare_teacher(compose_config(["training_mode=opd"]))
     run_dir = tmp_path / "run"
     with serve(teacher, tmp_path, served_name="tiny-teacher", extra_args=["--api-key", secret]) as url:
         proxy = FlakyProxy(url, faults=3)

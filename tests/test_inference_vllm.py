@@ -8,8 +8,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prime_rl.config.schema import Config
 from prime_rl.inference.client import InferenceClient, InferenceError, Sampling
-from prime_rl.models import ensure_student
 from prime_rl.models.chat import prompt_ids
+from prime_rl.prepare import prepare_student
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.trainer.weights import export_weights
 from tests.vllm_server import serve
@@ -20,7 +20,7 @@ GREEDY = Sampling(temperature=0.0, top_p=1.0, max_tokens=16)
 
 @pytest.fixture(scope="module")
 def student():
-    path = ensure_student(Config())
+    path = prepare_student(Config())
     return path, AutoTokenizer.from_pretrained(path)
 
 

@@ -6,17 +6,17 @@ from dataclasses import replace
 import pytest
 import torch
 
+from prime_rl.config import compose_config
 from prime_rl.config.schema import TrainingMode
 from prime_rl.inference.client import InferenceClient, Sampling
-from prime_rl.models import ensure_student
 from prime_rl.models.chat import answer_ids, prompt_ids
+from prime_rl.prepare import prepare_student
 from prime_rl.protocol.batch import Batch, Sample
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.tasks import load_task
 from prime_rl.trainer.model import load_model
 from prime_rl.trainer.train import make_optimizer, train_step
 from prime_rl.trainer.weights import export_weights
-from tests.conftest import compose_config
 from tests.vllm_server import serve
 
 GREEDY = Sampling(temperature=0.0, top_p=1.0, max_tokens=16)
@@ -28,7 +28,7 @@ def trained(tmp_path_factory):
     torch.set_num_threads(1)
     cfg = compose_config(["lora=on", "trainer.optim.lr=1e-2", "trainer.optim.warmup_steps=0"])
     cfg = replace(cfg, training_mode=TrainingMode.sft)  # NLL, as the trainer trains in sft mode
-    ensure_student(cfg)
+    prepare_student(cfg)
     model, tok = load_model(cfg, torch.device("cpu"))
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     optimizer, scheduler = make_optimizer(cfg, model)
@@ -41,6 +41,7 @@ def trained(tmp_path_factory):
     return cfg, model, tok, before, run_dir
 
 
+@pytest.mark.slow
 def test_only_adapter_weights_change(trained):
     _, model, _, before, _ = trained
     changed = {n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])}
@@ -74,5 +75,5 @@ def test_vllm_serves_the_exported_adapter_like_peft(trained, tmp_path):
         await client.close()
         return [g[0].token_ids for g in groups]
 
-    with serve(ensure_student(cfg), tmp_path, lora_rank=cfg.trainer.lora.rank) as url:
+    with serve(prepare_student(cfg), tmp_path, lora_rank=cfg.trainer.lora.rank) as url:
         assert asyncio.run(served(url)) == peft_out

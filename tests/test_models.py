@@ -16,10 +16,12 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prime_rl.config.schema import Config, TaskConfig, TinyModelConfig, WarmStartConfig
-from prime_rl.models import build, ensure_model, ensure_student, ensure_teacher, student_dir, teacher_dir
+from prime_rl.models import student_dir, teacher_dir
 from prime_rl.models.chat import prompt_ids
 from prime_rl.models.tiny import build_tiny_model, save_model
 from prime_rl.models.tokenizer import build_tokenizer
+from prime_rl.prepare import prepare_model, prepare_student, prepare_teacher, tiny
+from prime_rl.protocol.atomic import COMPLETE
 from prime_rl.sft.train import eval_reward, sft_batch, sft_train
 from prime_rl.tasks import Example, load_task
 
@@ -63,37 +65,39 @@ def test_sft_batch_masks_prompt_and_padding():
     assert batch["attention_mask"].sum(1).tolist() == [9 + 3, 11 + 5]
 
 
-def test_ensure_model_builds_once_then_reuses(tmp_path, monkeypatch):
+@pytest.mark.slow
+def test_prepare_model_builds_once_then_reuses(tmp_path, monkeypatch):
     builds = []
-    real_build = build._build
-    monkeypatch.setattr(build, "_build", lambda *a: builds.append(a) or real_build(*a))
+    real_build = tiny._build
+    monkeypatch.setattr(tiny, "_build", lambda *a: builds.append(a) or real_build(*a))
     args = ("tiny", TinyModelConfig(), QUICK, TaskConfig(num_train=64), str(tmp_path))
     # Two launchers at once: the file lock makes the second wait and reuse the first's build.
     results = []
-    threads = [threading.Thread(target=lambda: results.append(ensure_model(*args))) for _ in range(2)]
+    threads = [threading.Thread(target=lambda: results.append(prepare_model(*args))) for _ in range(2)]
     [t.start() for t in threads]
     [t.join() for t in threads]
     assert len(builds) == 1 and results[0] == results[1]
     path = results[0]
-    done_mtime = (path / build.DONE).stat().st_mtime_ns
-    assert ensure_model(*args) == path and (path / build.DONE).stat().st_mtime_ns == done_mtime
+    done_mtime = (path / COMPLETE).stat().st_mtime_ns
+    assert prepare_model(*args) == path and (path / COMPLETE).stat().st_mtime_ns == done_mtime
     assert json.loads((path / "recipe.json").read_text())["warm_start"]["steps"] == QUICK.steps
     assert AutoModelForCausalLM.from_pretrained(path).num_parameters() == 377_984
-    assert not list((tmp_path / "models").glob("*.tmp-*"))
-    other = ensure_model("tiny", TinyModelConfig(), replace(QUICK, seed=1), TaskConfig(num_train=64), str(tmp_path))
+    assert not list((tmp_path / "models").glob("*.tmp"))  # no leftover of the build
+    other = prepare_model("tiny", TinyModelConfig(), replace(QUICK, seed=1), TaskConfig(num_train=64), str(tmp_path))
     assert other != path and len(builds) == 2
-    assert ensure_model(str(tmp_path), *args[1:]) == tmp_path.resolve()
+    assert prepare_model(str(tmp_path), *args[1:]) == tmp_path.resolve()
 
 
-def test_ensure_student_and_teacher_match_their_dirs(tmp_path, monkeypatch):
-    monkeypatch.setattr(build, "_build", lambda out, *a: (out / build.DONE).touch())
+def test_prepare_student_and_teacher_match_their_dirs(tmp_path, monkeypatch):
+    monkeypatch.setattr(tiny, "_build", lambda out, *a: None)
     cfg = Config()
     cfg.model.cache_dir = str(tmp_path)
     cfg.teacher.model = "tiny"
-    assert ensure_student(cfg) == student_dir(cfg) and ensure_teacher(cfg) == teacher_dir(cfg)
+    assert prepare_student(cfg) == student_dir(cfg) and prepare_teacher(cfg) == teacher_dir(cfg)
     assert student_dir(cfg) != teacher_dir(cfg)
 
 
+@pytest.mark.slow
 def test_warm_start_improves_greedy_reward():
     task = load_task(TaskConfig(num_train=2000, num_eval=64))
     tok = build_tokenizer()
@@ -104,6 +108,7 @@ def test_warm_start_improves_greedy_reward():
     assert before < 0.1 and after > before + 0.2, (before, after)
 
 
+@pytest.mark.slow
 def test_sft_cli_trains_and_saves_a_loadable_model(tmp_path):
     data = tmp_path / "train.jsonl"
     rows = [{"prompt": e.prompt, "answer": e.answer} for e in load_task(TaskConfig(num_train=32)).train]
@@ -125,7 +130,7 @@ def _free_port() -> int:
 
 @pytest.mark.vllm
 def test_vllm_serves_tiny_model_like_transformers(tmp_path):
-    path = ensure_model("tiny", TinyModelConfig(), WarmStartConfig(), TaskConfig(), str(tmp_path))
+    path = prepare_model("tiny", TinyModelConfig(), WarmStartConfig(), TaskConfig(), str(tmp_path))
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path).eval()
     port = _free_port()
@@ -177,6 +182,7 @@ def _stop(server: subprocess.Popen) -> None:
         server.wait()
 
 
+@pytest.mark.slow
 def test_launcher_prepare_only_runs_plain_sft_on_a_jsonl_task(tmp_path):
     """The Hydra way to the SFT entrypoint: warm-start a student on your own JSONL, start nothing else."""
     from tests.conftest import ROOT, launch_cmd
@@ -205,6 +211,6 @@ def test_launcher_prepare_only_runs_plain_sft_on_a_jsonl_task(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     [built] = [p for p in (tmp_path / "cache" / "models").glob("tiny-jsonl-3-*") if p.is_dir()]
-    assert (built / "DONE").exists() and json.loads((built / "recipe.json").read_text())["task"]["path"] == str(data)
+    assert (built / "STABLE").exists() and json.loads((built / "recipe.json").read_text())["task"]["path"] == str(data)
     assert f"student: {built}" in proc.stderr.replace("\n", "")
     assert not (tmp_path / "run" / "logs").exists()  # no process was started

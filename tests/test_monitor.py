@@ -15,13 +15,14 @@ from hydra.types import RunMode
 from omegaconf import OmegaConf
 from wandb.proto import wandb_internal_pb2
 
+from prime_rl.config import compose_config
 from prime_rl.config.schema import Config, MonitorConfig, WandbConfig, WandbMode
 from prime_rl.launcher.job import with_sweep_names
 from prime_rl.monitor.plots import write_plots
 from prime_rl.monitor.wandb_run import RUN_ID_FILE, WandbRun, logged_config, run_tags, wandb_mode
 from prime_rl.protocol.batch import Sample
 from prime_rl.report.__main__ import main as report_main
-from tests.conftest import ROOT, compose_config, launch_cmd
+from tests.conftest import ROOT, launch_cmd
 from tests.test_e2e_rl import launch, run_processes
 
 SECRET_ENV = "PRIME_RL_TEST_MONITOR_SECRET"
@@ -112,6 +113,7 @@ def opd_samples(n: int) -> list[Sample]:
     ]
 
 
+@pytest.mark.slow
 def test_wandb_run_logs_steps_samples_and_the_final_eval_and_reuses_its_id_on_resume(tmp_path):
     cfg = offline_cfg(tmp_path, group="g", name="n", tags=["extra"])
     first = WandbRun(cfg, resumed=False)

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from prime_rl.config import ConfigError, load_config, validate
+from prime_rl.config import ConfigError, compose_config, load_config, validate
 from prime_rl.inference.client import InferenceClient
 from prime_rl.launcher.multinode import announce_end, build_node_plan, read_end, shared_server_key
 from prime_rl.launcher.plan import ROLES, Node, Plan, RemoteServer, build_plan
 from prime_rl.launcher.supervisor import run_plan
 from prime_rl.orchestrator.students import StudentServers, student_client
-from tests.conftest import ROOT, compose_config, launch_cmd
+from tests.conftest import ROOT, launch_cmd
 from tests.test_config import command_of, dry_run
 from tests.test_slurm import needs_slurm
 from tests.test_supervisor import DRIVER, assert_nothing_survives, make_plan, run_dir, server, standin  # noqa: F401
@@ -310,6 +310,7 @@ def start_node(plan: Plan, tmp_path: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", DRIVER, str(path)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_two_node_launchers_run_one_job_and_end_together(run_dir, tmp_path):
     infer, head = two_node_plans(run_dir)
     node0 = start_node(infer, tmp_path)
@@ -324,6 +325,7 @@ def test_two_node_launchers_run_one_job_and_end_together(run_dir, tmp_path):
     assert_nothing_survives(run_dir, 3)
 
 
+@pytest.mark.slow
 def test_a_failing_node_stops_the_others(run_dir, tmp_path, capsys):
     infer, head = two_node_plans(run_dir, server_exit=True)
     node0 = start_node(infer, tmp_path)

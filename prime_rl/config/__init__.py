@@ -1,5 +1,5 @@
 from prime_rl.config.schema import Config, TeacherKind, TrainingMode, WandbMode
-from prime_rl.config.store import load_config, register_configs, to_config
+from prime_rl.config.store import compose_config, load_config, register_configs, to_config
 from prime_rl.config.validate import ConfigError, validate
 
 __all__ = [
@@ -8,6 +8,7 @@ __all__ = [
     "TeacherKind",
     "TrainingMode",
     "WandbMode",
+    "compose_config",
     "load_config",
     "register_configs",
     "to_config",

@@ -19,12 +19,9 @@ from enum import Enum
 from pathlib import Path
 from types import ModuleType
 
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-
 from prime_rl.config import schema
 from prime_rl.config.schema import Config, TrainingMode
-from prime_rl.config.store import register_configs, to_config
+from prime_rl.config.store import compose_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
@@ -102,11 +99,7 @@ def leaves(cls: type = Config, prefix: str = "") -> Iterator[tuple[str, tuple[st
 @functools.cache  # every key's default reads it
 def composed() -> dict[str, Config]:
     """The config `python launch.py` composes (under "") and the one `training_mode=<mode>` composes, per mode."""
-    register_configs()
-    GlobalHydra.instance().clear()  # a Hydra left initialized (a test, a notebook) would make initialize refuse
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        runs = {"": compose("config")} | {m.value: compose("config", [f"{MODE_KEY}={m.value}"]) for m in TrainingMode}
-    return {mode: to_config(cfg) for mode, cfg in runs.items()}
+    return {"": compose_config()} | {m.value: compose_config([f"{MODE_KEY}={m.value}"]) for m in TrainingMode}
 
 
 def literal(value) -> str:

@@ -75,7 +75,7 @@ class SamplingConfig:
 
 @dataclass
 class VerificationConfig:
-    enabled: bool = True  # compute rewards with the task's verifier; false only with trainer.loss.adv_tau=0
+    enabled: bool = True  # compute rewards with the verifier; on in rl, off only with trainer.loss.adv_tau=0
 
 
 @dataclass
@@ -153,17 +153,17 @@ class InferenceConfig:
     tp: int = 1  # GPU: vLLM --tensor-parallel-size of the student server (tp * dp = deployment.num_infer_gpus)
     dp: int = 1  # GPU: vLLM --data-parallel-size of the student server (replicas, each over tp GPUs)
     extra_args: list[str] = field(default_factory=list)  # more vLLM CLI arguments, passed as given
-    urls: list[str] = field(default_factory=list)  # student servers' URLs; multi-node plan sets them (empty: host:port)
+    urls: list[str] = field(default_factory=list)  # student server URLs, from the multi-node plan (empty: host:port/v1)
 
 
 @dataclass
 class TeacherConfig:
-    kind: TeacherKind = TeacherKind.none  # set by the teacher group
+    kind: TeacherKind = TeacherKind.none  # none | local_vllm | external: the teacher group (opd, sft: local_vllm)
     model: str = ""  # local_vllm: "tiny" (built-in, trained longer) or a model dir; external: the endpoint's model name
     warm_start: WarmStartConfig = field(
         default_factory=lambda: WarmStartConfig(steps=500, lr=3e-3, schedule="cosine")
     )  # recipe of the built-in tiny teacher
-    base_url: str | None = None  # external: OpenAI-compatible base URL (https://api.openai.com/v1); multi-node: set
+    base_url: str | None = None  # external: OpenAI-compatible base URL (…/v1); local_vllm: set by the multi-node plan
     api_key_env: str | None = None  # name of the env var holding the API key (the key never enters the config)
     headers: dict[str, str] = field(default_factory=dict)  # extra HTTP headers (no secrets: use api_key_env)
     port: int = 0  # local_vllm: teacher server port; 0 = a free port chosen at plan time

@@ -1,17 +1,35 @@
 """Registers the schema with Hydra and turns configs (composed or written to a run dir) into typed objects."""
 
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 
+from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
+from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
-from prime_rl.config.schema import Config
+from prime_rl.config.schema import Config, node_gpus, num_nodes
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+
+def compose_config(overrides: Sequence[str] = ()) -> Config:
+    """The typed config `python launch.py <overrides>` builds (not validated), composed through Hydra's public
+    API: for tests, benchmarks and generated docs, outside any running Hydra app."""
+    register_configs()
+    GlobalHydra.instance().clear()  # a Hydra left initialized (a test, a notebook) would make initialize refuse
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return to_config(compose(config_name="config", overrides=list(overrides)))
 
 
 def register_configs() -> None:
-    """Make `base_config` (the whole schema) available to `conf/config.yaml`'s defaults list."""
+    """Make `base_config` (the whole schema) available to `conf/config.yaml`'s defaults list, and the resolvers
+    the SLURM presets use: `${deployment_gpus:${deployment}}`, the GPUs one node of a job uses, and
+    `${deployment_nodes:${deployment}}`, its nodes (conf/hydra/launcher/slurm*.yaml)."""
     ConfigStore.instance().store(name="base_config", node=Config)
+    OmegaConf.register_new_resolver("deployment_gpus", node_gpus, replace=True)
+    OmegaConf.register_new_resolver("deployment_nodes", num_nodes, replace=True)
 
 
 def to_config(cfg: DictConfig | dict) -> Config:

@@ -1,4 +1,5 @@
-"""Every cross-field rule of a run (DESIGN.md §3), checked before any process starts or job is submitted.
+"""Every cross-field rule of a run, checked before any process starts or job is submitted (README "Modes and
+their rules"; docs/architecture.md, "Validation").
 
 A broken rule raises ConfigError, whose one-line message names the offending keys and the fix;
 `launch.py` prints it and exits with code 2.

@@ -91,13 +91,13 @@ def with_sweep_names(cfg: Config, hydra_cfg: DictConfig) -> Config:
 def run(plan: Plan) -> int:
     """Build what the servers need, start everything, and summarise a finished run."""
     from prime_rl.launcher.supervisor import run_plan
-    from prime_rl.models import ensure_student, ensure_teacher
+    from prime_rl.prepare import prepare_student, prepare_teacher
 
     cfg = plan.config
     console.print("preparing models (built once, then cached)")
-    console.print(f"student: {ensure_student(cfg)}")
+    console.print(f"student: {prepare_student(cfg)}")
     if cfg.teacher.kind == TeacherKind.local_vllm:
-        console.print(f"teacher: {ensure_teacher(cfg)}")
+        console.print(f"teacher: {prepare_teacher(cfg)}")
     if cfg.launcher.prepare_only:
         return 0
     if cfg.ckpt.resume and plan.node.head:  # multi-node: the head alone trims the run dir

@@ -5,15 +5,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from prime_rl.config.schema import node_gpus, num_nodes
 from prime_rl.protocol.run_dir import RunDir
-
-
-def register_resolvers() -> None:
-    """`${deployment_gpus:${deployment}}`: the GPUs one node of a job uses; `${deployment_nodes:${deployment}}`:
-    its nodes (conf/hydra/launcher/slurm*.yaml ask for them)."""
-    OmegaConf.register_new_resolver("deployment_gpus", node_gpus, replace=True)
-    OmegaConf.register_new_resolver("deployment_nodes", num_nodes, replace=True)
 
 
 def is_slurm(master: DictConfig) -> bool:

@@ -1,6 +1,6 @@
-"""Local models: the built-in tiny Qwen2 student/teacher (built and warm-started once, cached) or a model dir."""
+"""Models: where each lives (recipe.py), the built-in tiny architecture and tokenizer, chat tokenization.
+Building them is the launcher's prepare stage (prime_rl/prepare)."""
 
-from prime_rl.models.build import ensure_model, ensure_student, ensure_teacher  # cheap: torch loads on a build
 from prime_rl.models.recipe import model_dir, student_dir, teacher_dir
 
-__all__ = ["ensure_model", "ensure_student", "ensure_teacher", "model_dir", "student_dir", "teacher_dir"]
+__all__ = ["model_dir", "student_dir", "teacher_dir"]

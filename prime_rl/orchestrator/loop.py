@@ -1,5 +1,6 @@
-"""The orchestrator's loop (DESIGN.md §4): for each step, a recent enough policy, rollouts, rewards,
-advantages, teacher signals, then one batch file for the trainer. Evaluation rides along every few steps."""
+"""The orchestrator's loop (docs/architecture.md, "One rl step"): for each step, a recent enough policy,
+rollouts, rewards, advantages, teacher signals, then one batch file for the trainer. Evaluation rides along
+every few steps."""
 
 import asyncio
 import json

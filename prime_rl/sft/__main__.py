@@ -6,7 +6,7 @@
 `--model tiny` starts from a fresh built-in tiny model (seed `--init-seed`). Prompts are rendered as a
 single user turn with the model's chat template; the loss is the NLL of the answer tokens plus eos.
 Runs launched with `model.name=tiny` need none of this: the launcher builds and warm-starts the tiny
-student and teacher itself (prime_rl.models.ensure_student / ensure_teacher).
+student and teacher itself (prime_rl.prepare.prepare_student / prepare_teacher).
 """
 
 import argparse

@@ -1,4 +1,4 @@
-"""Losses over the completion tokens of one micro-batch (DESIGN.md §5).
+"""Losses over the completion tokens of one micro-batch (docs/architecture.md, "The maths").
 
 Sums are divided by the token count of the whole step (`total_tokens`), not the micro-batch, so
 gradient accumulation over micro-batches gives the same gradient as one big batch.

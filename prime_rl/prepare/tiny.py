@@ -1,45 +1,34 @@
 """Build a tiny model once per recipe: tokenizer + seeded init + warm-start SFT, cached under its recipe's dir.
 
-The build happens in a temp dir next to the target and is renamed into place with a `DONE` marker written
-last, under a per-recipe file lock: a crashed build never looks complete, and two launchers building the
-same recipe at once build it once (the second waits, then reuses it).
+The build is published whole (protocol/atomic.py) under a per-recipe file lock: a crashed build never looks
+complete, and two launchers building the same recipe at once build it once (the second waits, then reuses it).
 """
 
 import fcntl
 import json
 import logging
-import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
-from prime_rl.config.schema import Config, TaskConfig, TinyModelConfig, WarmStartConfig
+from prime_rl.config.schema import TaskConfig, TinyModelConfig, WarmStartConfig
 from prime_rl.models.recipe import model_dir, recipe
+from prime_rl.protocol.atomic import is_complete, publish_dir
 
 log = logging.getLogger(__name__)
-DONE = "DONE"
 
 
-def ensure_model(
+def prepare_model(
     name: str, tiny: TinyModelConfig, warm_start: WarmStartConfig, task_cfg: TaskConfig, cache_dir: str | None
 ) -> Path:
     """The model dir for `name`: a user's dir as is, or the built (and cached) tiny model of this recipe."""
     target = model_dir(name, tiny, warm_start, task_cfg, cache_dir)
-    if name != "tiny" or (target / DONE).exists():
+    if name != "tiny" or is_complete(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f"{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / DONE).exists():  # another process built it while we waited
-            return target
-        tmp = Path(tempfile.mkdtemp(prefix=f"{target.name}.tmp-", dir=target.parent))
-        try:
-            _build(tmp, tiny, warm_start, task_cfg)
-            shutil.rmtree(target, ignore_errors=True)  # a leftover without DONE is incomplete
-            os.rename(tmp, target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        if not is_complete(target):  # else another process built it while we waited
+            publish_dir(target, lambda out: _build(out, tiny, warm_start, task_cfg))
     return target
 
 
@@ -63,15 +52,4 @@ def _build(out: Path, tiny: TinyModelConfig, warm_start: WarmStartConfig, task_c
     info = {**recipe(tiny, warm_start, task_cfg), "build_s": round(time.time() - start, 1)}
     info["eval_greedy_reward"] = round(eval_reward(model, tokenizer, task), 4)
     (out / "recipe.json").write_text(json.dumps(info, indent=2) + "\n")
-    (out / DONE).touch()
     log.info("built in %.1f s, greedy eval reward %.3f", info["build_s"], info["eval_greedy_reward"])
-
-
-def ensure_student(cfg: Config) -> Path:
-    m = cfg.model
-    return ensure_model(m.name, m.tiny, m.warm_start, cfg.task, m.cache_dir)
-
-
-def ensure_teacher(cfg: Config) -> Path:
-    """The local teacher: a model dir, or the tiny student architecture trained longer (teacher.warm_start)."""
-    return ensure_model(cfg.teacher.model, cfg.model.tiny, cfg.teacher.warm_start, cfg.task, cfg.model.cache_dir)
