@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from prime_rl.protocol.metrics import MetricsTail
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 RUNS = REPO / "outputs" / "bench"  # run dirs of the benchmark's launches (outputs/ is ignored by git)
@@ -105,27 +107,8 @@ class Launch:
         return max(found) if found else None
 
 
-class MetricsTail:
-    """Reads the lines appended to a metrics.jsonl since the last poll (complete lines only)."""
-
-    def __init__(self, path: Path):
-        self.path, self.offset, self.partial = path, 0, ""
-
-    def poll(self, now: float) -> list[tuple[float, dict]]:
-        if not self.path.exists():
-            return []
-        with self.path.open() as f:
-            f.seek(self.offset)
-            text = f.read()
-            self.offset = f.tell()
-        *complete, self.partial = (self.partial + text).split("\n")
-        rows = []
-        for line in complete:
-            try:
-                rows.append((now, json.loads(line)))
-            except ValueError:
-                pass
-        return rows
+def stamped(rows: list[dict], now: float) -> list[tuple[float, dict]]:
+    return [(now, row) for row in rows]
 
 
 def run_stamped(
@@ -160,7 +143,7 @@ def run_stamped(
     try:
         while proc.poll() is None:
             if metrics:
-                rows += metrics.poll(time.monotonic() - start)
+                rows += stamped(metrics.poll(), time.monotonic() - start)
             if stop_when and stop_when(rows):
                 break
             if time.monotonic() - start > timeout_s:
@@ -171,7 +154,7 @@ def run_stamped(
         stop(proc)
     reader.join(timeout=10)
     if metrics:
-        rows += metrics.poll(time.monotonic() - start)
+        rows += stamped(metrics.poll(), time.monotonic() - start)
     return Stamped(proc.returncode, lines, time.monotonic() - start, timed_out), rows
 
 

@@ -42,6 +42,35 @@ def test_rl_loss_matches_a_hand_computation():
     assert logprobs.grad[0, 3].item() == pytest.approx(-2 * 0.8 / 4)  # d(-A*rho)/dlogpi = -A*rho / N
 
 
+def test_the_importance_ratio_is_bounded_on_both_sides():
+    # token 1: sampled at 0.001, now 0.15 (in the 0.2 probability band, ratio 150); token 2: 0.25 -> 0.1 (ratio
+    # 0.4); token 3: on-policy. Only token 3 may train.
+    pi = [math.log(0.15), math.log(0.1), math.log(0.5)]
+    mu = [math.log(0.001), math.log(0.25), math.log(0.5)]
+    batch = one_sequence_batch(mu, advantage=1.0)
+    logprobs = torch.tensor([[0.0, 0.0] + pi], requires_grad=True)
+    loss, sums = rl_loss(logprobs, batch, LossConfig(mask_band=0.2, ratio_low=0.5, ratio_high=5.0), total_tokens=3)
+    assert loss.item() == pytest.approx(-1.0 / 3)
+    assert (sums["masked/ratio"], sums["masked/prob_band"], sums["masked_fraction"]) == (2.0, 0.0, 2.0)
+    loss.backward()
+    assert logprobs.grad[0, 2:4].tolist() == [0.0, 0.0] and logprobs.grad[0, 4] != 0
+    wide, _ = rl_loss(logprobs, batch, LossConfig(mask_band=0.2, ratio_low=0.0, ratio_high=1e9), total_tokens=3)
+    assert wide.item() == pytest.approx(-(150 + 0.4 + 1.0) / 3, rel=1e-4)  # unbounded, token 1 dominates
+
+
+def test_reward_and_distillation_advantages_add_per_token():
+    pi = [math.log(0.5), math.log(0.5)]
+    teacher = [math.log(0.5) + 1.0, math.log(0.5) + 0.5]  # per-token distillation advantages 1.0 and 0.5
+    batch = one_sequence_batch(pi, advantage=2.0, teacher=teacher)
+    logprobs = torch.tensor([[0.0, 0.0] + pi], requires_grad=True)
+    cfg = LossConfig(adv_tau=1.0, teacher_tau=0.5, teacher_adv_center=False)
+    loss, _ = rl_loss(logprobs, batch, cfg, total_tokens=2, teacher_center=0.0)
+    # A_t = adv_tau * 2 + teacher_tau * (1.0, 0.5) = (2.5, 2.25); ratio 1
+    assert loss.item() == pytest.approx(-(2.5 + 2.25) / 2)
+    loss.backward()
+    assert logprobs.grad[0, 2:].tolist() == pytest.approx([-2.5 / 2, -2.25 / 2])
+
+
 def test_kl_tau_adds_the_squared_log_ratio():
     pi, mu = [math.log(0.5)], [math.log(0.4)]
     batch = one_sequence_batch(mu, advantage=0.0)

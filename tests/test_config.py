@@ -147,6 +147,26 @@ RULES = {
         ["orchestrator.batch_size=100"],
         "orchestrator.batch_size",
     ),
+    "GRPO advantages need groups": (
+        ["training_mode=opd", "orchestrator.rollouts_per_example=1", "trainer.loss.adv_tau=0"],
+        ["training_mode=opd", "orchestrator.rollouts_per_example=1"],
+        "orchestrator.rollouts_per_example",
+    ),
+    "training samples at a temperature": (
+        ["orchestrator.sampling.temperature=0.7", "orchestrator.eval.temperature=0"],
+        ["orchestrator.sampling.temperature=0"],
+        "orchestrator.sampling.temperature",
+    ),
+    "training samples the whole distribution": (
+        ["training_mode=sft", "orchestrator.sampling.top_p=0.9"],
+        ["training_mode=opd", "orchestrator.sampling.top_p=0.9"],
+        "orchestrator.sampling.top_p",
+    ),
+    "ratio band contains 1": (
+        ["trainer.loss.ratio_low=0", "trainer.loss.ratio_high=1"],
+        ["trainer.loss.ratio_low=1.5", "trainer.loss.ratio_high=2"],
+        "trainer.loss.ratio_low",
+    ),
     "max_steps >= 1": (["max_steps=1"], ["max_steps=0"], "max_steps"),
     "lr >= 0": (["trainer.optim.lr=0"], ["trainer.optim.lr=-1"], "trainer.optim.lr"),
     "port in range": (["inference.port=8000"], ["inference.port=70000"], "inference.port"),

@@ -49,7 +49,8 @@ def test_rl_improves_eval_reward_and_lr_zero_does_not(tmp_path):
     assert s["steps"] == 50 and s["eval/step_first"] == 0 and s["eval/step_final"] == 50
     assert s["eval/reward_final"] > s["eval/reward_first"] + 0.05, s
 
-    frozen = launch(tmp_path / "frozen", *SHORT, "trainer.optim.lr=0")
+    # the control also samples at T = 0.7: the trainer's pi must be the tempered sampling policy too
+    frozen = launch(tmp_path / "frozen", *SHORT, "trainer.optim.lr=0", "orchestrator.sampling.temperature=0.7")
     assert frozen.returncode == 0, frozen.stderr[-3000:]
     f = summary(tmp_path / "frozen")
     assert abs(f["eval/reward_final"] - f["eval/reward_first"]) < 0.02, f
@@ -71,7 +72,8 @@ def test_rl_improves_eval_reward_and_lr_zero_does_not(tmp_path):
     ):
         assert all(key in r for r in train_rows), key
     frozen_rows = [json.loads(line) for line in (tmp_path / "frozen" / "metrics.jsonl").read_text().splitlines()]
-    # same weights on both sides: the server's logprobs are the trainer's (a broken reload would show here)
+    # same weights and temperature on both sides: the server's logprobs are the trainer's (a broken reload, or a
+    # trainer ignoring the sampling temperature, would show here)
     assert max(r["mismatch_kl"] for r in frozen_rows if "loss" in r) < 1e-3
 
 

@@ -53,6 +53,24 @@ def test_pure_distillation_never_calls_the_verifier(tmp_path, teacher_dir):
 
 
 @pytest.mark.vllm
+def test_opd_with_both_the_reward_and_the_distillation_advantage(tmp_path, teacher_dir):
+    """The combined per-token advantage adv_tau * A + teacher_tau * (log p_T - log pi), with real groups."""
+    run = launch(
+        tmp_path / "run",
+        "experiment=opd",
+        "max_steps=3",
+        "orchestrator.batch_size=32",
+        "orchestrator.rollouts_per_example=4",
+        "trainer.loss.adv_tau=1.0",
+        "orchestrator.eval.interval=0",
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    train = [r for r in rows(tmp_path / "run") if "loss" in r]
+    assert len(train) == 3
+    assert all("reward/mean" in r and "teacher_kl" in r and r["verifier/calls"] > 0 for r in train)
+
+
+@pytest.mark.vllm
 def test_sft_from_the_local_teacher_learns(tmp_path, teacher_dir):
     run = launch(tmp_path / "run", "experiment=sft", "max_steps=20", "orchestrator.eval.interval=20")
     assert run.returncode == 0, run.stderr[-3000:]

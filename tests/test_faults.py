@@ -8,6 +8,7 @@ import random
 import re
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from tests.test_e2e_rl import launch
 pytestmark = pytest.mark.faults
 SHORT = ["max_steps=8", "ckpt.interval=2", "orchestrator.eval.interval=0"]
 TEACHER_KEY_ENV = "PRIME_RL_TEST_TEACHER_KEY"
+TEAM_TOKEN_ENV = "PRIME_RL_TEST_TEAM_TOKEN"
 
 
 def started_roles(run_dir: Path) -> dict[str, int]:
@@ -110,6 +112,51 @@ def test_a_fault_stops_the_run_cleanly_and_resume_finishes_it(tmp_path, target, 
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resuming from step {checkpoint}" in resumed.stderr
     assert train_steps(run_dir) == list(range(8))  # every step exactly once across both attempts
+
+
+def reapers(marker: str) -> list[int]:
+    """Live reaper processes of the run (prime_rl/launcher/reaper.py), found by their command line."""
+    found = []
+    for entry in os.scandir("/proc"):
+        try:
+            argv = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if b"prime_rl.launcher.reaper" in argv and marker.encode() in argv:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.vllm
+@pytest.mark.timeout(600)
+def test_a_launcher_killed_with_sigkill_leaves_nothing_behind_and_resume_finishes_the_run(tmp_path):
+    run_dir = tmp_path / "run"
+    marker = str(run_dir.resolve())
+    proc = subprocess.Popen(
+        launch_cmd(*SHORT, "max_steps=200", f"hydra.run.dir={run_dir}"),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: len(train_steps(run_dir)) >= 3, proc, 300, "step 3")
+        assert marked_processes(marker)  # the servers, orchestrator and trainer run
+        proc.kill()  # no handler, no atexit: what the OOM killer or `scancel --signal=KILL` does
+        proc.wait(timeout=10)
+        killed = time.monotonic()
+        while (marked_processes(marker) or reapers(marker)) and time.monotonic() - killed < 10:
+            time.sleep(0.2)
+        assert not marked_processes(marker), "processes of the run outlived its launcher by 10 s"
+        assert not reapers(marker)
+    finally:
+        for pid in marked_processes(marker):
+            os.kill(pid, signal.SIGKILL)
+    checkpoint = assert_checkpoint_intact(run_dir)
+    resumed = launch(run_dir, *SHORT, "ckpt.resume=true")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming from step {checkpoint}" in resumed.stderr
+    assert train_steps(run_dir) == list(range(8))
 
 
 @pytest.mark.vllm
@@ -254,7 +301,7 @@ class FlakyProxy:
     """Forwards to a real server, answering the first `faults` chat requests with HTTP 500 instead."""
 
     def __init__(self, upstream: str, faults: int):
-        self.faults, self.failed, self.auth = faults, 0, set()
+        self.faults, self.failed, self.auth, self.team = faults, 0, set(), set()
         proxy = self
 
         class Handler(StubHandler):
@@ -266,6 +313,7 @@ class FlakyProxy:
 
             def forward(self, body):
                 proxy.auth.add(self.headers.get("Authorization"))
+                proxy.team.add(self.headers.get("X-Team-Token"))
                 if body is not None and self.path.endswith("/chat/completions") and proxy.failed < proxy.faults:
                     proxy.failed += 1
                     self.reply(500)
@@ -297,14 +345,16 @@ def environ(pid: int) -> dict[str, str]:
 @pytest.mark.timeout(600)
 def test_secrets_and_server_keys_never_leave_the_processes(tmp_path, monkeypatch):
     """sft from an external endpoint behind a flaky proxy: the transient 500s are retried away, the servers
-    of the run answer only with the run's key and listen on 127.0.0.1 only, and neither the teacher's key nor
-    the run's key is in any file of the run dir (configs, Hydra dumps, logs, W&B's offline files)."""
+    of the run answer only with the run's key (on every route but /health) and listen on 127.0.0.1 only, and
+    neither the teacher's key nor the run's key is in any file of the run dir (configs, Hydra dumps, logs, W&B's
+    offline files)."""
     from prime_rl.config import compose_config
     from prime_rl.prepare import prepare_teacher
     from tests.vllm_server import serve
 
-    secret = "sk-prime-rl-test-9f8e7d6c5b4a"
+    secret, header_secret = "sk-prime-rl-test-9f8e7d6c5b4a", "team-token-1a2b3c4d5e6f"
     monkeypatch.setenv(TEACHER_KEY_ENV, secret)
+    monkeypatch.setenv(TEAM_TOKEN_ENV, header_secret)
     teacher = prepare_teacher(compose_config(["training_mode=opd"]))
     run_dir = tmp_path / "run"
     with serve(teacher, tmp_path, served_name="tiny-teacher", extra_args=["--api-key", secret]) as url:
@@ -315,6 +365,7 @@ def test_secrets_and_server_keys_never_leave_the_processes(tmp_path, monkeypatch
             f"teacher.base_url={proxy.url}/v1",
             "teacher.model=tiny-teacher",
             f"teacher.api_key_env={TEACHER_KEY_ENV}",
+            f"+teacher.header_envs.X-Team-Token={TEAM_TOKEN_ENV}",
             "teacher.max_retries=5",
             "monitor.samples_interval=1",
             f"hydra.run.dir={run_dir}",
@@ -328,8 +379,12 @@ def test_secrets_and_server_keys_never_leave_the_processes(tmp_path, monkeypatch
             models = f"http://127.0.0.1:{port}/v1/models"
             anonymous = httpx.get(models).status_code
             with_key = httpx.get(models, headers={"Authorization": f"Bearer {server_key}"}).status_code
+            # vLLM guards only /v1; our middleware guards the dev-mode control routes too (not /health)
+            root = f"http://127.0.0.1:{port}"
+            control = [httpx.post(f"{root}/{path}").status_code for path in ("collective_rpc", "reset_prefix_cache")]
+            health = httpx.get(f"{root}/health").status_code
             bound_to = listening_address(port)
-            trainer_env = environ(roles["trainer"])
+            envs = {role: environ(pid) for role, pid in roles.items()}
             out, err = proc.communicate(timeout=400)
         finally:
             if proc.poll() is None:
@@ -338,10 +393,42 @@ def test_secrets_and_server_keys_never_leave_the_processes(tmp_path, monkeypatch
     assert proc.returncode == 0, err[-3000:]
     assert proxy.failed == 3 and proxy.auth == {f"Bearer {secret}"}  # retried through; always with the key
     assert len(server_key) >= 32 and (anonymous, with_key) == (401, 200)
+    assert control == [401, 401] and health == 200
     assert bound_to == "127.0.0.1"
-    assert "VLLM_API_KEY" not in trainer_env  # the run's key goes to the servers and the orchestrator only
+    assert proxy.team == {header_secret}  # a secret header's value comes from its env var
+    assert "VLLM_API_KEY" not in envs["trainer"]  # the run's key goes to the servers and the orchestrator only
+    # the teacher's secrets go to the orchestrator only
+    assert [role for role, env in envs.items() if {TEACHER_KEY_ENV, TEAM_TOKEN_ENV} & set(env)] == ["orchestrator"]
     files = [p for p in run_dir.rglob("*") if p.is_file()]
     assert any(".hydra" in p.parts for p in files) and any("wandb" in p.parts for p in files)
-    for value in (secret, server_key):
+    for value in (secret, header_secret, server_key):
         assert [p for p in files if value.encode() in p.read_bytes()] == []
         assert value not in out + err
+
+
+@pytest.mark.timeout(300)
+def test_a_trainer_without_batches_gives_up_after_step_timeout(tmp_path):
+    """step_timeout_s, not the servers' readiness timeout, bounds how long a process waits for one step."""
+    from prime_rl.config import compose_config
+    from prime_rl.prepare import prepare_student
+
+    prepare_student(compose_config())
+    run_dir = tmp_path / "run"
+    dry = subprocess.run(
+        launch_cmd("launcher.dry_run=true", "step_timeout_s=3", "monitor=off", f"hydra.run.dir={run_dir}"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    config = run_dir / "configs" / "trainer.yaml"
+    trainer = subprocess.run(
+        [sys.executable, "-m", "prime_rl.trainer", "--config", str(config)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert trainer.returncode != 0
+    assert "no batch for step 0 after 3s (step_timeout_s)" in trainer.stderr

@@ -36,7 +36,7 @@ async def vllm_greedy(client, tok):
 
 
 @pytest.mark.vllm
-def test_reload_then_scoring_match_transformers(student, tmp_path):
+def test_reload_then_scoring_and_tempered_sampling_match_transformers(student, tmp_path):
     path, tok = student
     model = AutoModelForCausalLM.from_pretrained(path).eval()
     torch.manual_seed(0)
@@ -64,11 +64,13 @@ def test_reload_then_scoring_match_transformers(student, tmp_path):
         assert all(c["finish_reason"] == "length" for c in (await running)["choices"])
         ids = prompt_ids(tok, PROMPTS[0]) + after[0]
         [scores] = await client.prompt_logprobs("student", [ids])
+        warm = Sampling(temperature=0.7, top_p=1.0, max_tokens=16)
+        sampled = await client.complete("student", [prompt_ids(tok, p) for p in PROMPTS[:4]], 2, warm)
         await client.close()
-        return before, after, ids, scores
+        return before, after, ids, scores, sampled
 
     with serve(path, tmp_path) as url:
-        before, after, ids, scores = asyncio.run(scenario(url))
+        before, after, ids, scores, sampled = asyncio.run(scenario(url))
     expected = [hf_greedy(model, prompt_ids(tok, p)) for p in PROMPTS]
     assert after == expected  # the server now runs the exported weights
     assert before != after  # ... and they differ from the ones it started with
@@ -76,6 +78,16 @@ def test_reload_then_scoring_match_transformers(student, tmp_path):
         hf = model(torch.tensor([ids])).logits[0].log_softmax(-1)
     expected_scores = [hf[i - 1, t].item() for i, t in enumerate(ids) if i > 0]
     assert scores[0] is None and scores[1:] == pytest.approx(expected_scores, abs=1e-3)
+    # Sampled at T = 0.7, the server reports the sampling policy's logprobs (--logprobs-mode processed_logprobs):
+    # the trainer's pi at T = 0.7, log_softmax(logits / 0.7), not the raw T = 1 logprobs.
+    for p, group in zip(PROMPTS[:4], sampled):
+        for c in group:
+            full = prompt_ids(tok, p) + c.token_ids
+            with torch.no_grad():
+                warm = (model(torch.tensor([full])).logits[0] / 0.7).log_softmax(-1)
+            start = len(full) - len(c.token_ids)
+            trainer_pi = [warm[i - 1, full[i]].item() for i in range(start, len(full))]
+            assert c.logprobs == pytest.approx(trainer_pi, abs=1e-3)
 
 
 def test_client_gives_up_after_bounded_retries_on_a_refused_connection():

@@ -58,6 +58,18 @@ CASES = [
     ),
     Case("out of range", "top_p of 0", ("orchestrator.sampling.top_p=0",), "[orchestrator.sampling.top_p]"),
     Case(
+        "mode conflict",
+        "greedy rollouts to train on",
+        ("orchestrator.sampling.temperature=0",),
+        "[orchestrator.sampling.temperature, training_mode]",
+    ),
+    Case(
+        "mode conflict",
+        "truncated sampling to train on",
+        ("orchestrator.sampling.top_p=0.9",),
+        "[orchestrator.sampling.top_p, training_mode]",
+    ),
+    Case(
         "out of range",
         "completions longer than the context",
         ("orchestrator.sampling.max_tokens=600",),
@@ -65,6 +77,12 @@ CASES = [
     ),
     Case("out of range", "negative learning rate", ("trainer.optim.lr=-1e-4",), "[trainer.optim.lr]"),
     Case("out of range", "empty trust region", ("trainer.loss.mask_band=0",), "[trainer.loss.mask_band]"),
+    Case(
+        "out of range",
+        "ratio band without 1",
+        ("trainer.loss.ratio_high=0.9",),
+        "[trainer.loss.ratio_low, trainer.loss.ratio_high]",
+    ),
     Case("out of range", "no such port", ("inference.port=70000",), "[inference.port]"),
     Case("out of range", "negative checkpoint interval", ("ckpt.interval=-1",), "[ckpt.interval]"),
     Case("out of range", "LoRA of rank 0", ("lora=on", "trainer.lora.rank=0"), "[trainer.lora.rank]"),
@@ -81,6 +99,12 @@ CASES = [
         "teacher_tau outside opd",
         ("trainer.loss.teacher_tau=0.5",),
         "[trainer.loss.teacher_tau, training_mode]",
+    ),
+    Case(
+        "mode conflict",
+        "GRPO advantage with one rollout per prompt",
+        ("training_mode=opd", "orchestrator.rollouts_per_example=1"),
+        "[trainer.loss.adv_tau, orchestrator.rollouts_per_example]",
     ),
     Case(
         "mode conflict",
@@ -136,11 +160,24 @@ CASES = [
     ),
     Case(
         "secret",
+        "API key in a vendor's header",
+        (*EXTERNAL, "+teacher.headers.X-Goog-Api-Key=AIza-x"),
+        "[teacher.headers.X-Goog-Api-Key]",
+    ),
+    Case(
+        "secret",
+        "secret header's env var not set",
+        (*EXTERNAL, f"+teacher.header_envs.X-Team-Token={UNSET_KEY_ENV}"),
+        "[teacher.header_envs.X-Team-Token]",
+    ),
+    Case(
+        "secret",
         "credential in a header",
         (*EXTERNAL, "+teacher.headers.Authorization=Bearer-x"),
         "[teacher.headers.Authorization]",
     ),
     Case("output dir", "run dir under a file", ("hydra.run.dir=/etc/hostname/run",), "[hydra.run.dir]"),
+    Case("output dir", "run dir of an earlier run, no resume", ("max_steps=3",), "[hydra.run.dir, ckpt.resume]"),
     Case("sweep", "one bad point in a sweep", ("-m", "trainer.loss.teacher_tau=0,0.5"), "sweep job #1"),
 ]
 
@@ -149,6 +186,19 @@ def env() -> dict[str, str]:
     """No GPUs, the external teacher's key set and no other: every machine gives the same messages."""
     out = {k: v for k, v in os.environ.items() if k not in (UNSET_KEY_ENV, "VLLM_API_KEY")}
     return out | {"CUDA_VISIBLE_DEVICES": "", "OPENAI_API_KEY": "sk-not-a-real-key"}
+
+
+def earlier_run(run_dir: Path) -> Path:
+    """A run dir that already holds a run's files, which no bad input may touch."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "metrics.jsonl").write_text('{"step": 0}\n')
+    (run_dir / "checkpoints" / "step_2").mkdir(parents=True)
+    return run_dir
+
+
+def message(proc: subprocess.CompletedProcess, run_dir: Path) -> str:
+    """The error line as the docs show it: the test's own run dir written as <run dir>."""
+    return proc.stderr.strip().replace(str(run_dir), "<run dir>")
 
 
 def run_case(case: Case, run_dir: Path) -> subprocess.CompletedProcess:
@@ -167,9 +217,7 @@ def results(tmp_path_factory) -> dict[Case, tuple[subprocess.CompletedProcess, P
     """Every case run once (four at a time), each against a run dir that already holds a run's files."""
 
     def one(case: Case):
-        run_dir = tmp_path_factory.mktemp("run")
-        (run_dir / "metrics.jsonl").write_text('{"step": 0}\n')
-        (run_dir / "checkpoints" / "step_2").mkdir(parents=True)
+        run_dir = earlier_run(tmp_path_factory.mktemp("run"))
         return case, (run_case(case, run_dir), run_dir)
 
     tmp_path_factory.getbasetemp()  # created once here: from four threads at once, each would make its own
@@ -209,7 +257,7 @@ def test_the_catalogue_has_at_least_30_cases_of_every_kind_the_issue_names():
 
 
 def test_the_docs_table_is_generated_from_these_cases(results):
-    messages = {case: proc.stderr.strip() for case, (proc, _) in results.items()}
+    messages = {case: message(proc, run_dir) for case, (proc, run_dir) in results.items()}
     assert DOC.read_text() == render(messages), "regenerate it: python -m tests.test_invalid_inputs"
 
 
@@ -239,7 +287,8 @@ def main(argv: list[str]) -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        messages = {c: run_case(c, Path(tmp) / str(i)).stderr.strip() for i, c in enumerate(CASES)}
+        run_dirs = [earlier_run(Path(tmp) / str(i)) for i in range(len(CASES))]
+        messages = {c: message(run_case(c, d), d) for c, d in zip(CASES, run_dirs)}
     DOC.write_text(render(messages))
     print(f"wrote {DOC} ({len(CASES)} cases)")
 

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from wandb.proto import wandb_internal_pb2
 from prime_rl.config import compose_config
 from prime_rl.config.schema import Config, MonitorConfig, WandbConfig, WandbMode
 from prime_rl.launcher.job import with_sweep_names
+from prime_rl.launcher.plan import free_port
 from prime_rl.monitor.plots import write_plots
 from prime_rl.monitor.wandb_run import RUN_ID_FILE, WandbRun, logged_config, run_tags, wandb_mode
 from prime_rl.protocol.batch import Sample
@@ -348,3 +350,24 @@ def test_report_on_a_real_local_multirun(tmp_path, offline_env):
     assert all(r["status"] == "done" and float(r["eval/reward_final"]) > 0 for r in rows)
     for name in ("report_eval_reward_final_vs_trainer_optim_lr.png", "report_reward_curves.png"):
         assert (sweep / name).stat().st_size > 5000
+
+
+def test_an_unreachable_wandb_logs_offline_and_an_online_run_is_refused(tmp_path):
+    """A key but no route to W&B (a SLURM node): auto falls back to offline with one warning before anything
+    starts; an explicit online is a one-line error. WANDB_BASE_URL points at a port nobody listens on."""
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}
+    env |= {"WANDB_API_KEY": "k" * 40, "WANDB_BASE_URL": f"http://127.0.0.1:{free_port(set())}"}
+
+    def dry_run(name: str, *overrides: str) -> subprocess.CompletedProcess:
+        cmd = launch_cmd("launcher.dry_run=true", *overrides, f"hydra.run.dir={tmp_path / name}")
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+    auto = dry_run("auto")
+    assert auto.returncode == 0, auto.stderr[-2000:]
+    assert "warning: W&B unreachable" in auto.stderr and "wandb sync" in auto.stderr
+    assert OmegaConf.load(tmp_path / "auto" / "configs" / "trainer.yaml").monitor.wandb.mode == "offline"
+    online = dry_run("online", "monitor.wandb.mode=online")
+    assert online.returncode == 2
+    [line] = online.stderr.strip().splitlines()
+    assert line.startswith("error: W&B unreachable [monitor.wandb.mode]") and "; fix: " in line
+    assert not (tmp_path / "online" / "configs").exists()

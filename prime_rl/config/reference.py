@@ -34,6 +34,7 @@ MODE_KEY = "training_mode"  # the mode itself: noting that `training_mode=opd` s
 README_KEYS = (
     "training_mode",
     "max_steps",
+    "step_timeout_s",
     "orchestrator.batch_size",
     "orchestrator.rollouts_per_example",
     "orchestrator.max_async_level",
@@ -42,6 +43,8 @@ README_KEYS = (
     "trainer.loss.teacher_tau",
     "trainer.loss.kl_tau",
     "trainer.loss.mask_band",
+    "trainer.loss.ratio_low",
+    "trainer.loss.ratio_high",
     "trainer.optim.lr",
     "teacher.model",
     "teacher.base_url",

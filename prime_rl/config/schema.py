@@ -104,6 +104,8 @@ class LossConfig:
     teacher_tau: float = 0.0  # weight of the per-token distillation advantage log p_T - log pi; > 0 in opd
     kl_tau: float = 0.0  # weight of the (log ratio)^2 penalty against the inference policy
     mask_band: float = 0.2  # drop tokens whose |pi - mu| (probabilities, trainer vs inference) exceeds this
+    ratio_low: float = 0.5  # drop tokens whose importance ratio pi/mu is below this (0 = no lower bound)
+    ratio_high: float = 5.0  # drop tokens whose importance ratio pi/mu is above this
     teacher_adv_clip: float = 2.0  # clamp the per-token distillation advantage to +-this (0 = no clamp)
     teacher_adv_center: bool = True  # subtract the batch mean of the distillation advantage
 
@@ -165,7 +167,8 @@ class TeacherConfig:
     )  # recipe of the built-in tiny teacher
     base_url: str | None = None  # external: OpenAI-compatible base URL (…/v1); local_vllm: set by the multi-node plan
     api_key_env: str | None = None  # name of the env var holding the API key (the key never enters the config)
-    headers: dict[str, str] = field(default_factory=dict)  # extra HTTP headers (no secrets: use api_key_env)
+    headers: dict[str, str] = field(default_factory=dict)  # extra HTTP headers (no secrets: use header_envs)
+    header_envs: dict[str, str] = field(default_factory=dict)  # header name -> env var holding its (secret) value
     port: int = 0  # local_vllm: teacher server port; 0 = a free port chosen at plan time
     max_retries: int = 5  # retries (with backoff) of a failed teacher request
     request_timeout_s: float = 120.0  # per teacher request
@@ -230,6 +233,7 @@ class LauncherConfig:
 class Config:
     training_mode: TrainingMode = TrainingMode.rl  # rl | opd | sft (picked by the training_mode group)
     max_steps: int = 250  # optimizer steps
+    step_timeout_s: float = 3600.0  # longest wait for one step: the trainer for its batch, the orchestrator for weights
     seed: int = 0  # seed of sampling order, rollouts and training
     run_dir: str | None = None  # set by the launcher to the Hydra run dir
     model: ModelConfig = field(default_factory=ModelConfig)  # the student

@@ -13,8 +13,9 @@ from urllib.parse import urlparse
 from prime_rl.config.schema import Config, TeacherKind, TrainingMode, node_gpus, num_nodes
 from prime_rl.protocol.servers import SERVER_KEY_ENV
 
-# Header names that carry credentials; they belong in teacher.api_key_env, never in a config file.
-SECRET_HEADERS = {"authorization", "api-key", "x-api-key", "proxy-authorization"}
+# Parts of header names that carry credentials (Authorization, X-Api-Key, X-Goog-Api-Key, Cookie, X-Auth-Token,
+# …): their values belong in env vars (teacher.api_key_env, teacher.header_envs), never in a config file.
+SECRET_HEADER_WORDS = ("auth", "key", "token", "secret", "cookie", "session", "password", "credential")
 
 
 class ConfigError(ValueError):
@@ -37,6 +38,7 @@ def validate(cfg: Config, visible_gpus: int = 0) -> None:
 def _ranges(cfg: Config, _: int) -> None:
     o, t = cfg.orchestrator, cfg.trainer
     check(cfg.max_steps >= 1, ["max_steps"], f"must be >= 1, got {cfg.max_steps}", "set max_steps=100")
+    check(cfg.step_timeout_s > 0, ["step_timeout_s"], "must be > 0", "use e.g. 3600 (an hour per step)")
     check(o.rollouts_per_example >= 1, ["orchestrator.rollouts_per_example"], "must be >= 1", "set it to 1 or more")
     check(
         o.batch_size >= 1 and o.batch_size % o.rollouts_per_example == 0,
@@ -62,6 +64,12 @@ def _ranges(cfg: Config, _: int) -> None:
     check(t.loss.teacher_tau >= 0, ["trainer.loss.teacher_tau"], "must be >= 0", "use a value > 0 in opd, 0 else")
     check(t.loss.kl_tau >= 0, ["trainer.loss.kl_tau"], "must be >= 0", "use 0 to disable")
     check(t.loss.mask_band > 0, ["trainer.loss.mask_band"], "must be > 0", "use e.g. 0.2")
+    check(
+        0 <= t.loss.ratio_low <= 1 <= t.loss.ratio_high,
+        ["trainer.loss.ratio_low", "trainer.loss.ratio_high"],
+        f"the ratio band [{t.loss.ratio_low}, {t.loss.ratio_high}] must contain 1 (an on-policy token)",
+        "use e.g. ratio_low=0.5 ratio_high=5",
+    )
     check(cfg.ckpt.interval >= 0, ["ckpt.interval"], "must be >= 0", "use 0 to checkpoint only at the end")
     for key, port in (("inference.port", cfg.inference.port), ("teacher.port", cfg.teacher.port)):
         check(0 <= port <= 65535, [key], f"{port} is not a port", "use 0 to pick a free port")
@@ -69,6 +77,8 @@ def _ranges(cfg: Config, _: int) -> None:
 
 def _mode(cfg: Config, _: int) -> None:
     mode, loss, teacher = cfg.training_mode, cfg.trainer.loss, cfg.teacher.kind
+    if mode != TrainingMode.sft:
+        _sampling_policy(cfg)
     if mode == TrainingMode.rl:
         check(
             teacher == TeacherKind.none,
@@ -110,6 +120,29 @@ def _mode(cfg: Config, _: int) -> None:
         f"adv_tau={loss.adv_tau} needs rewards but verification is off",
         "set trainer.loss.adv_tau=0 (pure distillation) or orchestrator.verification.enabled=true",
     )
+    check(
+        loss.adv_tau == 0 or mode == TrainingMode.sft or cfg.orchestrator.rollouts_per_example > 1,
+        ["trainer.loss.adv_tau", "orchestrator.rollouts_per_example"],
+        f"adv_tau={loss.adv_tau} weighs GRPO advantages, which are always 0 with one rollout per prompt",
+        "set orchestrator.rollouts_per_example=2 or more, or trainer.loss.adv_tau=0 (pure distillation)",
+    )
+
+
+def _sampling_policy(cfg: Config) -> None:
+    """rl and opd train the policy that sampled: the trainer reproduces its temperature, not a truncation."""
+    s, mode = cfg.orchestrator.sampling, cfg.training_mode.value
+    check(
+        s.temperature > 0,
+        ["orchestrator.sampling.temperature", "training_mode"],
+        f"{mode} trains on sampled rollouts; at temperature 0 every rollout of a prompt is the same",
+        "use e.g. orchestrator.sampling.temperature=1.0 (greedy evaluation: orchestrator.eval.temperature=0)",
+    )
+    check(
+        s.top_p == 1,
+        ["orchestrator.sampling.top_p", "training_mode"],
+        f"top_p={s.top_p} truncates the sampling policy, which {mode} training does not reproduce",
+        "set orchestrator.sampling.top_p=1.0 (lower the temperature instead)",
+    )
 
 
 def _teacher(cfg: Config, _: int) -> None:
@@ -144,12 +177,21 @@ def _teacher(cfg: Config, _: int) -> None:
                 f"environment variable {t.api_key_env} (the teacher's API key) is not set",
                 f"export {t.api_key_env}=<key> before launching",
             )
-    leaked = sorted(h for h in t.headers if h.lower() in SECRET_HEADERS)
+        for name, env in t.header_envs.items():
+            check(
+                env != SERVER_KEY_ENV and bool(os.environ.get(env)),
+                [f"teacher.header_envs.{name}"],
+                f"environment variable {env} (the value of header {name}) is not set"
+                if env != SERVER_KEY_ENV
+                else f"{SERVER_KEY_ENV} holds the run's own server key",
+                f"export {env}=<value> before launching, or name another variable",
+            )
+    leaked = sorted(h for h in t.headers if any(word in h.lower() for word in SECRET_HEADER_WORDS))
     check(
         not leaked,
         [f"teacher.headers.{h}" for h in leaked],
-        "credentials in headers would be written to config dumps",
-        "put the key in an env var and set teacher.api_key_env=<VAR>",
+        "a credential in teacher.headers would be written to config dumps",
+        f"put its value in an env var and set teacher.header_envs.{leaked[0] if leaked else '<name>'}=<VAR>",
     )
 
 

@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 from prime_rl.config.schema import Config
+from prime_rl.inference.server_auth import MIDDLEWARE
 from prime_rl.protocol.servers import STUDENT_MODEL_NAME
 
 
@@ -34,7 +35,11 @@ def vllm_command(
     ]
     if inf.enforce_eager:
         argv.append("--enforce-eager")
-    # Dev mode exposes collective_rpc(reload_weights) and reset_prefix_cache for in-place weight updates.
+    # Dev mode exposes collective_rpc(reload_weights) and reset_prefix_cache for in-place weight updates;
+    # the middleware puts them, like every other route, behind the run's key.
+    argv += ["--middleware", MIDDLEWARE]
+    # Sampled tokens' logprobs as the sampler saw them (after temperature), the policy the trainer computes.
+    argv += ["--logprobs-mode", "processed_logprobs"]
     env = {"VLLM_SERVER_DEV_MODE": "1"}
     if on_gpu:
         # inference.tp/dp shape the student server; the teacher spreads over its own GPUs by tensor parallelism.

@@ -17,6 +17,7 @@ from prime_rl.launcher.plan import Plan, build_plan, write_role_configs
 from prime_rl.launcher.resume import prepare_resume
 from prime_rl.launcher.run_lock import claim_run_dir
 from prime_rl.launcher.slurm import requeued
+from prime_rl.monitor.wandb_mode import WandbUnreachable, settle_wandb_mode
 from prime_rl.protocol.run_dir import RunDir
 
 console = Console(stderr=True)
@@ -35,6 +36,10 @@ def load_and_validate(cfg: DictConfig) -> Config:
     return typed
 
 
+def warn(message: str) -> None:
+    console.print(message, markup=False, highlight=False, soft_wrap=True)
+
+
 def fail(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
@@ -51,6 +56,10 @@ def run_job(cfg: DictConfig) -> None:
         )
     if requeued(run_dir):  # a SLURM job's next attempt continues from the latest checkpoint in its run dir
         typed.ckpt.resume = True
+    try:  # here, on the machine that runs the job: a SLURM node may have no route to W&B
+        typed = settle_wandb_mode(replace(typed, run_dir=str(run_dir.resolve())), warn)
+    except WandbUnreachable as e:
+        fail(str(e))
     plans = plans_of_job(typed, run_dir)
     for plan in plans:
         write_role_configs(plan)

@@ -34,6 +34,7 @@ class Role:
     port: int | None = None  # servers only
     health_url: str | None = None  # servers only: ready when this answers 200
     server_key: bool = False  # gets the run's server key at spawn (servers require it, the orchestrator sends it)
+    withheld: tuple[str, ...] = ()  # env vars of the launcher this role does not inherit (secrets it never needs)
 
 
 @dataclass
@@ -109,6 +110,7 @@ def build_plan(cfg: Config, run_dir: Path, visible: list[str], node: Node = LOCA
     )
     slices = gpu_slices(cfg.deployment, visible, node.roles)
     plan = Plan(run_dir, cfg, node=node)
+    secrets = teacher_secrets(cfg)  # only the orchestrator talks to the teacher
     lora = cfg.trainer.lora
     if "inference" in node.roles:
         plan.roles.append(
@@ -147,7 +149,17 @@ def build_plan(cfg: Config, run_dir: Path, visible: list[str], node: Node = LOCA
                 server_key=name == "orchestrator",
             )
         )
+    for role in plan.roles:
+        role.withheld = () if role.name == "orchestrator" else secrets
     return plan
+
+
+def teacher_secrets(cfg: Config) -> tuple[str, ...]:
+    """The env vars holding the external teacher's credentials (its key, secret header values)."""
+    t = cfg.teacher
+    if t.kind != TeacherKind.external:
+        return ()
+    return tuple(env for env in (t.api_key_env, *t.header_envs.values()) if env)
 
 
 def trainer_procs(cfg: Config) -> int:

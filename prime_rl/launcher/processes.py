@@ -13,15 +13,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from prime_rl.launcher.plan import Role
+if TYPE_CHECKING:  # the reaper imports this module and nothing heavier
+    from prime_rl.launcher.plan import Role
 
 KILL_WAIT_S = 3.0  # SIGKILL cannot be ignored; this only covers processes stuck in the kernel
 
 
 @dataclass(eq=False)  # compared by identity
 class Child:
-    role: Role
+    role: "Role"
     popen: subprocess.Popen
     stopped: bool = False  # its group has been emptied; never signal this pgid again (it may be reused)
 
@@ -52,7 +54,7 @@ RUN_ENV = "PRIME_RL_RUN_DIR"
 NOT_INHERITED = {"WANDB_SERVICE"}
 
 
-def spawn(role: Role, extra_env: dict[str, str]) -> Child:
+def spawn(role: "Role", extra_env: dict[str, str]) -> Child:
     """Start a role in its own session, output appended to its log, environment = ours + the role's +
     `extra_env` (the run marker, and the server key: given here, so no plan, log or config ever holds it)."""
     role.log_file.parent.mkdir(parents=True, exist_ok=True)
@@ -63,7 +65,9 @@ def spawn(role: Role, extra_env: dict[str, str]) -> Child:
         log.flush()
         popen = subprocess.Popen(
             role.command,
-            env={k: v for k, v in os.environ.items() if k not in NOT_INHERITED} | role.env | extra_env,
+            env={k: v for k, v in os.environ.items() if k not in NOT_INHERITED | set(role.withheld)}
+            | role.env
+            | extra_env,
             stdin=subprocess.DEVNULL,  # no child may read the launcher's terminal
             stdout=log,
             stderr=log,

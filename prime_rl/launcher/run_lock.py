@@ -9,6 +9,11 @@ from typing import IO
 _held: list[IO] = []  # open for the life of the process: the kernel drops the lock when it exits, even on kill -9
 
 
+def held_lock_fds() -> list[int]:
+    """The run-dir locks this process holds, to hand to a process that must keep the dir locked after us."""
+    return [f.fileno() for f in _held]
+
+
 def claim_run_dir(run_dir: Path, name: str = "launcher.lock") -> str | None:
     """Lock the run dir for this process; None, or the pid of the live launcher that holds it.
     `name`: the lock file (a multi-node job's launchers each hold their node's)."""

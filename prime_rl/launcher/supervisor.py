@@ -20,6 +20,8 @@ from prime_rl.launcher.multinode import announce_end, peer_failure, run_over, sh
 from prime_rl.launcher.plan import Plan, RemoteServer, Role
 from prime_rl.launcher.processes import RUN_ENV, Child, log_tail, spawn, stop_children, stop_stragglers
 from prime_rl.launcher.progress import ProgressLine, RunState, format_duration, summary_lines
+from prime_rl.launcher.reaper import start_reaper
+from prime_rl.launcher.run_lock import held_lock_fds
 from prime_rl.monitor.metrics import write_summary
 from prime_rl.monitor.plots import write_plots
 from prime_rl.protocol.run_dir import RunDir
@@ -69,6 +71,8 @@ class Supervisor:
 
     def run(self) -> int:
         atexit.register(self.stop)  # whatever happens in this process, its children go with it
+        # ... and if this process is SIGKILLed, the reaper stops them (reaper.py)
+        reaper = start_reaper(self.plan.marker, self.launcher.stop_grace_s, held_lock_fds())
         previous = self.handle_signals()
         code = 1
         try:
@@ -76,6 +80,8 @@ class Supervisor:
             return code
         finally:
             self.stop()  # also on an unexpected error
+            reaper.kill()
+            reaper.wait()
             announce_end(self.plan.node, code)  # multi-node: the other nodes stop too
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

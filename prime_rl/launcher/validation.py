@@ -22,6 +22,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from prime_rl.config import ConfigError, to_config, validate
 from prime_rl.launcher.gpus import visible_gpus
+from prime_rl.protocol.run_dir import RunDir
 
 LIST_KEYS = "`python launch.py --cfg job` prints every key with its value"
 
@@ -37,6 +38,9 @@ class ValidateRun(Callback):
         problem = not_writable(run_dir)
         if problem:  # Hydra would fail creating it with a traceback
             fail(unwritable(run_dir, "hydra.run.dir", problem))
+        error = reused(run_dir, config.ckpt.resume, "hydra.run.dir")
+        if error:
+            fail(error)
 
 
 def sweep_points(config_loader, overrides: list[str]) -> list[list[str]]:
@@ -59,9 +63,11 @@ def check_sweep(config_loader, master: DictConfig, points: list[list[str]]) -> l
     gpus, jobs = gpus_of_a_job(master), []
     for num, point in enumerate(points):
         cfg, error = compose_point(config_loader, master, point, num, gpus)
+        run_dir = None if error else Path(cfg.hydra.sweep.dir) / str(cfg.hydra.sweep.subdir)
+        error = error or reused(run_dir, cfg.ckpt.resume, "hydra.sweep.dir")
         if error:
             fail(f"sweep job #{num} ({' '.join(task_overrides(point))}): {error}; nothing was launched")
-        jobs.append((task_overrides(point), Path(cfg.hydra.sweep.dir) / str(cfg.hydra.sweep.subdir)))
+        jobs.append((task_overrides(point), run_dir))
     sweep_dir = Path(master.hydra.sweep.dir)
     problem = not_writable(sweep_dir)
     if problem:
@@ -125,6 +131,17 @@ def not_writable(path: Path) -> str | None:
     if not existing.is_dir():
         return f"{existing} is a file"
     return None if os.access(existing, os.W_OK | os.X_OK) else f"{existing} is not writable"
+
+
+def reused(run_dir: Path, resume: bool, key: str) -> str | None:
+    """One run per run dir: an earlier run's files would be read (or overwritten) as this run's own."""
+    held = [] if resume else RunDir(run_dir).earlier_run()
+    if not held:
+        return None
+    return (
+        f"run dir in use [{key}, ckpt.resume]: {run_dir} holds an earlier run ({', '.join(held)}); "
+        f"fix: set ckpt.resume=true to continue it, or give this run its own {key}"
+    )
 
 
 def unwritable(path: Path, key: str, problem: str) -> str:

@@ -6,7 +6,6 @@ shared mode, no two processes racing to create or resume the same run id.
 """
 
 import math
-import os
 import time
 import uuid
 from pathlib import Path
@@ -14,19 +13,13 @@ from pathlib import Path
 import wandb
 from omegaconf import OmegaConf
 
-from prime_rl.config.schema import Config, WandbMode
+from prime_rl.config.schema import Config
+from prime_rl.monitor.wandb_mode import wandb_mode
 from prime_rl.protocol.batch import Sample
 from prime_rl.protocol.metrics import due_for_eval, read_rows
 from prime_rl.protocol.run_dir import RunDir
 
 RUN_ID_FILE = "wandb_run_id"  # in the run dir: a resumed or requeued job continues the same W&B run
-
-
-def wandb_mode(mode: WandbMode) -> str:
-    """auto: $WANDB_MODE when set, else online with an API key and offline without (`wandb sync` later)."""
-    if mode != WandbMode.auto:
-        return mode.value
-    return os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
 
 
 def run_tags(cfg: Config) -> list[str]:
@@ -98,7 +91,7 @@ class WandbRun:
         if self.run is None:
             return
         if due_for_eval(self.cfg, 0):  # the orchestrator's own test for a final evaluation
-            timeout_s = self.cfg.launcher.ready_timeout_s * 4
+            timeout_s = self.cfg.step_timeout_s
             final = wait_for_row(RunDir(self.cfg.run_dir).metrics, self.cfg.max_steps, timeout_s)
             if final is None:
                 print(f"no final evaluation in metrics.jsonl after {timeout_s:.0f}s; not in W&B", flush=True)

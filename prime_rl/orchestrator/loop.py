@@ -48,7 +48,7 @@ async def run(cfg: Config) -> None:
     ctx = make_context(cfg)
     start = (ctx.run_dir.latest_checkpoint() or 0) if cfg.ckpt.resume else 0
     lora = cfg.trainer.lora
-    policy = PolicySync(ctx.run_dir, ctx.student, lora.name if lora.enabled else None, cfg.launcher.ready_timeout_s * 4)
+    policy = PolicySync(ctx.run_dir, ctx.student, lora.name if lora.enabled else None, cfg.step_timeout_s)
     try:
         await wait_for_servers(ctx)
         if cfg.training_mode == TrainingMode.opd:

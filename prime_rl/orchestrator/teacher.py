@@ -1,5 +1,6 @@
 """The teacher: per-token scoring of student rollouts (opd) and rollouts of its own (sft)."""
 
+import os
 from pathlib import Path
 
 from prime_rl.config.schema import Config, TeacherKind
@@ -20,8 +21,9 @@ def teacher_client(cfg: Config) -> tuple[InferenceClient, str]:
         model, key_env = TEACHER_MODEL_NAME, SERVER_KEY_ENV
     else:
         url, model, key_env = t.base_url, t.model, t.api_key_env
+    headers = t.headers | {name: os.environ[env] for name, env in t.header_envs.items()}
     client = InferenceClient(
-        url, api_key_env=key_env, headers=t.headers, timeout_s=t.request_timeout_s, max_retries=t.max_retries
+        url, api_key_env=key_env, headers=headers, timeout_s=t.request_timeout_s, max_retries=t.max_retries
     )
     return client, model
 

@@ -53,6 +53,10 @@ class RunDir:
         """Multi-node: written once when this attempt of the run is over, by the head or a failing node."""
         return self.root / "nodes" / f"end.{attempt}"
 
+    def earlier_run(self) -> list[str]:
+        """What an earlier run left here that a new one would read as its own (only ckpt.resume may reuse it)."""
+        return [name for name in ("metrics.jsonl", "rollouts", "weights", "checkpoints") if (self.root / name).exists()]
+
     def steps_in(self, folder: str) -> list[int]:
         """Step numbers of the `step_N` entries under a folder, ascending."""
         found = [re.fullmatch(r"step_(\d+)(\.bin)?", p.name) for p in (self.root / folder).glob("step_*")]

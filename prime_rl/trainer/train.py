@@ -48,7 +48,7 @@ def train(cfg: Config) -> None:
     wandb_run = WandbRun(cfg, resumed=start > 0) if world.main else None
     last = time.monotonic()
     for step in range(start, cfg.max_steps):
-        batch = wait_for_batch(run_dir, step, timeout_s=cfg.launcher.ready_timeout_s * 4)
+        batch = wait_for_batch(run_dir, step, timeout_s=cfg.step_timeout_s)
         metrics = train_step(cfg, model, optimizer, scheduler, batch, tokenizer.pad_token_id, device, world)
         export_weights(model, tokenizer, run_dir, step + 1, world)
         if world.main:  # every rank has read the batch: the step's all-reduces waited for all of them
@@ -84,7 +84,9 @@ def wait_for_batch(run_dir: RunDir, step: int, timeout_s: float) -> Batch:
     path, deadline = run_dir.rollouts(step), time.monotonic() + timeout_s
     while not path.exists():
         if time.monotonic() > deadline:
-            raise TimeoutError(f"no batch for step {step} after {timeout_s:.0f}s; is the orchestrator alive?")
+            raise TimeoutError(
+                f"no batch for step {step} after {timeout_s:.0f}s (step_timeout_s); is the orchestrator alive?"
+            )
         time.sleep(0.02)
     return read_batch(path)
 
@@ -99,6 +101,9 @@ def train_step(
     mode = cfg.training_mode
     # opd: the distillation advantage is centred on the mean of the whole step, before it is split by rank
     teacher_center = batch_distill_center(mbs, loss_cfg) if mode == TrainingMode.opd else None
+    # rl, opd: pi is the policy that sampled, at the sampling temperature (vLLM reports mu the same way,
+    # --logprobs-mode processed_logprobs); sft: plain NLL of the teacher's tokens
+    temperature = 1.0 if mode == TrainingMode.sft else cfg.orchestrator.sampling.temperature
     if world.size > 1:
         mbs = rank_micro_batches(batch.samples, cfg.trainer.micro_batch_size, pad_id, world)
     # Divide by the step's tokens on all ranks: the summed gradients then equal one process's gradient.
@@ -106,7 +111,7 @@ def train_step(
     sums = {"loss": 0.0, "entropy": 0.0}
     for mb in mbs:
         mb = to_device(mb, device)
-        logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
+        logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits / temperature
         logprobs = token_logprobs(logits, mb.input_ids)
         if mode == TrainingMode.sft:
             loss, extra = sft_loss(logprobs, mb, total_tokens)
