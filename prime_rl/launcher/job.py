@@ -57,7 +57,7 @@ def run_job(cfg: DictConfig) -> None:
     if requeued(run_dir):  # a SLURM job's next attempt continues from the latest checkpoint in its run dir
         typed.ckpt.resume = True
     try:  # here, on the machine that runs the job: a SLURM node may have no route to W&B
-        typed = settle_wandb_mode(replace(typed, run_dir=str(run_dir.resolve())), warn)
+        typed = settle_wandb_mode(typed, run_dir.resolve(), warn)
     except WandbUnreachable as e:
         fail(str(e))
     plans = plans_of_job(typed, run_dir)

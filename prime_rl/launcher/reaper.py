@@ -15,11 +15,8 @@ import os
 import select
 import subprocess
 import sys
-import time
 
 from prime_rl.launcher.processes import RUN_ENV, stop_stragglers
-
-POLL_S = 0.5  # without pidfd (not Linux): how often the launcher's pid is checked
 
 
 def start_reaper(marker: str, grace_s: float, lock_fds: list[int]) -> subprocess.Popen:
@@ -35,24 +32,13 @@ def start_reaper(marker: str, grace_s: float, lock_fds: list[int]) -> subprocess
 
 
 def wait_for_exit(pid: int) -> None:
+    """Block until `pid` ends (Linux pidfd, like the /proc scans of processes.py: no polling)."""
     try:
         fd = os.pidfd_open(pid)
-    except (AttributeError, OSError):  # no pidfd here, or the pid is already gone
-        while _alive(pid):
-            time.sleep(POLL_S)
-        return
+    except ProcessLookupError:
+        return  # already gone
     select.select([fd], [], [])  # readable once the process has exited
     os.close(fd)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def main(argv: list[str]) -> None:

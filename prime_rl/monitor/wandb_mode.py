@@ -8,6 +8,7 @@ explicit `online` that cannot reach it is a one-line error.
 
 import os
 from dataclasses import replace
+from pathlib import Path
 
 import httpx
 
@@ -41,7 +42,7 @@ class WandbUnreachable(RuntimeError):
     pass
 
 
-def settle_wandb_mode(cfg: Config, warn) -> Config:
+def settle_wandb_mode(cfg: Config, run_dir: Path, warn) -> Config:
     """The config with the mode the run will log in; raises WandbUnreachable for an online run with no route."""
     mode = wandb_mode(cfg.monitor.wandb.mode)
     if mode != "online" or reachable(base_url()):
@@ -53,6 +54,6 @@ def settle_wandb_mode(cfg: Config, warn) -> Config:
         )
     warn(
         f"warning: W&B unreachable at {base_url()}: this run logs offline; "
-        f"upload it later with `wandb sync {cfg.run_dir or '<run dir>'}/wandb/offline-run-*`"
+        f"upload it later with `wandb sync {run_dir}/wandb/offline-run-*`"
     )
     return replace(cfg, monitor=replace(cfg.monitor, wandb=replace(cfg.monitor.wandb, mode=WandbMode.offline)))

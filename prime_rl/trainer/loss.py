@@ -54,15 +54,15 @@ def rl_loss(
     # alone keeps a token sampled at mu = 1e-3 that the trainer now gives 0.15, with a ratio of 150.
     off_band = ((logprobs.exp() - batch.inference_logprobs.exp()).abs() > cfg.mask_band).float() * mask
     off_ratio = ((ratio < cfg.ratio_low) | (ratio > cfg.ratio_high)).float() * mask * (1 - off_band)
-    in_band = mask - off_band - off_ratio
+    kept = mask - off_band - off_ratio
     adv = cfg.adv_tau * batch.advantages[:, None].expand_as(logprobs)
     if teacher_center is not None:
         adv = adv + cfg.teacher_tau * distill_advantage(logprobs, batch, cfg, teacher_center)
     per_token = -adv.detach() * ratio + cfg.kl_tau * log_ratio**2
-    loss = (per_token * in_band).sum() / total_tokens
+    loss = (per_token * kept).sum() / total_tokens
     sums = {
         "mismatch_kl": ((ratio - 1 - log_ratio) * mask).sum().item(),
-        "masked_fraction": (mask - in_band).sum().item(),
+        "masked_fraction": (mask - kept).sum().item(),
         "masked/prob_band": off_band.sum().item(),  # |pi - mu| > mask_band
         "masked/ratio": off_ratio.sum().item(),  # in the band, but pi/mu outside [ratio_low, ratio_high]
     }
