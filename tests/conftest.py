@@ -1,4 +1,5 @@
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -13,6 +14,13 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if any(item.get_closest_marker(m) for m in ("vllm", "slurm", "faults")):
             item.add_marker(pytest.mark.slow)
+
+
+def unused_port() -> int:
+    """A localhost port nobody listens on now: where a test needs a connection to be refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def launch_cmd(*overrides: str) -> list[str]:

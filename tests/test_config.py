@@ -254,8 +254,9 @@ def test_opd_dry_run_plan(tmp_path):
         assert role in proc.stderr
         cfg = load_config(run_dir / "configs" / f"{role}.yaml")
         assert cfg.run_dir == str(run_dir.resolve())
-    assert cfg.inference.port != cfg.teacher.port and cfg.inference.port > 0 and cfg.teacher.port > 0
-    assert f"--port {cfg.inference.port}" in proc.stderr and f"--port {cfg.teacher.port}" in proc.stderr
+    # no port is chosen before a server binds it: each binds one of the kernel's choosing
+    assert cfg.inference.port == cfg.teacher.port == 0
+    assert proc.stderr.count("--port 0") == 2 and proc.stderr.count("port:    chosen by the kernel") == 2
     assert not (run_dir / "logs").exists()  # nothing was started
 
 

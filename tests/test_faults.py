@@ -7,8 +7,10 @@ import os
 import random
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,10 +19,9 @@ import pytest
 import torch
 
 from prime_rl.inference.client import InferenceClient, InferenceError, Sampling
-from prime_rl.launcher.plan import free_port
 from prime_rl.launcher.processes import group_alive, marked_processes
 from prime_rl.protocol.run_dir import RunDir
-from tests.conftest import ROOT, launch_cmd
+from tests.conftest import ROOT, launch_cmd, unused_port
 from tests.http_stub import StubHandler, serve_stub, stub_url
 from tests.test_e2e_rl import launch
 
@@ -172,23 +173,57 @@ def test_a_server_that_is_not_ready_in_time_fails_naming_it_with_its_log(tmp_pat
     assert not [r for r, pgid in started_roles(tmp_path / "run").items() if group_alive(pgid)]
 
 
+class PortThief:
+    """Plays a concurrent process (another launch, a torchrun) that takes a port in the gap between the moment a
+    run picks it and the moment its server binds it: binds every non-zero port a run's configs name."""
+
+    def __init__(self, root: Path):
+        self.root, self.stolen, self.sockets, self.done = root, [], [], threading.Event()
+        self.thread = threading.Thread(target=self.watch, daemon=True)
+        self.thread.start()
+
+    def watch(self) -> None:
+        while not self.done.wait(0.05):
+            for config in self.root.glob("outputs/*/*/configs/*.yaml"):
+                for port in {int(p) for p in re.findall(r"port: (\d+)", config.read_text())} - {0, *self.stolen}:
+                    s = socket.socket()
+                    try:
+                        s.bind(("127.0.0.1", port))
+                    except OSError:
+                        s.close()  # the server was first
+                        continue
+                    self.stolen.append(port)
+                    self.sockets.append(s)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+        for s in self.sockets:
+            s.close()
+
+
 @pytest.mark.vllm
-@pytest.mark.timeout(600)
-def test_two_runs_started_together_both_finish(tmp_path):
-    """Default run dirs (no hydra.run.dir): two launchers in the same second get their own dir and ports."""
-    cmd = launch_cmd("max_steps=3", "orchestrator.eval.interval=0")
-    procs = [
-        subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
-    ]
-    outs = [p.communicate(timeout=540) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+@pytest.mark.timeout(900)
+def test_four_runs_started_together_all_finish_with_a_port_thief_about(tmp_path):
+    """Default run dirs (no hydra.run.dir): four launchers in the same second each get their own dir and server
+    ports. No port is named before its server binds it (the kernel picks it at bind), so the thief finds none."""
+    cmd = launch_cmd("max_steps=2", "orchestrator.eval.interval=0", "monitor=off")
+    thief = PortThief(tmp_path)
+    try:
+        procs = [
+            subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(4)
+        ]
+        outs = [p.communicate(timeout=840) for p in procs]
+    finally:
+        thief.stop()
+    assert [p.returncode for p in procs] == [0] * 4, [err[-2000:] for _, err in outs]
+    assert thief.stolen == []
     run_dirs = sorted((tmp_path / "outputs").glob("*/*"))
-    assert len(run_dirs) == 2
-    ports = {
-        json.dumps(re.findall(r"port: (\d+)", (d / "configs" / "orchestrator.yaml").read_text())) for d in run_dirs
-    }
-    assert len(ports) == 2
-    assert all(train_steps(d) == [0, 1, 2] for d in run_dirs)
+    assert len(run_dirs) == 4
+    urls = {(d / "servers" / "inference.url").read_text() for d in run_dirs}
+    assert len(urls) == 4 and not any(url.endswith(":0/v1") for url in urls)
+    assert all(train_steps(d) == [0, 1] for d in run_dirs)
 
 
 def test_a_second_launcher_on_a_live_run_dir_is_refused(tmp_path):
@@ -286,7 +321,7 @@ def test_transient_endpoint_faults_within_the_retry_budget_do_not_fail():
 )
 def test_a_persistent_endpoint_fault_fails_clearly_within_its_budget(fault, says):
     endpoint = FaultyEndpoint([fault] * 10)
-    url = endpoint.url if fault != "refused" else f"http://127.0.0.1:{free_port(set())}/v1"
+    url = endpoint.url if fault != "refused" else f"http://127.0.0.1:{unused_port()}/v1"
     try:
         error, took = complete(url, max_retries=2, timeout_s=0.5)
     finally:
@@ -375,7 +410,7 @@ def test_secrets_and_server_keys_never_leave_the_processes(tmp_path, monkeypatch
             wait_until(lambda: len(train_steps(run_dir)) >= 1, proc, 300, "step 0")
             roles = started_roles(run_dir)
             server_key = environ(roles["inference"])["VLLM_API_KEY"]
-            port = int(re.search(r"port: (\d+)", (run_dir / "configs" / "orchestrator.yaml").read_text()).group(1))
+            port = int((run_dir / "servers" / "inference.url").read_text().removesuffix("/v1").rsplit(":", 1)[1])
             models = f"http://127.0.0.1:{port}/v1/models"
             anonymous = httpx.get(models).status_code
             with_key = httpx.get(models, headers={"Authorization": f"Bearer {server_key}"}).status_code

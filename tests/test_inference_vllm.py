@@ -91,9 +91,9 @@ def test_reload_then_scoring_and_tempered_sampling_match_transformers(student, t
 
 
 def test_client_gives_up_after_bounded_retries_on_a_refused_connection():
-    from prime_rl.launcher.plan import free_port
+    from tests.conftest import unused_port
 
-    client = InferenceClient(f"http://127.0.0.1:{free_port(set())}", max_retries=2, backoff_s=0.01)
+    client = InferenceClient(f"http://127.0.0.1:{unused_port()}", max_retries=2, backoff_s=0.01)
 
     async def call():
         try:

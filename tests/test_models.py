@@ -3,7 +3,6 @@
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +23,7 @@ from prime_rl.prepare import prepare_model, prepare_student, prepare_teacher, ti
 from prime_rl.protocol.atomic import COMPLETE
 from prime_rl.sft.train import eval_reward, sft_batch, sft_train
 from prime_rl.tasks import Example, load_task
+from tests.conftest import unused_port
 
 torch.set_num_threads(1)  # one thread is fastest on small shared CPUs
 QUICK = WarmStartConfig(steps=2, batch_size=8, warmup_steps=1)
@@ -122,18 +122,12 @@ def test_sft_cli_trains_and_saves_a_loadable_model(tmp_path):
     assert AutoTokenizer.from_pretrained(out).encode("reverse: ab") == build_tokenizer().encode("reverse: ab")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.vllm
 def test_vllm_serves_tiny_model_like_transformers(tmp_path):
     path = prepare_model("tiny", TinyModelConfig(), WarmStartConfig(), TaskConfig(), str(tmp_path))
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path).eval()
-    port = _free_port()
+    port = unused_port()
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(path)]
     cmd += ["--served-model-name", "student", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"]
     cmd += ["--max-model-len", "512", "--enforce-eager", "--distributed-executor-backend", "uni"]

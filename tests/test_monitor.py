@@ -19,12 +19,11 @@ from wandb.proto import wandb_internal_pb2
 from prime_rl.config import compose_config
 from prime_rl.config.schema import Config, MonitorConfig, WandbConfig, WandbMode
 from prime_rl.launcher.job import with_sweep_names
-from prime_rl.launcher.plan import free_port
 from prime_rl.monitor.plots import write_plots
 from prime_rl.monitor.wandb_run import RUN_ID_FILE, WandbRun, logged_config, run_tags, wandb_mode
 from prime_rl.protocol.batch import Sample
 from prime_rl.report.__main__ import main as report_main
-from tests.conftest import ROOT, launch_cmd
+from tests.conftest import ROOT, launch_cmd, unused_port
 from tests.test_e2e_rl import launch, run_processes
 
 SECRET_ENV = "PRIME_RL_TEST_MONITOR_SECRET"
@@ -356,7 +355,7 @@ def test_an_unreachable_wandb_logs_offline_and_an_online_run_is_refused(tmp_path
     """A key but no route to W&B (a SLURM node): auto falls back to offline with one warning before anything
     starts; an explicit online is a one-line error. WANDB_BASE_URL points at a port nobody listens on."""
     env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}
-    env |= {"WANDB_API_KEY": "k" * 40, "WANDB_BASE_URL": f"http://127.0.0.1:{free_port(set())}"}
+    env |= {"WANDB_API_KEY": "k" * 40, "WANDB_BASE_URL": f"http://127.0.0.1:{unused_port()}"}
 
     def dry_run(name: str, *overrides: str) -> subprocess.CompletedProcess:
         cmd = launch_cmd("launcher.dry_run=true", *overrides, f"hydra.run.dir={tmp_path / name}")

@@ -18,10 +18,10 @@ from prime_rl.launcher.multinode import announce_end, build_node_plan, read_end,
 from prime_rl.launcher.plan import ROLES, Node, Plan, RemoteServer, build_plan
 from prime_rl.launcher.supervisor import run_plan
 from prime_rl.orchestrator.students import StudentServers, student_client
-from tests.conftest import ROOT, launch_cmd
+from tests.conftest import ROOT, launch_cmd, unused_port
 from tests.test_config import command_of, dry_run
 from tests.test_slurm import needs_slurm
-from tests.test_supervisor import DRIVER, assert_nothing_survives, make_plan, run_dir, server, standin  # noqa: F401
+from tests.test_supervisor import DRIVER, assert_nothing_survives, make_plan, run_dir, standin  # noqa: F401
 
 EIGHT = [str(i) for i in range(8)]
 GPU_NODES = [
@@ -84,7 +84,7 @@ def test_two_nodes_inference_then_trainer(tmp_path):
     )
     assert roles(inference_node) == ["inference"] and roles(train_node) == ["orchestrator", "trainer"]
     vllm = inference_node.role("inference")
-    assert flag(vllm.command, "--host") == "0.0.0.0" and flag(vllm.command, "--port") == "8000"
+    assert flag(vllm.command, "--host") == "0.0.0.0" and flag(vllm.command, "--port") == "10000"
     assert flag(vllm.command, "--tensor-parallel-size") == "2" and flag(vllm.command, "--data-parallel-size") == "4"
     assert vllm.gpus == EIGHT and vllm.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
     trainer = train_node.role("trainer")
@@ -96,18 +96,18 @@ def test_two_nodes_inference_then_trainer(tmp_path):
         "--node-rank",
         "0",
         "--rdzv-endpoint",
-        "gpu-b:29500",
+        "gpu-b:10002",
         "--nproc-per-node",
         "8",
         "-m",
         "prime_rl.trainer",
     ]
     assert trainer.gpus == EIGHT  # a trainer node's slice starts at its first GPU
-    assert train_node.config.inference.urls == ["http://gpu-a:8000/v1"]
+    assert train_node.config.inference.urls == ["http://gpu-a:10000/v1"]
     assert inference_node.config == train_node.config  # every node writes the same configs/<role>.yaml
     assert train_node.node.head and not inference_node.node.head
     [remote] = train_node.remote_servers  # the head waits for it before starting the orchestrator
-    assert (remote.name, remote.health_url) == ("inference@gpu-a", "http://gpu-a:8000/health")
+    assert (remote.name, remote.root) == ("inference@gpu-a", "http://gpu-a:10000")
     assert trainer.log_file.name == "trainer.node1.log" and train_node.launcher_log.name == "launcher.node1.log"
 
 
@@ -124,7 +124,7 @@ def test_three_nodes_trainer_over_two_with_a_local_teacher(tmp_path):
     plans = node_plans(tmp_path, overrides, ["n0", "n1", "n2"])
     assert [roles(p) for p in plans] == [["inference", "teacher_inference"], ["orchestrator", "trainer"], ["trainer"]]
     assert plans[0].role("inference").gpus == EIGHT[:4] and plans[0].role("teacher_inference").gpus == EIGHT[4:]
-    assert flag(plans[0].role("teacher_inference").command, "--port") == "8001"
+    assert flag(plans[0].role("teacher_inference").command, "--port") == "10001"
     for rank, plan in ((0, plans[1]), (1, plans[2])):
         trainer = plan.role("trainer").command
         assert trainer[3:11] == [
@@ -133,12 +133,12 @@ def test_three_nodes_trainer_over_two_with_a_local_teacher(tmp_path):
             "--node-rank",
             str(rank),
             "--rdzv-endpoint",
-            "n1:29500",
+            "n1:10002",
             "--nproc-per-node",
             "8",
         ]
     cfg = plans[1].config
-    assert cfg.inference.urls == ["http://n0:8000/v1"] and cfg.teacher.base_url == "http://n0:8001/v1"
+    assert cfg.inference.urls == ["http://n0:10000/v1"] and cfg.teacher.base_url == "http://n0:10001/v1"
     assert [s.name for s in plans[1].remote_servers] == ["inference@n0", "teacher_inference@n0"]
     assert plans[2].remote_servers == [] and not plans[2].node.head
 
@@ -147,6 +147,26 @@ def test_one_gpu_trainer_node_runs_without_torchrun(tmp_path):
     cfg = compose_config(["deployment=gpu", "deployment.num_infer_nodes=1", "deployment.num_train_nodes=1"])
     train = build_node_plan(cfg, tmp_path, ["0"], 1, ["a", "b"]).role("trainer")
     assert train.command[1:3] == ["-m", "prime_rl.trainer"]
+
+
+def test_two_jobs_sharing_a_node_get_disjoint_ports(tmp_path):
+    """A job's ports come from its id, so two jobs on the same node do not collide; a set port still wins."""
+    overrides = [*GPU_NODES, "training_mode=opd", "deployment.num_infer_nodes=1", "deployment.num_train_nodes=2"]
+    cfg = compose_config(overrides)
+    hosts = ["n0", "n1", "n2"]
+
+    def ports(attempt: str, c=cfg) -> set[int]:
+        plans = [build_node_plan(c, tmp_path, EIGHT, rank, hosts, attempt) for rank in range(3)]
+        servers = {int(flag(r.command, "--port")) for r in plans[0].roles}
+        rendezvous = {int(flag(p.role("trainer").command, "--rdzv-endpoint").split(":")[1]) for p in plans[1:]}
+        return servers | rendezvous
+
+    first, second = ports("4711.0"), ports("4712.0")
+    assert len(first) == len(second) == 3 and not first & second
+    assert ports("4711.1") == first  # a requeued attempt of the job keeps its ports
+    assert max(first | second) < 32768  # below the kernel's ephemeral range
+    pinned = replace(cfg, inference=replace(cfg.inference, port=9000))
+    assert 9000 in ports("4711.0", pinned)
 
 
 def test_dry_run_prints_every_node_on_simulated_hosts(tmp_path):
@@ -158,10 +178,10 @@ def test_dry_run_prints_every_node_on_simulated_hosts(tmp_path):
         cuda_visible=",".join(EIGHT),
     )
     assert "node 0 node0: inference\n" in text and "node 1 node1: orchestrator, trainer (head)\n" in text
-    assert "node 2 node2: trainer\n" in text and "waits for inference@node0: http://node0:8000/health" in text
-    assert "--node-rank 1 --rdzv-endpoint node1:29500" in text and "--host 0.0.0.0 --port 8000" in text
+    assert "node 2 node2: trainer\n" in text and "waits for inference@node0: http://node0:10000" in text
+    assert "--node-rank 1 --rdzv-endpoint node1:10002" in text and "--host 0.0.0.0 --port 10000" in text
     for role in ("inference", "orchestrator", "trainer"):
-        assert load_config(tmp_path / "run" / "configs" / f"{role}.yaml").inference.urls == ["http://node0:8000/v1"]
+        assert load_config(tmp_path / "run" / "configs" / f"{role}.yaml").inference.urls == ["http://node0:10000/v1"]
 
 
 def test_multi_node_rules():
@@ -285,11 +305,10 @@ def test_the_first_end_stays(tmp_path):
 def two_node_plans(run_dir: Path, server_exit: bool = False):
     """Node 0: a student server; node 1 (head): orchestrator and trainer, waiting for node 0's server."""
     end = run_dir / "nodes" / "end.1.0"
-    infer = make_plan(run_dir, [server(run_dir)])
-    port = infer.roles[0].port
+    port = unused_port()  # another node's server: the head knows its port from the job, not by asking
+    infer = make_plan(run_dir, [standin(run_dir, "inference", "server", str(port))])
     if server_exit:  # a server that dies a moment after it served
         infer.roles[0] = standin(run_dir, "inference", "worker", "3", "1")
-        infer.roles[0].health_url = None
     infer.node = Node(0, "localhost", ("inference",), False, (), end)
     head = make_plan(
         run_dir,
@@ -298,7 +317,7 @@ def two_node_plans(run_dir: Path, server_exit: bool = False):
             standin(run_dir, "trainer", "worker", "1", "0"),
         ],
     )
-    remote = RemoteServer("inference@localhost", f"http://127.0.0.1:{port}/health", run_dir / "logs" / "inference.log")
+    remote = RemoteServer("inference@localhost", f"http://127.0.0.1:{port}", run_dir / "logs" / "inference.log")
     head.node = Node(1, "localhost", ("orchestrator", "trainer"), True, (), end)
     head.remote_servers = [remote] if not server_exit else []
     return infer, head
@@ -320,7 +339,7 @@ def test_two_node_launchers_run_one_job_and_end_together(run_dir, tmp_path):
     assert "run finished (the head node writes the summary)" in err0
     assert read_end(head.node) == (1, 0)
     log1 = (run_dir / "logs" / "launcher.node1.log").read_text()
-    assert "inference@localhost ready after" in log1 and "run finished in" in log1
+    assert "inference@localhost ready at http://127.0.0.1:" in log1 and "run finished in" in log1
     assert (run_dir / "logs" / "launcher.node0.log").exists() and (run_dir / "server_key").exists()
     assert_nothing_survives(run_dir, 3)
 

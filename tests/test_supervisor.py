@@ -5,6 +5,7 @@ so each test can check that nothing of the run survives."""
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from prime_rl.config.schema import Config, LauncherConfig
-from prime_rl.launcher.plan import Plan, Role, free_port
+from prime_rl.launcher.plan import Plan, Role
 from prime_rl.launcher.processes import group_alive, spawn, stop_children
 from prime_rl.launcher.progress import RunState, summary_lines
 from prime_rl.launcher.supervisor import run_plan
@@ -75,7 +76,6 @@ def standin(run_dir: Path, name: str, mode: str, *args: str) -> Role:
         log_file=run_dir / "logs" / f"{name}.log",
         config_file=run_dir / "configs" / f"{name}.yaml",
         port=port,
-        health_url=f"http://127.0.0.1:{port}/health" if port else None,
     )
 
 
@@ -85,7 +85,7 @@ def make_plan(run_dir: Path, roles: list[Role], ready_timeout_s: float = 20.0, s
 
 
 def server(run_dir: Path, name: str = "inference") -> Role:
-    return standin(run_dir, name, "server", str(free_port(set())))
+    return standin(run_dir, name, "server", "0")  # like our vLLM servers: a port of the kernel's choosing
 
 
 def recorded_pids(run_dir: Path) -> list[int]:
@@ -142,7 +142,10 @@ def test_success_returns_0_and_leaves_no_process(run_dir, capsys):
     assert "summary (summary.json)" in err and "steps: 3" in err and "loss/final: 0.25" in err
     assert json.loads((run_dir / "summary.json").read_text())["reward/mean/final"] == 0.5
     launcher_log = (run_dir / "logs" / "launcher.log").read_text()
-    assert "inference ready after" in launcher_log and "run finished" in launcher_log
+    # the server bound a port of the kernel's choosing; the launcher read it back and published it
+    root = re.search(r"inference ready at (http://127\.0\.0\.1:\d+) after", launcher_log).group(1)
+    assert (run_dir / "servers" / "inference.url").read_text() == root + "/v1" and not root.endswith(":0")
+    assert "run finished" in launcher_log
     assert "trainer log line 29" in (run_dir / "logs" / "trainer.log").read_text()
 
 
@@ -174,7 +177,7 @@ def test_server_never_ready_gives_up_naming_role(run_dir, capsys):
         ],
         ready_timeout_s=1.5,
     )
-    plan.roles[0].health_url = f"http://127.0.0.1:{free_port(set())}/health"  # nobody listens there
+    plan.roles[0].port = 0  # a server that never binds its port
     started = time.monotonic()
     assert run_plan(plan) == 1
     assert 1.5 <= time.monotonic() - started < 8

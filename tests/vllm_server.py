@@ -8,7 +8,7 @@ import httpx
 
 from prime_rl.config.schema import Config
 from prime_rl.inference.server import vllm_command
-from prime_rl.launcher.plan import Role, free_port
+from prime_rl.launcher.plan import Role
 from prime_rl.launcher.processes import log_tail, spawn, stop_children
 
 
@@ -17,15 +17,13 @@ def serve(model: Path, log_dir: Path, served_name: str = "student", lora_rank: i
     """Yields the base URL of a ready server; stops its whole process group afterwards."""
     cfg = Config()
     cfg.inference.extra_args = list(extra_args)
-    port = free_port(set())
-    command, env = vllm_command(cfg, model, served_name, port, gpus=[], lora_rank=lora_rank)
-    log = log_dir / f"vllm-{served_name}-{port}.log"
-    role = Role(name=served_name, command=command, env=env, gpus=[], log_file=log, config_file=log, port=port)
+    command, env = vllm_command(cfg, model, served_name, 0, gpus=[], lora_rank=lora_rank)
+    log = log_dir / f"vllm-{served_name}-{time.monotonic_ns()}.log"
+    role = Role(name=served_name, command=command, env=env, gpus=[], log_file=log, config_file=log, port=0)
     child = spawn(role, {})
-    url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300
-        while not _healthy(url):
+        while not (url := _healthy_url(child)):
             if child.exit_code() is not None or time.monotonic() > deadline:
                 raise RuntimeError("vLLM did not start:\n" + "\n".join(log_tail(log, 40)))
             time.sleep(0.5)
@@ -34,8 +32,13 @@ def serve(model: Path, log_dir: Path, served_name: str = "student", lora_rank: i
         stop_children([child], grace_s=5)
 
 
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
+def _healthy_url(child) -> str | None:
+    """The server's root once it answers /health on the port it bound (the launcher reads it back the same way)."""
+    for port in child.listening_ports():
+        url = f"http://127.0.0.1:{port}"
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return url
+        except httpx.HTTPError:
+            pass
+    return None

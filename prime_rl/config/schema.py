@@ -146,7 +146,7 @@ class TrainerConfig:
 @dataclass
 class InferenceConfig:
     host: str = "127.0.0.1"  # bind address of the vLLM servers
-    port: int = 0  # student server port; 0 = a free port chosen at plan time
+    port: int = 0  # student server port; 0 = one the kernel picks when the server binds (no races)
     dtype: str = "auto"  # vLLM --dtype; auto = float32 on CPU, bfloat16 on GPU
     max_model_len: int = 512  # vLLM --max-model-len
     kv_cache_bytes: int = 67108864  # CPU: vLLM --kv-cache-memory-bytes
@@ -155,7 +155,7 @@ class InferenceConfig:
     tp: int = 1  # GPU: vLLM --tensor-parallel-size of the student server (tp * dp = deployment.num_infer_gpus)
     dp: int = 1  # GPU: vLLM --data-parallel-size of the student server (replicas, each over tp GPUs)
     extra_args: list[str] = field(default_factory=list)  # more vLLM CLI arguments, passed as given
-    urls: list[str] = field(default_factory=list)  # student server URLs, from the multi-node plan (empty: host:port/v1)
+    urls: list[str] = field(default_factory=list)  # student server URLs, from the multi-node plan (empty: this node's)
 
 
 @dataclass
@@ -169,7 +169,7 @@ class TeacherConfig:
     api_key_env: str | None = None  # name of the env var holding the API key (the key never enters the config)
     headers: dict[str, str] = field(default_factory=dict)  # extra HTTP headers (no secrets: use header_envs)
     header_envs: dict[str, str] = field(default_factory=dict)  # header name -> env var holding its (secret) value
-    port: int = 0  # local_vllm: teacher server port; 0 = a free port chosen at plan time
+    port: int = 0  # local_vllm: teacher server port; 0 = one the kernel picks when the server binds
     max_retries: int = 5  # retries (with backoff) of a failed teacher request
     request_timeout_s: float = 120.0  # per teacher request
 

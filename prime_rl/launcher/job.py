@@ -126,12 +126,16 @@ def print_plan(plan: Plan) -> None:
         n = plan.node
         console.print(f"[bold]node {n.rank}[/bold] {n.hostname}: {', '.join(n.roles)}{' (head)' if n.head else ''}")
         for server in plan.remote_servers:
-            console.print(f"  waits for {server.name}: {server.health_url}", soft_wrap=True)
+            console.print(f"  waits for {server.name}: {server.root}", soft_wrap=True)
     for role in plan.roles:
         console.print(f"[bold cyan]{role.name}[/bold cyan]")
         console.print(f"  command: {' '.join(role.command)}", soft_wrap=True)
         console.print(f"  env:     {' '.join(f'{k}={v}' for k, v in role.env.items()) or '-'}", soft_wrap=True)
         console.print(f"  gpus:    {','.join(role.gpus) or 'cpu'}")
-        console.print(f"  port:    {role.port or '-'}")
+        console.print(f"  port:    {port_text(role.port)}")
         console.print(f"  log:     {role.log_file}")
         console.print(f"  config:  {role.config_file}")
+
+
+def port_text(port: int | None) -> str:
+    return {None: "-", 0: "chosen by the kernel when the server binds"}.get(port, str(port))

@@ -6,12 +6,12 @@ per node, each taking its roles by its node rank (SLURM_NODEID).
     nodes I .. I+T-1     the trainer, one torchrun node each (`num_train_gpus` processes); node I, the head,
                          also runs the orchestrator
 
-The nodes agree without talking to each other: every plan is a pure function of (config, rank, hostnames);
-ports are fixed (inference.port, else 8000; teacher.port, else the student's + 1; torchrun 29500), the
-servers bind all interfaces, and the orchestrator gets their URLs from SLURM's node list. Two files in the
-shared run dir do the rest: the server key (`server_key`, mode 0600, written once by whichever node comes
-first) and the end of the run (`nodes/end.<job>.<attempt>`: the head writes it when the run is over, any
-node that fails writes it first; every node stops when it appears).
+The nodes agree without talking to each other: every plan is a pure function of (config, rank, hostnames,
+job id); ports come from the job id (job_ports; inference.port and teacher.port, when set, win), so two jobs
+sharing a node do not collide; the servers bind all interfaces, and the orchestrator gets their URLs from
+SLURM's node list. Two files in the shared run dir do the rest: the server key (`server_key`, mode 0600,
+written once by whichever node comes first) and the end of the run (`nodes/end.<job>.<attempt>`: the head
+writes it when the run is over, any node that fails writes it first; every node stops when it appears).
 """
 
 import os
@@ -25,8 +25,10 @@ from prime_rl.launcher.plan import Node, Plan, RemoteServer, build_plan, trainer
 from prime_rl.protocol.atomic import write_once
 from prime_rl.protocol.run_dir import RunDir
 
-STUDENT_PORT = 8000  # when inference.port is 0: every node must know the port without asking
-RDZV_PORT = 29500  # torchrun's rendezvous on the first trainer node (torch's default master port)
+# Every node must know the ports without asking, and two jobs on one node must not share them: a job's three
+# ports (student server, teacher server, torchrun's rendezvous) are a slot picked by its job id, below Linux's
+# ephemeral range (32768+) so that no port the kernel hands out to a client or a `--port 0` server takes them.
+PORT_BASE, PORT_SLOTS = 10000, 7000
 BIND_ALL = "0.0.0.0"  # servers answer the other nodes; the server key still guards /v1
 
 
@@ -42,20 +44,27 @@ def node_roles(cfg: Config, rank: int) -> list[str]:
     return ["orchestrator", "trainer"] if rank == infer else ["trainer"]
 
 
-def multi_node_config(cfg: Config, hostnames: list[str]) -> Config:
-    """The config every node writes and every role reads (identical on all nodes): fixed ports, servers on
+def job_ports(job_id: int) -> tuple[int, int, int]:
+    """(student server, teacher server, torchrun rendezvous) ports of a multi-node job."""
+    base = PORT_BASE + 3 * (job_id % PORT_SLOTS)
+    return base, base + 1, base + 2
+
+
+def multi_node_config(cfg: Config, hostnames: list[str], job_id: int) -> Config:
+    """The config every node writes and every role reads (identical on all nodes): the job's ports, servers on
     all interfaces, the orchestrator given the student servers' and the teacher's URLs."""
     infer_hosts = hostnames[: cfg.deployment.num_infer_nodes]
-    port = cfg.inference.port or STUDENT_PORT
+    student_port, teacher_port, _ = job_ports(job_id)
+    port = cfg.inference.port or student_port
     inference = replace(cfg.inference, host=BIND_ALL, port=port, urls=[f"http://{h}:{port}/v1" for h in infer_hosts])
     teacher = cfg.teacher
     if teacher.kind == TeacherKind.local_vllm:
-        teacher_port = teacher.port or port + 1
+        teacher_port = teacher.port or teacher_port
         teacher = replace(teacher, port=teacher_port, base_url=f"http://{infer_hosts[-1]}:{teacher_port}/v1")
     return replace(cfg, inference=inference, teacher=teacher)
 
 
-def rendezvous(cfg: Config, hostnames: list[str], rank: int) -> list[str]:
+def rendezvous(cfg: Config, hostnames: list[str], rank: int, job_id: int) -> list[str]:
     """torchrun's arguments on trainer node `rank`. The static rendezvous (torchrun's default) takes the node
     rank as given, so the trainer's rank 0 runs on the head node, next to the orchestrator."""
     d = cfg.deployment
@@ -68,21 +77,23 @@ def rendezvous(cfg: Config, hostnames: list[str], rank: int) -> list[str]:
         "--node-rank",
         str(rank - d.num_infer_nodes),
         "--rdzv-endpoint",
-        f"{head}:{RDZV_PORT}",
+        f"{head}:{job_ports(job_id)[2]}",
     ]
 
 
 def build_node_plan(
     cfg: Config, run_dir: Path, visible: list[str], rank: int, hostnames: list[str], attempt: str = "0"
 ) -> Plan:
-    """The plan of node `rank` of a multi-node job whose nodes are `hostnames` (in SLURM's order)."""
-    cfg = multi_node_config(cfg, hostnames)
+    """The plan of node `rank` of a multi-node job whose nodes are `hostnames` (in SLURM's order); `attempt` is
+    <job id>.<restart count>."""
+    job_id = int(attempt.split(".")[0])
+    cfg = multi_node_config(cfg, hostnames, job_id)
     node = Node(
         rank=rank,
         hostname=hostnames[rank],
         roles=tuple(node_roles(cfg, rank)),
         head=rank == cfg.deployment.num_infer_nodes,
-        torchrun=tuple(rendezvous(cfg, hostnames, rank)),
+        torchrun=tuple(rendezvous(cfg, hostnames, rank, job_id)),
         end_file=RunDir(run_dir.resolve()).end_marker(attempt),
     )
     plan = build_plan(cfg, run_dir, visible, node)
@@ -98,9 +109,7 @@ def remote_servers(cfg: Config, run_dir: Path, hostnames: list[str]) -> list[Rem
         for name in node_roles(cfg, rank):
             port = cfg.teacher.port if name == "teacher_inference" else cfg.inference.port
             host = hostnames[rank]
-            servers.append(
-                RemoteServer(f"{name}@{host}", f"http://{host}:{port}/health", RunDir(run_dir).log(name, rank))
-            )
+            servers.append(RemoteServer(f"{name}@{host}", f"http://{host}:{port}", RunDir(run_dir).log(name, rank)))
     return servers
 
 

@@ -3,7 +3,6 @@
 The plan is pure data computed from the validated config; the dry run prints it and the supervisor runs it.
 """
 
-import socket
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -31,10 +30,14 @@ class Role:
     gpus: list[str]  # CUDA_VISIBLE_DEVICES slice (empty: CPU)
     log_file: Path
     config_file: Path
-    port: int | None = None  # servers only
-    health_url: str | None = None  # servers only: ready when this answers 200
+    port: int | None = None  # servers only (0: the server binds a port of the kernel's choosing, read back)
     server_key: bool = False  # gets the run's server key at spawn (servers require it, the orchestrator sends it)
     withheld: tuple[str, ...] = ()  # env vars of the launcher this role does not inherit (secrets it never needs)
+
+    @property
+    def is_server(self) -> bool:
+        """A server runs as long as the run; it is ready once it serves (orchestrator and trainer finish)."""
+        return self.port is not None
 
 
 @dataclass
@@ -42,7 +45,7 @@ class RemoteServer:
     """A server another node of the job starts, which this node waits for."""
 
     name: str  # <role>@<host>
-    health_url: str  # ready when this answers 200
+    root: str  # http://host:port, ready when it serves /health and /v1/models
     log_file: Path  # where its node writes its log (the run dir is shared)
 
 
@@ -68,7 +71,7 @@ LOCAL = Node()
 @dataclass
 class Plan:
     run_dir: Path
-    config: Config  # the resolved config every role reads (ports filled in)
+    config: Config  # the resolved config every role reads (run dir filled in; multi-node: ports and URLs)
     roles: list[Role] = field(default_factory=list)
     node: Node = LOCAL
     remote_servers: list[RemoteServer] = field(default_factory=list)  # multi-node head: the other nodes' servers
@@ -86,28 +89,11 @@ class Plan:
         return log_file(self.run_dir, "launcher", self.node)
 
 
-def free_port(taken: set) -> int:
-    """A port nobody listens on now and that this plan has not handed out."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in taken:
-            taken.add(port)
-            return port
-
-
 def build_plan(cfg: Config, run_dir: Path, visible: list[str], node: Node = LOCAL) -> Plan:
     """The roles `node` runs (on one machine: every role of the job)."""
     run_dir = run_dir.resolve()
-    taken: set = set()
     has_teacher_server = cfg.teacher.kind == TeacherKind.local_vllm
-    cfg = replace(
-        cfg,
-        run_dir=str(run_dir),
-        inference=replace(cfg.inference, port=cfg.inference.port or free_port(taken)),
-        teacher=replace(cfg.teacher, port=(cfg.teacher.port or free_port(taken)) if has_teacher_server else 0),
-    )
+    cfg = replace(cfg, run_dir=str(run_dir))
     slices = gpu_slices(cfg.deployment, visible, node.roles)
     plan = Plan(run_dir, cfg, node=node)
     secrets = teacher_secrets(cfg)  # only the orchestrator talks to the teacher
@@ -194,7 +180,6 @@ def _vllm_role(
         log_file=log_file(plan.run_dir, name, plan.node),
         config_file=RunDir(plan.run_dir).config(name),
         port=port,
-        health_url=f"http://127.0.0.1:{port}/health",
         server_key=True,
     )
 

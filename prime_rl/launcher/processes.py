@@ -15,6 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import psutil
+
 if TYPE_CHECKING:  # the reaper imports this module and nothing heavier
     from prime_rl.launcher.plan import Role
 
@@ -38,6 +40,14 @@ class Child:
     def group_alive(self) -> bool:
         self.exit_code()
         return group_alive(self.pgid)
+
+    def listening_ports(self) -> list[int]:
+        """TCP ports the leader listens on: a server started with `--port 0` listens on one the kernel picked."""
+        try:
+            connections = psutil.Process(self.pgid).net_connections(kind="tcp")
+        except psutil.Error:  # exited, or not yet readable
+            return []
+        return [c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN]
 
     def signal_group(self, sig: int) -> None:
         try:

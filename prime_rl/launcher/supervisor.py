@@ -24,6 +24,7 @@ from prime_rl.launcher.reaper import start_reaper
 from prime_rl.launcher.run_lock import held_lock_fds
 from prime_rl.monitor.metrics import write_summary
 from prime_rl.monitor.plots import write_plots
+from prime_rl.protocol.atomic import write_text
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.protocol.servers import SERVER_KEY_ENV
 
@@ -89,11 +90,13 @@ class Supervisor:
 
     def run_roles(self) -> int:
         started = time.monotonic()
-        servers = [r for r in self.plan.roles if r.health_url]
-        workers = [r for r in self.plan.roles if not r.health_url]
+        servers = [r for r in self.plan.roles if r.is_server]
+        workers = [r for r in self.plan.roles if not r.is_server]
         self.say(f"run dir {self.plan.run_dir}; logs in {self.plan.run_dir / 'logs'}")
+        for role in servers:  # an earlier attempt's address would send the orchestrator to a dead or foreign port
+            RunDir(self.plan.run_dir).server_url(role.name).unlink(missing_ok=True)
         try:
-            started_servers = [self.start(r).role for r in servers]
+            started_servers = [self.start(r) for r in servers]
             # Orchestrator and trainer start alongside: their imports and model loading overlap the servers'
             # start-up, and the orchestrator waits for the servers itself before its first request.
             started_workers = [self.start(r) for r in workers]
@@ -130,24 +133,32 @@ class Supervisor:
         self.say(f"started {role.name} (pid {child.pgid}, log {role.log_file})")
         return child
 
-    def wait_ready(self, servers: list[Role | RemoteServer]) -> None:
-        """Wait until every server answers /health and /v1/models, bounded by launcher.ready_timeout_s."""
+    def wait_ready(self, servers: list[Child | RemoteServer]) -> None:
+        """Wait until every server answers /health and /v1/models, bounded by launcher.ready_timeout_s. A server
+        of this node on a port of the kernel's choosing is then published in the run dir for the orchestrator."""
         timeout = self.launcher.ready_timeout_s
         started = time.monotonic()
         pending = list(servers)
         if pending:
-            self.say(f"waiting up to {timeout:g} s for {', '.join(r.name for r in pending)} to serve")
+            self.say(f"waiting up to {timeout:g} s for {', '.join(server_name(s) for s in pending)} to serve")
         auth = {"Authorization": f"Bearer {self.server_key}"}
         with httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False, headers=auth) as http:  # no proxy for our servers
             while pending:
                 self.check()
-                for role in [r for r in pending if serves(http, r)]:
-                    pending.remove(role)
-                    self.say(f"{role.name} ready after {time.monotonic() - started:.1f} s")
+                for server in list(pending):
+                    root = next((r for r in server_roots(server) if serves(http, r)), None)
+                    if root is None:
+                        continue
+                    pending.remove(server)
+                    if isinstance(server, Child) and server.role.port == 0:
+                        write_text(RunDir(self.plan.run_dir).server_url(server.role.name), root + "/v1")
+                    self.say(f"{server_name(server)} ready at {root} after {time.monotonic() - started:.1f} s")
                 if pending and time.monotonic() - started > timeout:
-                    role = pending[0]
-                    reason = f"not ready after {timeout:g} s (no 200 from {role.health_url})"
-                    raise RoleFailed(role.name, role.log_file, reason)
+                    server = pending[0]
+                    at = ", ".join(server_roots(server)) or "no port bound yet"
+                    reason = f"not ready after {timeout:g} s (no 200 from /health and /v1/models; {at})"
+                    log = server.role.log_file if isinstance(server, Child) else server.log_file
+                    raise RoleFailed(server_name(server), log, reason)
                 if pending:
                     time.sleep(POLL_S)
 
@@ -168,7 +179,7 @@ class Supervisor:
             raise Interrupted(self.signum)
         for child in self.children:
             code = child.exit_code()
-            if code is not None and (code != 0 or child.role.health_url):
+            if code is not None and (code != 0 or child.role.is_server):
                 raise RoleFailed(child.role.name, child.role.log_file, f"failed ({describe_exit(code)})")
         peer = peer_failure(self.plan)
         if peer:  # multi-node: another node failed and ended the run
@@ -178,8 +189,8 @@ class Supervisor:
         """Stop every started role: orchestrator and trainer first, so no server is stopped with requests
         in flight (vLLM can hang on SIGTERM then), then the servers. Idempotent."""
         self.stopping = True
-        workers = [c for c in reversed(self.children) if not c.role.health_url]
-        servers = [c for c in reversed(self.children) if c.role.health_url]
+        workers = [c for c in reversed(self.children) if not c.role.is_server]
+        servers = [c for c in reversed(self.children) if c.role.is_server]
         for group in (workers, servers):
             stop_children(group, self.launcher.stop_grace_s, hurry=lambda: self.hurry, say=self.say)
         if self.children:
@@ -210,11 +221,23 @@ class Supervisor:
             self.log.write(f"{datetime.now():%Y-%m-%d %H:%M:%S} {message}\n")
 
 
-def serves(http: httpx.Client, role: Role | RemoteServer) -> bool:
-    """/health answers once the engine is up; /v1/models (which needs the server key) once the model is served."""
-    models_url = role.health_url.removesuffix("/health") + "/v1/models"
+def server_name(server: Child | RemoteServer) -> str:
+    return server.role.name if isinstance(server, Child) else server.name
+
+
+def server_roots(server: Child | RemoteServer) -> list[str]:
+    """Where the server may be listening: its configured port, or the ports its process listens on."""
+    if isinstance(server, RemoteServer):
+        return [server.root]
+    ports = [server.role.port] if server.role.port else server.listening_ports()
+    return [f"http://127.0.0.1:{port}" for port in ports]
+
+
+def serves(http: httpx.Client, root: str) -> bool:
+    """/health answers once the engine is up; /v1/models (which needs the server key) once the model is served,
+    and only by a server of this run."""
     try:
-        return all(http.get(url).status_code == 200 for url in (role.health_url, models_url))
+        return all(http.get(root + path).status_code == 200 for path in ("/health", "/v1/models"))
     except httpx.HTTPError:
         return False
 

@@ -16,6 +16,7 @@ from prime_rl.models import student_dir, teacher_dir
 from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.orchestrator.advantages import grpo_advantages
 from prime_rl.orchestrator.policy import PolicySync
+from prime_rl.orchestrator.server_urls import locate_servers
 from prime_rl.orchestrator.students import StudentServers, student_client
 from prime_rl.orchestrator.teacher import (
     check_same_tokenization,
@@ -45,7 +46,7 @@ class Context:
 
 
 async def run(cfg: Config) -> None:
-    ctx = make_context(cfg)
+    ctx = make_context(await locate_servers(cfg))
     start = (ctx.run_dir.latest_checkpoint() or 0) if cfg.ckpt.resume else 0
     lora = cfg.trainer.lora
     policy = PolicySync(ctx.run_dir, ctx.student, lora.name if lora.enabled else None, cfg.step_timeout_s)

@@ -49,6 +49,11 @@ class RunDir:
         """Multi-node: the run's server key, shared by every node's launcher (mode 0600)."""
         return self.root / "server_key"
 
+    def server_url(self, role: str) -> Path:
+        """launcher -> orchestrator: the URL a server of this node listens on, written once it serves (the server
+        binds a port of the kernel's choosing, so only the launcher, reading it back, knows which)."""
+        return self.root / "servers" / f"{role}.url"
+
     def end_marker(self, attempt: str) -> Path:
         """Multi-node: written once when this attempt of the run is over, by the head or a failing node."""
         return self.root / "nodes" / f"end.{attempt}"
