@@ -332,6 +332,67 @@ def test_a_persistent_endpoint_fault_fails_clearly_within_its_budget(fault, says
     assert took < 3 * 0.5 + 0.05 * (1 + 2) + 2  # three timeouts at most, the backoffs, some slack
 
 
+class GroupEndpoint:
+    """A real HTTP completions endpoint that answers each prompt with n one-token completions (the prompt's first
+    token), records the prompts of every request, and answers the first request with `first_fault`."""
+
+    def __init__(self, first_fault: str):
+        self.requests, endpoint = [], self
+
+        class Handler(StubHandler):
+            def do_POST(self):
+                body = json.loads(self.body())
+                endpoint.requests.append(body["prompt"])
+                if len(endpoint.requests) == 1 and first_fault == "hang":
+                    time.sleep(5)
+                    return
+                if len(endpoint.requests) == 1 and first_fault == "500":
+                    self.reply(500, b'{"error": "overloaded"}')
+                    return
+                choices = [
+                    {
+                        "index": i * body["n"] + j,
+                        "text": "",
+                        "token_ids": [p[0]],
+                        "logprobs": {"token_logprobs": [-1.0]},
+                    }
+                    for i, p in enumerate(body["prompt"])
+                    for j in range(body["n"])
+                ]
+                self.reply(200, json.dumps({"choices": choices}).encode())
+
+        self.server = serve_stub(Handler)
+        self.url = stub_url(self.server) + "/v1"
+
+
+@pytest.mark.parametrize("fault", ["500", "hang"])
+def test_a_failing_rollout_request_resends_its_own_groups_only(fault):
+    """A step's 16 groups go out as 4 concurrent requests of 4 groups; the one that fails (or hangs past its
+    timeout) is retried alone, and the groups come back complete and in order."""
+    import asyncio
+
+    from prime_rl.orchestrator.students import sample_groups
+
+    endpoint = GroupEndpoint(fault)
+    prompts = [[100 + i, 7] for i in range(16)]
+
+    async def go():
+        client = InferenceClient(endpoint.url, timeout_s=1.0, max_retries=2, backoff_s=0.05)
+        try:
+            return await sample_groups(client, "m", prompts, 3, Sampling(1.0, 1.0, 1), requests=4)
+        finally:
+            await client.close()
+
+    try:
+        groups = asyncio.run(go())
+    finally:
+        endpoint.server.shutdown()
+    assert [[c.token_ids[0] for c in g] for g in groups] == [[p[0]] * 3 for p in prompts]
+    shares = [prompts[i : i + 4] for i in range(0, 16, 4)]
+    # the share that failed (the first to arrive), and nothing else, was sent again
+    assert sorted(map(str, endpoint.requests)) == sorted(map(str, [*shares, endpoint.requests[0]]))
+
+
 class FlakyProxy:
     """Forwards to a real server, answering the first `faults` chat requests with HTTP 500 instead."""
 

@@ -51,6 +51,9 @@ CASES = [
         "out of range", "empty group", ("orchestrator.rollouts_per_example=0",), "[orchestrator.rollouts_per_example]"
     ),
     Case(
+        "out of range", "no rollout requests", ("orchestrator.requests_per_step=0",), "[orchestrator.requests_per_step]"
+    ),
+    Case(
         "out of range",
         "negative temperature",
         ("orchestrator.sampling.temperature=-1",),

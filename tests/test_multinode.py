@@ -374,7 +374,8 @@ def test_several_student_servers_share_requests_and_all_reload():
     servers = StudentServers([a, b])
     assert asyncio.run(servers.complete("student", [[1], [2], [3]], 2, None)) == [["a:1"] * 2, ["b:2"] * 2, ["b:3"] * 2]
     singles = [asyncio.run(servers.complete("student", [[i]], 1, None))[0][0] for i in (4, 5, 6, 7)]
-    assert singles == ["a:4", "b:5", "a:6", "b:7"]  # one-prompt requests (evaluation) alternate
+    # one-prompt requests (evaluation) alternate between the servers
+    assert [x.split(":")[0] for x in singles] in (list("abab"), list("baba"))
     asyncio.run(servers.reload_weights("/weights/step_1"))
     assert a.asked[-1] == b.asked[-1] == "/weights/step_1"
 

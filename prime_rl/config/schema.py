@@ -94,8 +94,9 @@ class OrchestratorConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)  # rollout sampling
     verification: VerificationConfig = field(default_factory=VerificationConfig)  # reward computation
     eval: EvalConfig = field(default_factory=EvalConfig)  # periodic evaluation
+    requests_per_step: int = 8  # concurrent requests a step's rollouts (and opd's teacher scoring) are split into
     request_timeout_s: float = 120.0  # per HTTP request to an inference server
-    max_retries: int = 3  # retries (with backoff) of a failed request before the run fails
+    max_retries: int = 3  # retries (with backoff) of a failed request (each request alone) before the run fails
 
 
 @dataclass

@@ -47,6 +47,7 @@ def _ranges(cfg: Config, _: int) -> None:
         "make batch_size a multiple of rollouts_per_example",
     )
     check(o.max_async_level >= 0, ["orchestrator.max_async_level"], "must be >= 0", "use 0 (synchronous) or more")
+    check(o.requests_per_step >= 1, ["orchestrator.requests_per_step"], "must be >= 1", "use e.g. 8")
     check(o.sampling.temperature >= 0, ["orchestrator.sampling.temperature"], "must be >= 0", "use e.g. 1.0")
     check(0 < o.sampling.top_p <= 1, ["orchestrator.sampling.top_p"], "must be in (0, 1]", "use e.g. 1.0")
     check(

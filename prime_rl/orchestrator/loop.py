@@ -17,7 +17,7 @@ from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.orchestrator.advantages import grpo_advantages
 from prime_rl.orchestrator.policy import PolicySync
 from prime_rl.orchestrator.server_urls import locate_servers
-from prime_rl.orchestrator.students import StudentServers, student_client
+from prime_rl.orchestrator.students import StudentServers, even_shares, sample_groups, student_client
 from prime_rl.orchestrator.teacher import (
     check_same_tokenization,
     check_same_tokenizer,
@@ -122,12 +122,12 @@ async def make_batch(ctx: Context, step: int, version: int) -> Batch:
 
 
 async def student_rollouts(ctx: Context, examples: list[Example]) -> list[list[Sample]]:
-    """One group of rollouts_per_example samples per prompt, all in one request."""
-    cfg = ctx.cfg
+    """One group of rollouts_per_example samples per prompt, in orchestrator.requests_per_step requests."""
+    o = ctx.cfg.orchestrator
     prompts = [prompt_ids(ctx.tokenizer, ex.prompt) for ex in examples]
     # No per-request seed: vLLM would give every prompt of the request the same random stream.
-    groups = await ctx.student.complete(
-        ctx.student_model, prompts, cfg.orchestrator.rollouts_per_example, sampling(cfg)
+    groups = await sample_groups(
+        ctx.student, ctx.student_model, prompts, o.rollouts_per_example, sampling(ctx.cfg), o.requests_per_step
     )
     return [[Sample(p, c.token_ids, c.logprobs) for c in group] for p, group in zip(prompts, groups)]
 
@@ -174,7 +174,10 @@ def score(ctx: Context, examples: list[Example], groups: list[list[Sample]]) -> 
 
 
 async def attach_teacher_logprobs(ctx: Context, samples: list[Sample]) -> None:
-    scores = await teacher_logprobs(ctx.teacher, ctx.teacher_model, [(s.prompt_ids, s.completion_ids) for s in samples])
+    """The teacher scores the step's samples in orchestrator.requests_per_step requests, each retried alone."""
+    shares = even_shares([(s.prompt_ids, s.completion_ids) for s in samples], ctx.cfg.orchestrator.requests_per_step)
+    replies = await asyncio.gather(*(teacher_logprobs(ctx.teacher, ctx.teacher_model, share) for share in shares))
+    scores = [lp for reply in replies for lp in reply]
     for s, lp in zip(samples, scores):
         s.teacher_logprobs = lp
 

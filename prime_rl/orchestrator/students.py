@@ -20,6 +20,27 @@ def student_client(cfg: Config) -> Union[InferenceClient, "StudentServers"]:
     return clients[0] if len(clients) == 1 else StudentServers(clients)
 
 
+def even_shares(items: list, k: int) -> list[list]:
+    """`items` cut into at most k contiguous, non-empty shares whose sizes differ by at most one."""
+    k = min(k, len(items))
+    return [items[i * len(items) // k : (i + 1) * len(items) // k] for i in range(k)]
+
+
+async def sample_groups(
+    student: Union[InferenceClient, "StudentServers"],
+    model: str,
+    prompts: list[list[int]],
+    n: int,
+    sampling: Sampling,
+    requests: int,
+) -> list[list[Completion]]:
+    """n samples for each prompt, sent as `requests` concurrent requests of whole groups. Each request is retried
+    on its own, so a slow or failed one resends its share of the step, not the step."""
+    shares = even_shares(prompts, requests)
+    replies = await asyncio.gather(*(student.complete(model, share, n, sampling) for share in shares))
+    return [group for reply in replies for group in reply]
+
+
 class StudentServers:
     """The client calls the orchestrator makes, over several servers of the same policy: a request's prompts
     are split between the servers, and every server reloads the weights before sampling goes on."""
@@ -34,11 +55,9 @@ class StudentServers:
     ) -> list[list[Completion]]:
         k = len(self.clients)
         first, self.calls = self.calls % k, self.calls + 1
-        shares = [prompts[i * len(prompts) // k : (i + 1) * len(prompts) // k] for i in range(k)]
         jobs = [
             self.clients[(first + i) % k].complete(model, share, n, sampling, seed)
-            for i, share in enumerate(shares)
-            if share
+            for i, share in enumerate(even_shares(prompts, k))
         ]
         return [group for part in await asyncio.gather(*jobs) for group in part]
 
