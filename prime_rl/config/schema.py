@@ -50,7 +50,9 @@ class WarmStartConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = "tiny"  # "tiny" builds the built-in tiny Qwen2 model locally; otherwise a local Hugging Face model dir
+    name: str = "tiny"  # "tiny" (built-in, built locally), a local Hugging Face model dir, or a Hub id (org/name)
+    revision: str | None = None  # Hub ids: branch, tag or commit (None: main)
+    path: str | None = None  # set by the launcher: the local snapshot a Hub id resolved to, which every process loads
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)  # architecture of the built-in model
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)  # SFT that turns the tiny model into a student
     cache_dir: str | None = None  # cache of built models, keyed by recipe (None: $PRIME_RL_CACHE or ~/.cache/prime_rl)
@@ -162,7 +164,9 @@ class InferenceConfig:
 @dataclass
 class TeacherConfig:
     kind: TeacherKind = TeacherKind.none  # none | local_vllm | external: the teacher group (opd, sft: local_vllm)
-    model: str = ""  # local_vllm: "tiny" (built-in, trained longer) or a model dir; external: the endpoint's model name
+    model: str = ""  # local_vllm: "tiny" (built-in, trained longer), a model dir or a Hub id; external: the API's model
+    revision: str | None = None  # local_vllm with a Hub id: branch, tag or commit (None: main)
+    path: str | None = None  # set by the launcher: the local snapshot a Hub id resolved to
     warm_start: WarmStartConfig = field(
         default_factory=lambda: WarmStartConfig(steps=500, lr=3e-3, schedule="cosine")
     )  # recipe of the built-in tiny teacher

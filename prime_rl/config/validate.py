@@ -11,6 +11,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from prime_rl.config.schema import Config, TeacherKind, TrainingMode, node_gpus, num_nodes
+from prime_rl.models.hub import hub_model_problem, is_hub_id
 from prime_rl.protocol.servers import SERVER_KEY_ENV
 
 # Parts of header names that carry credentials (Authorization, X-Api-Key, X-Goog-Api-Key, Cookie, X-Auth-Token,
@@ -206,20 +207,9 @@ def _lora(cfg: Config, _: int) -> None:
 
 
 def _paths(cfg: Config, _: int) -> None:
-    if cfg.model.name != "tiny":
-        check(
-            (Path(cfg.model.name).expanduser() / "config.json").is_file(),
-            ["model.name"],
-            f"{cfg.model.name!r} is neither 'tiny' nor a local Hugging Face model dir (no config.json)",
-            "use model.name=tiny or a path to a saved model",
-        )
-    if cfg.teacher.kind == TeacherKind.local_vllm and cfg.teacher.model != "tiny":
-        check(
-            (Path(cfg.teacher.model).expanduser() / "config.json").is_file(),
-            ["teacher.model"],
-            f"{cfg.teacher.model!r} is neither 'tiny' nor a local model dir (no config.json)",
-            "use teacher.model=tiny or a path to a saved model",
-        )
+    _model(cfg.model.name, cfg.model.revision, "model.name", "model.revision")
+    if cfg.teacher.kind == TeacherKind.local_vllm:
+        _model(cfg.teacher.model, cfg.teacher.revision, "teacher.model", "teacher.revision")
     task = cfg.task
     if task.name == "jsonl":
         for key, path in (("task.path", task.path), ("task.eval_path", task.eval_path)):
@@ -240,6 +230,27 @@ def _paths(cfg: Config, _: int) -> None:
             f"unknown task {task.name!r}",
             f"use one of {', '.join(sorted(BUILTIN_TASKS))} or task=jsonl task.path=…",
         )
+
+
+def _model(name: str, revision: str | None, key: str, revision_key: str) -> None:
+    """'tiny', a local model dir, or a Hub id that is in the Hugging Face cache or on the Hub."""
+    if name == "tiny":
+        return
+    if not is_hub_id(name):
+        check(
+            (Path(name).expanduser() / "config.json").is_file(),
+            [key],
+            f"{name!r} is neither 'tiny', a local Hugging Face model dir (no config.json) nor a Hub id",
+            f"use {key}=tiny, a path to a saved model, or a Hub id like Qwen/Qwen3-0.6B",
+        )
+        return
+    problem = hub_model_problem(name, revision)
+    check(
+        problem is None,
+        [key, revision_key] if revision else [key],
+        f"{problem}",
+        "download it where the cache is shared (hf download <id>), unset HF_HUB_OFFLINE, or fix the id",
+    )
 
 
 def _gpus(cfg: Config, visible_gpus: int) -> None:

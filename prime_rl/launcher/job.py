@@ -17,6 +17,7 @@ from prime_rl.launcher.plan import Plan, build_plan, write_role_configs
 from prime_rl.launcher.resume import prepare_resume
 from prime_rl.launcher.run_lock import claim_run_dir
 from prime_rl.launcher.slurm import requeued
+from prime_rl.models.hub import HubModelError, resolve_hub_models
 from prime_rl.monitor.wandb_mode import WandbUnreachable, settle_wandb_mode
 from prime_rl.protocol.run_dir import RunDir
 
@@ -60,6 +61,10 @@ def run_job(cfg: DictConfig) -> None:
         typed = settle_wandb_mode(typed, run_dir.resolve(), warn)
     except WandbUnreachable as e:
         fail(str(e))
+    try:  # once, here: every process then loads the same snapshot and none downloads
+        typed = resolve_hub_models(typed, download=not typed.launcher.dry_run)
+    except HubModelError as e:
+        fail(f"model unavailable [model.name, teacher.model]: {e}; fix: download it where the cache is shared")
     plans = plans_of_job(typed, run_dir)
     for plan in plans:
         write_role_configs(plan)

@@ -1,4 +1,5 @@
-"""Where a model lives: a user's model dir as given, or the cache dir of a built-in tiny model's recipe.
+"""Where a model lives: a user's model dir as given, a Hub id's snapshot (hub.py), or the cache dir of a built-in
+tiny model's recipe.
 
 A tiny model is fully determined by its recipe (architecture, warm-start SFT, task), so the recipe's hash
 names its cache dir: a changed knob builds a new model, an unchanged one reuses the cached build.
@@ -11,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from prime_rl.config.schema import Config, TaskConfig, TinyModelConfig, WarmStartConfig
+from prime_rl.models.hub import is_hub_id
 
 RECIPE_VERSION = 1  # bump when the builder changes what a recipe produces
 
@@ -24,6 +26,9 @@ def recipe(tiny: TinyModelConfig, warm_start: WarmStartConfig, task: TaskConfig)
 
 
 def model_dir(name: str, tiny: TinyModelConfig, warm_start: WarmStartConfig, task: TaskConfig, cache_dir) -> Path:
+    """A tiny model's cache dir, a user's model dir; a Hub id as given (a dry run shows it before it is fetched)."""
+    if is_hub_id(name):
+        return Path(name)
     if name != "tiny":
         return Path(name).expanduser().resolve()
     key = hashlib.sha256(json.dumps(recipe(tiny, warm_start, task), sort_keys=True).encode()).hexdigest()[:16]
@@ -32,9 +37,10 @@ def model_dir(name: str, tiny: TinyModelConfig, warm_start: WarmStartConfig, tas
 
 def student_dir(cfg: Config) -> Path:
     m = cfg.model
-    return model_dir(m.name, m.tiny, m.warm_start, cfg.task, m.cache_dir)
+    return Path(m.path) if m.path else model_dir(m.name, m.tiny, m.warm_start, cfg.task, m.cache_dir)
 
 
 def teacher_dir(cfg: Config) -> Path:
     """The local teacher's dir; the tiny teacher is the student's architecture trained longer."""
-    return model_dir(cfg.teacher.model, cfg.model.tiny, cfg.teacher.warm_start, cfg.task, cfg.model.cache_dir)
+    t = cfg.teacher
+    return Path(t.path) if t.path else model_dir(t.model, cfg.model.tiny, t.warm_start, cfg.task, cfg.model.cache_dir)

@@ -1,7 +1,8 @@
 """The launcher's prepare stage: make every model the run loads exist on disk before any process starts.
 
-A user's model dir is used as it is; the built-in tiny models are built (tokenizer, init, warm-start SFT) once
-per recipe and cached. Processes never build: they load what `models.student_dir` / `teacher_dir` name.
+A user's model dir is used as it is; a Hub id was resolved to its snapshot by then (models/hub.py, downloaded
+once by the launcher); the built-in tiny models are built (tokenizer, init, warm-start SFT) once per recipe and
+cached. Processes never build or download: they load what `models.student_dir` / `teacher_dir` name.
 """
 
 from pathlib import Path
