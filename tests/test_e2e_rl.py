@@ -91,3 +91,17 @@ def test_resume_continues_from_the_latest_checkpoint(tmp_path):
     assert [r["step"] for r in rows] == list(range(8))
     # the lr schedule continues where it stopped (warmup step 5 of 10), as restored from the checkpoint
     assert rows[4]["lr"] == pytest.approx(3e-4 * 5 / 11)
+
+
+@pytest.mark.vllm
+def test_rl_on_the_tied_qwen3_family_keeps_the_server_on_the_trainers_weights(tmp_path):
+    """model=tiny_qwen3 (q/k norm, tied embeddings, BPE): at max_async_level=0 every batch is sampled by the
+    weights the trainer holds, so mismatch_kl stays at float noise (with vLLM's own reload it grew to 1e-2)."""
+    run_dir = tmp_path / "run"
+    overrides = ["model=tiny_qwen3", "max_steps=4", "orchestrator.max_async_level=0", "trainer.optim.lr=1e-3"]
+    proc = launch(run_dir, *overrides, "trainer.optim.warmup_steps=0", "orchestrator.eval.interval=0", "monitor=off")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    assert max(abs(r["mismatch_kl"]) for r in rows) < 1e-6, [r["mismatch_kl"] for r in rows]
+    assert max(r["grad_norm"] for r in rows) > 0  # the weights did change

@@ -6,6 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from prime_rl.config import compose_config
 from prime_rl.config.schema import Config
 from prime_rl.inference.client import InferenceClient, InferenceError, Sampling
 from prime_rl.models.chat import prompt_ids
@@ -103,3 +104,50 @@ def test_client_gives_up_after_bounded_retries_on_a_refused_connection():
 
     with pytest.raises(InferenceError, match="after 3 attempts"):
         asyncio.run(call())
+
+
+@pytest.mark.vllm
+def test_a_tied_model_serves_exactly_the_exported_weights_after_each_update(tmp_path):
+    """Qwen3 with tied embeddings and a BPE tokenizer: after each of two updates the server's greedy output and
+    its logprobs are transformers' on the new weights. (vLLM's own reload_weights keeps the output layer it
+    started with: the export has no lm_head tensor, so nothing rebuilds the head's CPU matmul.)"""
+    path = prepare_student(compose_config(["model=tiny_qwen3"]))
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    run_dir = RunDir(tmp_path / "run")
+    prompts = [prompt_ids(tok, p) for p in PROMPTS]
+
+    async def scenario(url):
+        client = InferenceClient(f"{url}/v1", max_retries=1)
+        served = []
+        for step in (1, 2):
+            torch.manual_seed(step)
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(torch.randn_like(p) * 0.05)
+            export_weights(model, tok, run_dir, step)
+            await client.reload_weights(str(run_dir.weights(step)))
+            greedy = [g[0].token_ids for g in await client.complete("student", prompts, 1, GREEDY)]
+            scores = await client.prompt_logprobs("student", [p + g for p, g in zip(prompts, greedy)])
+            served.append((greedy, scores, [hf_greedy(model, p) for p in prompts], hf_scores(model, prompts, greedy)))
+        await client.close()
+        return served
+
+    with serve(path, tmp_path) as url:
+        served = asyncio.run(scenario(url))
+    for greedy, scores, expected, expected_scores in served:
+        assert greedy == expected
+        for s, e in zip(scores, expected_scores):
+            assert s[1:] == pytest.approx(e, abs=1e-4)
+
+
+def hf_scores(model, prompts: list[list[int]], completions: list[list[int]]) -> list[list[float]]:
+    """transformers' logprob of every token after the first of prompt + completion."""
+    out = []
+    for p, c in zip(prompts, completions):
+        ids = p + c
+        with torch.no_grad():
+            logprobs = model(torch.tensor([ids])).logits[0].log_softmax(-1)
+        out.append([logprobs[i - 1, t].item() for i, t in enumerate(ids) if i > 0])
+    return out

@@ -29,12 +29,15 @@ class WandbMode(str, Enum):
 
 @dataclass
 class TinyModelConfig:
+    architecture: str = "qwen2"  # qwen2 | qwen3 (q/k norm, as Qwen3 models)
+    tokenizer: str = "char"  # char (one token per byte) | bpe (byte-level BPE trained on the task's chat text)
+    tie_embeddings: bool = False  # the output layer shares the input embedding (as small Qwen and Llama models)
     hidden_size: int = 128  # model width
     num_layers: int = 2  # transformer blocks
     num_heads: int = 4  # attention heads (head_dim = hidden/heads must be >= 32 for vLLM's CPU backend)
     num_kv_heads: int = 2  # grouped-query KV heads
     intermediate_size: int = 256  # MLP width
-    vocab_size: int = 320  # byte-level vocab padded to this size
+    vocab_size: int = 320  # char: the byte vocab padded to this size; bpe: the trained vocab's size
     init_seed: int = 0  # seed of the random init
 
 

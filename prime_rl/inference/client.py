@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import httpx
 
+from prime_rl.protocol.servers import RELOAD_METHOD
+
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
@@ -158,7 +160,7 @@ class InferenceClient:
         fixed 20 ms sleep plus a drain handshake, about half of each step's reload on 2 cores (BENCHMARKS.md §2).
         A request still running (one the client gave up on) is preempted by the cache reset and recomputed."""
         await self.post_root(
-            "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": weights_dir}}, json_reply=False
+            "/collective_rpc", {"method": RELOAD_METHOD, "kwargs": {"weights_path": weights_dir}}, json_reply=False
         )
         await self.reset_prefix_cache()
 

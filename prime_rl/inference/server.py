@@ -7,6 +7,9 @@ from prime_rl.config.schema import Config
 from prime_rl.inference.server_auth import MIDDLEWARE
 from prime_rl.protocol.servers import STUDENT_MODEL_NAME
 
+# vLLM's --worker-extension-cls: a path, so that the launcher does not import vLLM to name it
+WEIGHT_RELOAD = "prime_rl.inference.weight_reload.WeightReload"
+
 
 def vllm_command(
     cfg: Config, model: Path, served_name: str, port: int, gpus: list[str], lora_rank: int
@@ -38,6 +41,8 @@ def vllm_command(
     # Dev mode exposes collective_rpc(reload_weights) and reset_prefix_cache for in-place weight updates;
     # the middleware puts them, like every other route, behind the run's key.
     argv += ["--middleware", MIDDLEWARE]
+    # Weight updates go through our worker extension: exact for tied output layers too (weight_reload.py).
+    argv += ["--worker-extension-cls", WEIGHT_RELOAD]
     # Sampled tokens' logprobs as the sampler saw them (after temperature), the policy the trainer computes.
     argv += ["--logprobs-mode", "processed_logprobs"]
     env = {"VLLM_SERVER_DEV_MODE": "1"}

@@ -1,18 +1,32 @@
-"""The built-in tiny Qwen2 model (~378 k parameters), randomly initialised from a seed."""
+"""The built-in tiny models, randomly initialised from a seed: Qwen2 (the default, ~378 k parameters, untied) or
+Qwen3 (q/k norm), with or without tied embeddings."""
 
 from pathlib import Path
 
 import torch
-from transformers import GenerationConfig, PreTrainedTokenizerBase, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    GenerationConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 from prime_rl.config.schema import TinyModelConfig
 
+ARCHITECTURES = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}
 
-def build_tiny_model(tiny: TinyModelConfig, tokenizer: PreTrainedTokenizerBase) -> Qwen2ForCausalLM:
+
+def build_tiny_model(tiny: TinyModelConfig, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
     if len(tokenizer) > tiny.vocab_size:
         raise ValueError(f"tokenizer has {len(tokenizer)} tokens, more than tiny.vocab_size={tiny.vocab_size}")
     bos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    config = Qwen2Config(
+    # Generation stops at the end of a turn, and at the end of a document (as Qwen's generation configs say).
+    eos = list(dict.fromkeys([tokenizer.eos_token_id, bos]))
+    config_cls, model_cls = ARCHITECTURES[tiny.architecture]
+    config = config_cls(
         vocab_size=tiny.vocab_size,
         hidden_size=tiny.hidden_size,
         intermediate_size=tiny.intermediate_size,
@@ -21,16 +35,17 @@ def build_tiny_model(tiny: TinyModelConfig, tokenizer: PreTrainedTokenizerBase) 
         num_key_value_heads=tiny.num_kv_heads,
         max_position_embeddings=512,
         initializer_range=0.02,  # the standard init; a wide random init does not train
-        tie_word_embeddings=False,  # vLLM's weight reload leaves a tied output layer on the old weights
+        head_dim=tiny.hidden_size // tiny.num_heads,
+        tie_word_embeddings=tiny.tie_embeddings,
         bos_token_id=bos,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         dtype="float32",
     )
     torch.manual_seed(tiny.init_seed)
-    model = Qwen2ForCausalLM(config)
+    model = model_cls(config)
     model.generation_config = GenerationConfig(
-        bos_token_id=bos, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+        bos_token_id=bos, eos_token_id=eos if len(eos) > 1 else eos[0], pad_token_id=tokenizer.pad_token_id
     )
     return model
 

@@ -1,11 +1,17 @@
-"""The tiny model's tokenizer: one token per byte, ChatML special tokens and a few whole-word tokens.
+"""The built-in models' tokenizers, both byte-level BPE with ChatML special tokens, loadable as Qwen2Tokenizer.
 
-A byte-level BPE with no merges is a character-level tokenizer that round-trips any (NFC) text; on the
-built-in string tasks it learns faster per step than a subword vocab. The whole-word tokens keep the
-chat template short (`reverse: abcde` is 12 tokens as a ChatML prompt).
+- `char` (the default tiny model): no merges, one token per byte, plus a few whole-word tokens. It round-trips
+  any (NFC) text, learns the built-in string tasks faster per step than a subword vocab, and keeps the chat
+  template short (`reverse: abcde` is 12 tokens as a ChatML prompt).
+- `bpe` (the realistic family): a byte-level BPE trained here on the task's text with Qwen2's pre-tokenizer
+  (leading-space `Ġ` tokens, multi-character merges), and a Qwen-style chat template with a default system turn.
 """
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
+import re
+from collections.abc import Iterable
+
+import jinja2
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
@@ -15,6 +21,23 @@ CHAT_TEMPLATE = (
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+# Qwen2's pre-tokenization pattern (the one transformers' Qwen2Tokenizer applies when it loads a model dir).
+QWEN_PRETOKENIZE = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+DEFAULT_SYSTEM = "You are a helpful assistant."
+QWEN_CHAT_TEMPLATE = (
+    "{%- if messages[0]['role'] != 'system' %}"
+    "{{- '<|im_start|>system\\n" + DEFAULT_SYSTEM + "<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 
 
@@ -41,6 +64,40 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
         pad_token="<|pad|>",
         extra_special_tokens=["<|endoftext|>", "<|im_start|>"],
         chat_template=CHAT_TEMPLATE,
+        model_max_length=512,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+def build_bpe_tokenizer(conversations: Iterable[list[dict]], vocab_size: int) -> PreTrainedTokenizerFast:
+    """A byte-level BPE of `vocab_size` tokens (special tokens included) trained on `conversations` as the chat
+    template renders them, so the template's own words (roles, the system turn) become tokens too."""
+    template = jinja2.Environment().from_string(QWEN_CHAT_TEMPLATE)
+    specials = re.compile("|".join(map(re.escape, SPECIAL_TOKENS)))
+    # The special tokens are tokens already: merges are learnt on the text between them.
+    texts = [part for c in conversations for part in specials.split(template.render(messages=c)) if part]
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_PRETOKENIZE), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # every byte stays encodable
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        extra_special_tokens=["<|im_start|>", "<|pad|>"],
+        chat_template=QWEN_CHAT_TEMPLATE,
         model_max_length=512,
         clean_up_tokenization_spaces=False,
     )

@@ -37,7 +37,7 @@ def _build(out: Path, tiny: TinyModelConfig, warm_start: WarmStartConfig, task_c
     from transformers.utils.logging import disable_progress_bar
 
     from prime_rl.models.tiny import build_tiny_model, save_model
-    from prime_rl.models.tokenizer import build_tokenizer
+    from prime_rl.models.tokenizer import build_bpe_tokenizer, build_tokenizer
     from prime_rl.sft.train import eval_reward, sft_train
     from prime_rl.tasks.task import load_task
 
@@ -45,11 +45,18 @@ def _build(out: Path, tiny: TinyModelConfig, warm_start: WarmStartConfig, task_c
     torch.set_num_threads(1)  # fastest for a tiny model; more threads thrash on small shared CPUs
     start = time.time()
     log.info("building tiny model (%d warm-start steps) in %s", warm_start.steps, out)
-    tokenizer = build_tokenizer()
     task = load_task(task_cfg)
+    tokenizer = (
+        build_tokenizer() if tiny.tokenizer == "char" else build_bpe_tokenizer(conversations(task), tiny.vocab_size)
+    )
     model = sft_train(build_tiny_model(tiny, tokenizer), tokenizer, task.train, warm_start)
     save_model(model, tokenizer, out)
     info = {**recipe(tiny, warm_start, task_cfg), "build_s": round(time.time() - start, 1)}
     info["eval_greedy_reward"] = round(eval_reward(model, tokenizer, task), 4)
     (out / "recipe.json").write_text(json.dumps(info, indent=2) + "\n")
     log.info("built in %.1f s, greedy eval reward %.3f", info["build_s"], info["eval_greedy_reward"])
+
+
+def conversations(task) -> list[list[dict]]:
+    """The train split as chats: what the BPE tokenizer learns its merges from."""
+    return [[{"role": "user", "content": ex.prompt}, {"role": "assistant", "content": ex.answer}] for ex in task.train]

@@ -5,3 +5,6 @@ TEACHER_MODEL_NAME = "teacher"  # served name of the local teacher
 # The env var through which the launcher hands its children the run's server key: vLLM requires it on /v1/*,
 # the orchestrator sends it. Never a config value, so it cannot reach a config dump.
 SERVER_KEY_ENV = "VLLM_API_KEY"
+# The worker-extension method (inference/weight_reload.py) the orchestrator calls through /collective_rpc to load
+# a policy update in place; not vLLM's own `reload_weights`, which leaves a tied output layer on its old weights.
+RELOAD_METHOD = "reload_policy"

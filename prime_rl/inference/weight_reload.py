@@ -1,0 +1,36 @@
+"""A vLLM worker extension (`--worker-extension-cls`) for the in-place weight update of every step, exact for
+tied embeddings too.
+
+vLLM's layerwise reload re-runs a layer's post-load processing only when that layer's own checkpoint tensors
+arrive. A tied output layer (`lm_head` sharing `embed_tokens.weight`, as in small Qwen and Llama models) gets
+none: the trainer's export holds `model.embed_tokens.weight` only. On CPU that processing is what computes the
+logits (a oneDNN matmul handle holding its own copy of the weight), so without it the server would keep sampling
+from the output layer it started with. Called through `/collective_rpc` (inference/client.py).
+"""
+
+import torch
+from vllm.config import set_current_vllm_config
+from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+
+class WeightReload:
+    """Mixed into vLLM's worker: `self` is the worker, with its model runner and config."""
+
+    def reload_policy(self, weights_path: str) -> int:  # protocol.servers.RELOAD_METHOD names it
+        """vLLM's in-place reload from `weights_path`, then the post-load processing of each output layer whose
+        weight another module owns too; returns how many such layers were refreshed."""
+        self.reload_weights(weights_path=weights_path, is_checkpoint_format=True)
+        heads = shared_output_layers(self.model_runner.get_model())
+        with set_current_vllm_config(self.vllm_config):
+            for head in heads:
+                head.quant_method.process_weights_after_loading(head)
+        return len(heads)
+
+
+def shared_output_layers(model: torch.nn.Module) -> list[ParallelLMHead]:
+    """The output layers whose weight Parameter is also held by another module (tied embeddings)."""
+    holders: dict[int, int] = {}
+    for module in model.modules():
+        for p in module.parameters(recurse=False):
+            holders[id(p)] = holders.get(id(p), 0) + 1
+    return [m for m in model.modules() if isinstance(m, ParallelLMHead) and holders.get(id(m.weight), 0) > 1]
