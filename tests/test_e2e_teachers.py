@@ -71,6 +71,41 @@ def test_opd_with_both_the_reward_and_the_distillation_advantage(tmp_path, teach
 
 
 @pytest.mark.vllm
+def test_sft_does_not_teach_a_cut_off_answer_as_finished(tmp_path):
+    """Teacher answers cut off by max_tokens come back with finish_reason "length": counted, and trained without
+    the end-of-turn token (the realistic family, whose answers are several BPE tokens)."""
+    run = launch(
+        tmp_path / "run",
+        "experiment=sft",
+        "model=tiny_qwen3",
+        "max_steps=2",
+        "orchestrator.sampling.max_tokens=2",
+        "orchestrator.eval.interval=0",
+        "monitor=off",
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert [r["teacher/truncated"] > 0.5 for r in rows(tmp_path / "run")] == [True, True]
+
+
+def test_a_cut_off_teacher_answer_gets_no_end_of_turn_token(teacher_dir):
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from prime_rl.inference.client import ChatAnswer
+    from prime_rl.models.chat import end_of_turn_id
+    from prime_rl.orchestrator.loop import teacher_sample
+    from prime_rl.tasks import Example
+
+    ctx = SimpleNamespace(tokenizer=AutoTokenizer.from_pretrained(teacher_dir))
+    example = Example("reverse: abc", "cba")
+    finished = teacher_sample(ctx, example, ChatAnswer("cba", "stop")).completion_ids
+    cut = teacher_sample(ctx, example, ChatAnswer("cb", "length")).completion_ids
+    eot = end_of_turn_id(ctx.tokenizer)
+    assert finished[-1] == eot and eot not in cut and ctx.tokenizer.decode(cut) == "cb"
+
+
+@pytest.mark.vllm
 def test_sft_from_the_local_teacher_learns(tmp_path, teacher_dir):
     run = launch(tmp_path / "run", "experiment=sft", "max_steps=20", "orchestrator.eval.interval=20")
     assert run.returncode == 0, run.stderr[-3000:]
@@ -146,7 +181,21 @@ def test_opd_against_an_endpoint_without_prompt_logprobs_fails_before_training(t
 
 
 @pytest.mark.vllm
-@pytest.mark.parametrize("experiment", ["rl", "opd", "opd_lora", "sft", "sft_lora", "rl lora=on"])
+@pytest.mark.parametrize(
+    "experiment",
+    [
+        "rl",
+        "opd",
+        "opd_lora",
+        "sft",
+        "sft_lora",
+        "rl lora=on",
+        # the realistic family (Qwen3, tied embeddings, BPE, a system turn): every mode, LoRA too
+        "rl model=tiny_qwen3",
+        "opd_lora model=tiny_qwen3",
+        "sft_lora model=tiny_qwen3",
+    ],
+)
 def test_reference_experiment_runs_end_to_end(tmp_path, experiment, teacher_dir):
     name, *extra = experiment.split()
     run = launch(tmp_path / "run", f"experiment={name}", *extra, "max_steps=3", "orchestrator.eval.interval=3")

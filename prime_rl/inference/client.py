@@ -28,6 +28,12 @@ class Completion:
 
 
 @dataclass
+class ChatAnswer:
+    text: str
+    finish_reason: str | None  # "stop": the answer ended; "length": cut off by the token limit
+
+
+@dataclass
 class Sampling:
     temperature: float
     top_p: float
@@ -136,7 +142,7 @@ class InferenceClient:
         ordered = sorted(choices, key=lambda c: c.get("index", 0))
         return [parse_prompt_logprobs(c, seq) for c, seq in zip(ordered, sequences)]
 
-    async def chat(self, model: str, messages: list[dict], n: int, sampling: Sampling) -> list[str]:
+    async def chat(self, model: str, messages: list[dict], n: int, sampling: Sampling) -> list[ChatAnswer]:
         """n chat completions; only standard OpenAI fields, so any compatible endpoint accepts it."""
         payload = {
             "model": model,
@@ -148,8 +154,8 @@ class InferenceClient:
         }
         data = await self.post("/chat/completions", payload)
         try:
-            return [c["message"]["content"] or "" for c in data["choices"]]
-        except (KeyError, TypeError) as e:
+            return [ChatAnswer(c["message"]["content"] or "", c.get("finish_reason")) for c in data["choices"]]
+        except (KeyError, TypeError, AttributeError) as e:
             raise InferenceError(f"malformed chat response (missing {e}): {str(data)[:300]}") from e
 
     async def reload_weights(self, weights_dir: str) -> None:

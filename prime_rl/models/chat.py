@@ -1,4 +1,13 @@
-"""Token ids under the student's chat template: the one place prompts and answers become tokens."""
+"""Token ids under the student's chat template: the one place prompts and answers become tokens.
+
+rl and opd never come here for completions: they train on the token ids vLLM sampled. sft and the warm start
+tokenize an answer's text as the template places it after the generation prompt, and end it with the token the
+template closes an assistant turn with (which is also where sampling stops), unless the answer was cut off.
+"""
+
+import functools
+
+SENTINEL = "\x00answer\x00"  # stands in for an answer while the template is rendered around it
 
 
 def prompt_ids(tokenizer, prompt: str) -> list[int]:
@@ -7,6 +16,31 @@ def prompt_ids(tokenizer, prompt: str) -> list[int]:
     return list(tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_dict=False))
 
 
-def answer_ids(tokenizer, answer: str) -> list[int]:
-    """The assistant's answer and the end-of-turn token: what a sampled completion looks like."""
-    return tokenizer.encode(answer, add_special_tokens=False) + [tokenizer.eos_token_id]
+def answer_ids(tokenizer, prompt: str, answer: str, finished: bool = True) -> list[int]:
+    """The assistant's answer tokenized where the template puts it, after `prompt`'s generation prompt (so a
+    SentencePiece tokenizer does not add a word-start `▁` the conversation would not have), then the end-of-turn
+    token: what a sampled completion looks like. An answer cut off by a token limit (`finished=False`) gets no
+    end token, so it does not teach stopping mid-answer."""
+    head = prompt_ids(tokenizer, prompt)
+    chat = [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]
+    full = list(tokenizer.apply_chat_template(chat, return_dict=False))
+    if full[: len(head)] != head:
+        raise ValueError("the chat template renders the user turn differently once an answer follows it")
+    eot = end_of_turn_id(tokenizer)
+    ids = full[len(head) :]
+    ids = ids[: ids.index(eot)]
+    return ids + [eot] if finished else ids
+
+
+@functools.cache
+def end_of_turn_id(tokenizer) -> int:
+    """The first token the chat template puts after an assistant's answer (`<|im_end|>` for ChatML, `<|eot_id|>`
+    for Llama 3, `<end_of_turn>` for Gemma): not always the tokenizer's eos (a Qwen base model's is
+    `<|endoftext|>`)."""
+    chat = [{"role": "user", "content": "?"}, {"role": "assistant", "content": SENTINEL}]
+    text = tokenizer.apply_chat_template(chat, tokenize=False)
+    after = text[text.index(SENTINEL) + len(SENTINEL) :]
+    following = tokenizer.encode(after, add_special_tokens=False)
+    if not following or following[0] not in tokenizer.added_tokens_decoder:
+        raise ValueError(f"the chat template ends an assistant turn with {after[:20]!r}, not a special token")
+    return following[0]

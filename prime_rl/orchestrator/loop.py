@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from transformers import AutoTokenizer
 
 from prime_rl.config.schema import Config, TeacherKind, TrainingMode
-from prime_rl.inference.client import InferenceClient, Sampling
+from prime_rl.inference.client import ChatAnswer, InferenceClient, Sampling
 from prime_rl.models import student_dir, teacher_dir
 from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.orchestrator.advantages import grpo_advantages
@@ -102,13 +102,17 @@ async def make_batch(ctx: Context, step: int, version: int) -> Batch:
     cfg = ctx.cfg
     start = time.monotonic()
     examples = step_prompts(cfg, ctx.task, step)
+    metrics = {"policy/staleness": float(step - version)}
     if cfg.training_mode == TrainingMode.sft:
-        groups = await asyncio.gather(*(teacher_rollouts(ctx, ex) for ex in examples))
+        answers = await asyncio.gather(*(teacher_answers(ctx, ex) for ex in examples))
+        groups = [[teacher_sample(ctx, ex, a) for a in group] for ex, group in zip(examples, answers)]
+        cut = [a.finish_reason == "length" for group in answers for a in group]
+        metrics["teacher/truncated"] = sum(cut) / len(cut)
     else:
         groups = await student_rollouts(ctx, examples)
     generate_s = time.monotonic() - start
     samples = [s for group in groups for s in group]
-    metrics = {"time/generate": generate_s, "policy/staleness": float(step - version)}
+    metrics["time/generate"] = generate_s
     if cfg.orchestrator.verification.enabled:
         metrics.update(score(ctx, examples, groups))
     if cfg.training_mode == TrainingMode.opd:
@@ -132,16 +136,17 @@ async def student_rollouts(ctx: Context, examples: list[Example]) -> list[list[S
     return [[Sample(p, c.token_ids, c.logprobs) for c in group] for p, group in zip(prompts, groups)]
 
 
-async def teacher_rollouts(ctx: Context, ex: Example) -> list[Sample]:
-    cfg = ctx.cfg
-    texts = await ctx.teacher.chat(
-        ctx.teacher_model,
-        [{"role": "user", "content": ex.prompt}],
-        cfg.orchestrator.rollouts_per_example,
-        sampling(cfg),
+async def teacher_answers(ctx: Context, ex: Example) -> list[ChatAnswer]:
+    messages = [{"role": "user", "content": ex.prompt}]
+    return await ctx.teacher.chat(
+        ctx.teacher_model, messages, ctx.cfg.orchestrator.rollouts_per_example, sampling(ctx.cfg)
     )
-    prompt = prompt_ids(ctx.tokenizer, ex.prompt)
-    return [Sample(prompt, answer_ids(ctx.tokenizer, text), inference_logprobs=[]) for text in texts]
+
+
+def teacher_sample(ctx: Context, ex: Example, answer: ChatAnswer) -> Sample:
+    """The teacher's answer in the student's tokens; one cut off by max_tokens is not taught as finished."""
+    completion = answer_ids(ctx.tokenizer, ex.prompt, answer.text, finished=answer.finish_reason != "length")
+    return Sample(prompt_ids(ctx.tokenizer, ex.prompt), completion, inference_logprobs=[])
 
 
 def sampling(cfg: Config, temperature: float | None = None) -> Sampling:
@@ -210,7 +215,7 @@ async def evaluate_teacher(ctx: Context) -> dict:
             for ex in examples
         )
     )
-    rewards = [ctx.task.reward(t[0], ex) for t, ex in zip(texts, examples)]
+    rewards = [ctx.task.reward(t[0].text, ex) for t, ex in zip(texts, examples)]
     return {"eval/teacher_reward": sum(rewards) / len(rewards)}
 
 
@@ -225,7 +230,7 @@ async def wait_for_servers(ctx: Context) -> None:
 async def preflight_opd(ctx: Context) -> None:
     """Before the first step: same tokenizer as the student, and an endpoint that returns prompt logprobs."""
     example = ctx.task.train[0]
-    probe = prompt_ids(ctx.tokenizer, example.prompt) + answer_ids(ctx.tokenizer, example.answer)
+    probe = prompt_ids(ctx.tokenizer, example.prompt) + answer_ids(ctx.tokenizer, example.prompt, example.answer)
     if ctx.cfg.teacher.kind == TeacherKind.local_vllm:
         check_same_tokenizer(ctx.tokenizer, teacher_dir(ctx.cfg))
     else:

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 def sft_batch(tokenizer, examples: list[Example]) -> dict[str, torch.Tensor]:
     """Right-padded input ids, attention mask and labels (-100 on prompt and padding)."""
     prompts = [prompt_ids(tokenizer, e.prompt) for e in examples]
-    answers = [answer_ids(tokenizer, e.answer) for e in examples]
+    answers = [answer_ids(tokenizer, e.prompt, e.answer) for e in examples]
     width = max(len(p) + len(a) for p, a in zip(prompts, answers))
     ids = torch.full((len(examples), width), tokenizer.pad_token_id)
     labels = torch.full((len(examples), width), -100)
