@@ -10,7 +10,8 @@ from prime_rl.inference.client import InferenceError, parse_completions, parse_p
 from prime_rl.orchestrator.advantages import grpo_advantages
 from prime_rl.protocol.batch import Batch, Sample, read_batch, write_batch
 from prime_rl.trainer.data import collate
-from prime_rl.trainer.loss import TokenBatch, distill_center, rl_loss, sft_loss, token_logprobs
+from prime_rl.trainer.logprobs import token_logprobs
+from prime_rl.trainer.loss import TokenBatch, distill_center, rl_loss, sft_loss
 
 
 def one_sequence_batch(mu, advantage=1.0, teacher=None):
@@ -103,8 +104,10 @@ def test_sft_loss_is_token_normalised_nll():
 def test_token_logprobs_picks_the_next_token():
     logits = torch.log(torch.tensor([[[0.1, 0.9], [0.7, 0.3], [0.5, 0.5]]]))
     ids = torch.tensor([[0, 1, 0]])
-    out = token_logprobs(logits, ids)
+    out, entropy = token_logprobs(logits, ids)
     assert out[0].tolist() == pytest.approx([0.0, math.log(0.9), math.log(0.7)])
+    h = lambda *p: -sum(x * math.log(x) for x in p)  # noqa: E731
+    assert entropy[0].tolist() == pytest.approx([0.0, h(0.1, 0.9), h(0.7, 0.3)])
 
 
 def test_grpo_advantages_subtract_the_group_mean():

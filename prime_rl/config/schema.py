@@ -144,6 +144,8 @@ class TrainerConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)  # optimizer
     lora: LoraConfig = field(default_factory=LoraConfig)  # set by the lora group
     micro_batch_size: int = 64  # samples per forward/backward; gradients accumulate over the step
+    dtype: str = "auto"  # compute dtype: auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16; weights, AdamW stay fp32
+    activation_checkpointing: bool = False  # recompute layer activations in the backward pass: less memory, more time
     device: str = "auto"  # auto (cuda when visible) | cpu | cuda
     num_threads: int = 1  # torch CPU threads (1 is fastest on shared small CPUs)
     num_procs: int = 1  # trainer processes on CPU (gloo); on GPUs one per deployment.num_train_gpus

@@ -62,6 +62,12 @@ def _ranges(cfg: Config, _: int) -> None:
     check(t.optim.lr >= 0, ["trainer.optim.lr"], f"must be >= 0, got {t.optim.lr}", "use e.g. 3e-4")
     check(t.optim.max_grad_norm > 0, ["trainer.optim.max_grad_norm"], "must be > 0", "use e.g. 1.0")
     check(t.micro_batch_size >= 1, ["trainer.micro_batch_size"], "must be >= 1", "use e.g. 64")
+    check(
+        t.dtype in ("auto", "float32", "bfloat16"),
+        ["trainer.dtype"],
+        f"unknown compute dtype {t.dtype!r}",
+        "use auto, float32 or bfloat16",
+    )
     check(t.loss.adv_tau >= 0, ["trainer.loss.adv_tau"], "must be >= 0", "use 1.0, or 0 for pure distillation")
     check(t.loss.teacher_tau >= 0, ["trainer.loss.teacher_tau"], "must be >= 0", "use a value > 0 in opd, 0 else")
     check(t.loss.kl_tau >= 0, ["trainer.loss.kl_tau"], "must be >= 0", "use 0 to disable")

@@ -18,7 +18,7 @@ from torch.distributed.checkpoint.state_dict import (
     get_state_dict,
     set_state_dict,
 )
-from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from prime_rl.protocol.batch import Sample
@@ -63,15 +63,18 @@ def close_world(world: World) -> None:
         dist.destroy_process_group()
 
 
-def shard_model(model: torch.nn.Module) -> None:
-    """FSDP2: each decoder layer is one all-gather unit, the root holds the rest (embeddings, head, norm).
-    Every rank has loaded the whole model first: fine while it fits one device (meta-device init would lift that)."""
+def shard_model(model: torch.nn.Module, compute: torch.dtype) -> None:
+    """FSDP2: each decoder layer is one all-gather unit, the root holds the rest (embeddings, head, norm). The
+    sharded float32 parameters are the master weights; each forward gathers them in `compute` (trainer.dtype)
+    and gradients are reduced in float32. Every rank has loaded the whole model first: fine while it fits one
+    device (meta-device init would lift that)."""
+    policy = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
     # transformers names its repeated blocks in _no_split_modules: exactly the units worth gathering one by one.
     block_names = set(getattr(model, "_no_split_modules", None) or [])
     for module in model.modules():
         if type(module).__name__ in block_names:
-            fully_shard(module)
-    fully_shard(model)
+            fully_shard(module, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             # Sum, not average, the ranks' gradients: the loss is already divided by the global token count.

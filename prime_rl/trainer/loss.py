@@ -21,19 +21,6 @@ class TokenBatch:
     teacher_logprobs: torch.Tensor | None = None  # [B, T] log p_T at completion positions (opd)
 
 
-def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    """[B, T] logprob of each token given the ones before it (position 0, which has no context, gets 0)."""
-    logprobs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    picked = logprobs.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
-    return torch.nn.functional.pad(picked, (1, 0))
-
-
-def token_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """[B, T] entropy of the next-token distribution predicting each position (aligned like token_logprobs)."""
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    return torch.nn.functional.pad(-(logp.exp() * logp).sum(-1), (1, 0))
-
-
 def distill_advantage(logprobs: torch.Tensor, batch: TokenBatch, cfg: LossConfig, center: float) -> torch.Tensor:
     """Per-token log p_T - log pi (no gradient), clamped to +-teacher_adv_clip, minus the step's mean `center`."""
     adv = (batch.teacher_logprobs - logprobs).detach()

@@ -13,10 +13,20 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def compute_dtype(cfg: Config, device: torch.device) -> torch.dtype:
+    """What the forward and backward passes compute in (trainer.dtype); the weights stay float32 (master weights)."""
+    name = cfg.trainer.dtype
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, name)
+
+
 def load_model(cfg: Config, device: torch.device):
+    """The model in float32: the master weights the optimizer updates, whatever the compute dtype."""
     path = student_dir(cfg)
-    dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
+    if cfg.trainer.activation_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.trainer.lora.enabled:
         from peft import LoraConfig, get_peft_model
 

@@ -25,8 +25,9 @@ from prime_rl.trainer.distributed import (
     rank_micro_batches,
     shard_model,
 )
-from prime_rl.trainer.loss import distill_center, metric_means, rl_loss, sft_loss, token_entropy, token_logprobs
-from prime_rl.trainer.model import load_model
+from prime_rl.trainer.logprobs import token_logprobs
+from prime_rl.trainer.loss import distill_center, metric_means, rl_loss, sft_loss
+from prime_rl.trainer.model import compute_dtype, load_model
 from prime_rl.trainer.weights import export_merged, export_weights, prune_weights
 
 
@@ -38,7 +39,7 @@ def train(cfg: Config) -> None:
     world, device = init_world(cfg.trainer.device)  # a process group only under torchrun
     model, tokenizer = load_model(cfg, device)
     if world.size > 1:
-        shard_model(model)  # before the optimizer: it must hold the sharded parameters
+        shard_model(model, compute_dtype(cfg, device))  # before the optimizer: it must hold the sharded parameters
     optimizer, scheduler = make_optimizer(cfg, model)
     start = (run_dir.latest_checkpoint() or 0) if cfg.ckpt.resume else 0
     if start:
@@ -109,29 +110,38 @@ def train_step(
     # Divide by the step's tokens on all ranks: the summed gradients then equal one process's gradient.
     total_tokens = int(all_sum({"tokens": sum(mb.loss_mask.sum() for mb in mbs)}, world)["tokens"])
     sums = {"loss": 0.0, "entropy": 0.0}
+    # One process: autocast computes in trainer.dtype from the float32 weights; FSDP casts them itself (its policy).
+    compute = compute_dtype(cfg, device)
+    autocast = torch.autocast(device.type, dtype=compute, enabled=compute != torch.float32 and world.size == 1)
     for mb in mbs:
         mb = to_device(mb, device)
-        logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits / temperature
-        logprobs = token_logprobs(logits, mb.input_ids)
+        with autocast:
+            logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
+        logprobs, entropy = token_logprobs(logits, mb.input_ids, temperature)
         if mode == TrainingMode.sft:
             loss, extra = sft_loss(logprobs, mb, total_tokens)
         else:
             loss, extra = rl_loss(logprobs, mb, loss_cfg, total_tokens, teacher_center)
         loss.backward()
         sums["loss"] += loss.item() * total_tokens
-        sums["entropy"] += (token_entropy(logits.detach()) * mb.loss_mask).sum().item()
+        sums["entropy"] += (entropy * mb.loss_mask).sum().item()
         for k, v in extra.items():
             sums[k] = sums.get(k, 0.0) + v
-    grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.optim.max_grad_norm))
+    grad_norm = float(full_tensor(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.optim.max_grad_norm)))
     sums = all_sum(sums, world)
     lr = scheduler.get_last_lr()[0]
-    optimizer.step()
-    scheduler.step()
+    # A non-finite gradient (an overflow, a bad sample) would turn every weight it touches into NaN: skip the
+    # update and its schedule step instead, and say so. The norm is the global one: every rank decides alike.
+    finite = math.isfinite(grad_norm)
+    if finite:
+        optimizer.step()
+        scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     train_s = time.monotonic() - start
     return {
         **metric_means(sums, total_tokens),
-        "grad_norm": float(grad_norm) if math.isfinite(float(grad_norm)) else float("nan"),
+        "grad_norm": grad_norm if finite else float("nan"),
+        "optim/skipped": 0.0 if finite else 1.0,
         "lr": lr,
         "time/train": train_s,
         "throughput/train_tokens_per_s": total_tokens / max(train_s, 1e-9),
