@@ -6,9 +6,11 @@ Each point runs in a fresh process: the model and optimizer state are built and 
 peak-RSS counter is reset (/proc/self/clear_refs), one micro-batch runs, and VmHWM minus the RSS before it is
 the micro-batch's own peak. Variants:
 - before: the trainer as it was, fp32 compute and a full fp32 log_softmax for logprobs and another for entropy;
-- chunked fp32: token_logprobs (prime_rl/trainer/logprobs.py), fp32 compute;
-- chunked bf16: the same under trainer.dtype=bfloat16 (bf16 autocast, fp32 master weights);
-- + checkpointing: chunked bf16 with trainer.activation_checkpointing=true.
+- logits bf16: token_logprobs (prime_rl/trainer/logprobs.py) on the model's logits, trainer.dtype=bfloat16
+  (bf16 autocast over fp32 master weights): chunked, but the logits and their gradient exist whole;
+- head bf16: head_logprobs from the final hidden states and the output weight (what the trainer does in one
+  process with a plain output layer): the logits never exist whole;
+- + checkpointing: head bf16 with trainer.activation_checkpointing=true.
 The target: peak ≤ 1.5 × one bf16 logits tensor (batch × seq × vocab × 2 bytes).
 
     .venv/bin/python bench/trainer_memory.py
@@ -25,18 +27,18 @@ from common import finish, print_table
 
 NAME = "trainer_memory"
 VARIANTS = {
-    "before": {"dtype": "float32", "chunked": False, "checkpointing": False},
-    "chunked fp32": {"dtype": "float32", "chunked": True, "checkpointing": False},
-    "chunked bf16": {"dtype": "bfloat16", "chunked": True, "checkpointing": False},
-    "+ checkpointing": {"dtype": "bfloat16", "chunked": True, "checkpointing": True},
+    "before": {"dtype": "float32", "path": "before", "checkpointing": False},
+    "logits bf16": {"dtype": "bfloat16", "path": "logits", "checkpointing": False},
+    "head bf16": {"dtype": "bfloat16", "path": "head", "checkpointing": False},
+    "+ checkpointing": {"dtype": "bfloat16", "path": "head", "checkpointing": True},
 }
 
 POINT = r"""
 import json, sys, torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
-from prime_rl.trainer.logprobs import token_logprobs
+from prime_rl.trainer.logprobs import head_logprobs, token_logprobs
 
-vocab, seq, batch, hidden, layers, dtype, chunked, checkpointing = json.loads(sys.argv[1])
+vocab, seq, batch, hidden, layers, dtype, path, checkpointing = json.loads(sys.argv[1])
 torch.set_num_threads(2)
 torch.manual_seed(0)
 config = Qwen3Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
@@ -57,8 +59,14 @@ def before(logits, ids):  # the trainer's functions before: a full fp32 log_soft
 def micro_batch(n):
     ids = torch.randint(0, vocab, (batch, n))
     with torch.autocast("cpu", dtype=compute, enabled=compute != torch.float32):
-        logits = model(input_ids=ids).logits
-    logprobs, entropy = token_logprobs(logits, ids) if chunked else before(logits, ids)
+        if path == "head":
+            states = model.model(input_ids=ids).last_hidden_state
+        else:
+            logits = model(input_ids=ids).logits
+    if path == "head":
+        logprobs, entropy = head_logprobs(states.to(compute), model.lm_head.weight, ids)
+    else:
+        logprobs, entropy = token_logprobs(logits, ids) if path == "logits" else before(logits, ids)
     loss = -(logprobs * torch.randn(batch, 1)).mean()
     loss.backward()
     return float(entropy.mean())
@@ -78,7 +86,7 @@ print(json.dumps({"base": base, "peak": status("VmHWM") - base}))
 
 
 def run_point(vocab: int, seq: int, batch: int, hidden: int, layers: int, variant: dict) -> dict:
-    args = [vocab, seq, batch, hidden, layers, variant["dtype"], variant["chunked"], variant["checkpointing"]]
+    args = [vocab, seq, batch, hidden, layers, variant["dtype"], variant["path"], variant["checkpointing"]]
     repo = Path(__file__).resolve().parents[1]
     out = subprocess.run(
         [sys.executable, "-c", POINT, json.dumps(args)], capture_output=True, text=True, cwd=repo, timeout=1800

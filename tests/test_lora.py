@@ -33,7 +33,7 @@ def trained(tmp_path_factory):
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     optimizer, scheduler = make_optimizer(cfg, model)
     examples = load_task(replace(cfg.task, name="sort")).train[:32]
-    samples = [Sample(prompt_ids(tok, e.prompt), answer_ids(tok, e.answer), []) for e in examples]
+    samples = [Sample(prompt_ids(tok, e.prompt), answer_ids(tok, e.prompt, e.answer), []) for e in examples]
     for step in range(5):
         train_step(cfg, model, optimizer, scheduler, Batch(step, step, samples), tok.pad_token_id, torch.device("cpu"))
     run_dir = RunDir(tmp_path_factory.mktemp("lora-run"))

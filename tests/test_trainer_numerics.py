@@ -10,8 +10,8 @@ import prime_rl.trainer.logprobs as logprobs_module
 from prime_rl.config import compose_config
 from prime_rl.prepare import prepare_student
 from prime_rl.protocol.batch import Batch, Sample
-from prime_rl.trainer.logprobs import token_logprobs
-from prime_rl.trainer.model import load_model
+from prime_rl.trainer.logprobs import head_logprobs, token_logprobs
+from prime_rl.trainer.model import head_is_plain, load_model
 from prime_rl.trainer.train import make_optimizer, train_step
 
 
@@ -36,7 +36,7 @@ def test_chunked_logprobs_entropy_and_gradient_match_the_direct_computation(monk
     got_grad, logits.grad = logits.grad, None
     want, want_entropy = reference(logits, ids, 0.7)
     (want * weights).sum().backward()
-    assert len(logprobs_module.chunks(logits[:, :-1])) == -(-(length - 1) // chunk_positions)
+    assert len(logprobs_module.chunks(batch, length - 1, vocab)) == -(-(length - 1) // chunk_positions)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
     torch.testing.assert_close(got_entropy, want_entropy, rtol=0, atol=1e-5)
     torch.testing.assert_close(
@@ -45,9 +45,33 @@ def test_chunked_logprobs_entropy_and_gradient_match_the_direct_computation(monk
     assert got_grad.dtype == dtype and not got_entropy.requires_grad
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_logprobs_from_the_hidden_states_match_the_direct_computation(monkeypatch, dtype):
+    """head_logprobs never builds the [B, T, V] logits; values, entropy and both gradients are the direct ones."""
+    batch, length, width, vocab = 2, 9, 16, 40
+    monkeypatch.setattr(logprobs_module, "CHUNK_BYTES", 4 * batch * vocab * 3)  # chunks of 3 positions
+    torch.manual_seed(0)
+    hidden = torch.randn(batch, length, width).to(dtype).requires_grad_()
+    weight = torch.nn.Parameter(torch.randn(vocab, width))
+    ids, weights = torch.randint(0, vocab, (batch, length)), torch.randn(batch, length)
+    got, got_entropy = head_logprobs(hidden, weight, ids, temperature=0.7)
+    (got * weights).sum().backward()
+    got_grads = hidden.grad, weight.grad
+    hidden.grad = weight.grad = None
+    want, want_entropy = reference(hidden @ weight.to(dtype).T, ids, 0.7)
+    (want * weights).sum().backward()
+    tol = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {"rtol": 1e-4, "atol": 1e-4}
+    torch.testing.assert_close(got, want, **tol)
+    torch.testing.assert_close(got_entropy, want_entropy, **tol)
+    torch.testing.assert_close(got_grads[0].float(), hidden.grad.float(), **tol)
+    torch.testing.assert_close(got_grads[1], weight.grad, **tol)
+    assert got_grads[0].dtype == dtype and got_grads[1].dtype == torch.float32
+
+
 def step_setup(*overrides: str):
     cfg = compose_config(["trainer.device=cpu", "trainer.optim.warmup_steps=0", *overrides])
     prepare_student(cfg)
+    torch.manual_seed(0)  # the same LoRA init in every setup
     model, tokenizer = load_model(cfg, torch.device("cpu"))
     optimizer, scheduler = make_optimizer(cfg, model)
     return cfg, model, optimizer, scheduler, tokenizer.pad_token_id
@@ -63,9 +87,40 @@ def samples(seed: int, advantage: float | None = None) -> Batch:
     return Batch(0, 0, rows, {})
 
 
-def run_step(setup, batch: Batch) -> dict:
+def run_step(setup, batch: Batch, fused_head: bool = False) -> dict:
     cfg, model, optimizer, scheduler, pad = setup
-    return train_step(cfg, model, optimizer, scheduler, batch, pad, torch.device("cpu"))
+    return train_step(cfg, model, optimizer, scheduler, batch, pad, torch.device("cpu"), fused_head=fused_head)
+
+
+@pytest.mark.parametrize("overrides", [[], ["model=tiny_qwen3"], ["lora=on"]], ids=["qwen2", "qwen3 tied", "lora"])
+def test_a_step_from_the_hidden_states_equals_a_step_from_the_logits(overrides):
+    logits, hidden = step_setup(*overrides), step_setup(*overrides)
+    assert head_is_plain(hidden[1])
+    a, b = run_step(logits, samples(4)), run_step(hidden, samples(4), fused_head=True)
+    for key in ("loss", "entropy", "grad_norm", "mismatch_kl"):
+        assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+    for p1, p2 in zip(logits[1].parameters(), hidden[1].parameters()):
+        torch.testing.assert_close(p1, p2, rtol=0, atol=1e-6)
+
+
+def test_an_output_layer_with_extras_is_not_taken_as_plain():
+    """A soft cap on the logits (Gemma 2) or a bias: the logits must then come from the model itself."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    config = Gemma2Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        final_logit_softcapping=5.0,
+    )
+    assert not head_is_plain(Gemma2ForCausalLM(config))
+    model = step_setup()[1]
+    model.lm_head.bias = torch.nn.Parameter(torch.zeros(model.lm_head.out_features))
+    assert not head_is_plain(model)
 
 
 def test_bf16_compute_keeps_fp32_master_weights_and_optimizer_state():

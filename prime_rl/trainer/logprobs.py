@@ -1,10 +1,13 @@
-"""Each token's logprob under the trained policy, and the entropy of each next-token distribution, from the
-model's logits without an fp32 [batch, seq, vocab] tensor.
+"""Each token's logprob under the trained policy, and the entropy of each next-token distribution, without an
+fp32 [batch, seq, vocab] tensor.
 
 log_softmax over a 150 k vocabulary in fp32 is the largest tensor of a step: 2.4 GB for 8 x 512 positions, and
-autograd would keep it for the backward pass (twice, with the entropy's). Here the forward pass works through the
-sequence a chunk at a time, keeping only the log-normaliser per position, and the backward pass recomputes each
-chunk's softmax from the logits the model returned anyway. Peak memory above the logits: one fp32 chunk.
+autograd would keep it for the backward pass (twice, with the entropy's). Both functions here work through the
+sequence a chunk of positions at a time, keep only the log-normaliser per position, and recompute each chunk in
+the backward pass:
+- `head_logprobs` starts from the final hidden states and the output layer's weight, so not even the logits exist
+  whole (their gradient neither): peak memory above the activations is one chunk;
+- `token_logprobs` starts from logits a model returned (any model, any output layer).
 """
 
 import torch
@@ -22,11 +25,65 @@ def token_logprobs(
     return pad(picked, (1, 0)), pad(entropy, (1, 0))
 
 
-def chunks(logits: torch.Tensor):
-    """Position slices of [B, T, V] whose fp32 copy stays within CHUNK_BYTES."""
-    batch, length, vocab = logits.shape
+def head_logprobs(
+    hidden: torch.Tensor, weight: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """token_logprobs of the logits `hidden @ weight.T` ([B, T, H] final hidden states, [V, H] output layer),
+    computed in `hidden`'s dtype a chunk at a time: the [B, T, V] logits are never built."""
+    picked, entropy = HeadLogprobs.apply(hidden[:, :-1], weight, input_ids[:, 1:], temperature)
+    pad = torch.nn.functional.pad
+    return pad(picked, (1, 0)), pad(entropy, (1, 0))
+
+
+def chunks(batch: int, length: int, vocab: int) -> list[slice]:
+    """Position slices whose fp32 [batch, positions, vocab] stays within CHUNK_BYTES."""
     size = max(1, CHUNK_BYTES // (4 * batch * vocab))
     return [slice(s, min(s + size, length)) for s in range(0, length, size)]
+
+
+def chunk_stats(x: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(log-normaliser, logprob of the target, entropy) per position of fp32 logits x [B, c, V]."""
+    lse = torch.logsumexp(x, dim=-1)
+    picked = x.gather(-1, targets[..., None]).squeeze(-1) - lse
+    # H = -sum p log p = lse - sum p x, with p = exp(x - lse)
+    return lse, picked, lse - (torch.exp(x - lse[..., None]) * x).sum(-1)
+
+
+def picked_grad(x: torch.Tensor, lse: torch.Tensor, targets: torch.Tensor, grad_picked: torch.Tensor) -> torch.Tensor:
+    """d loss / d x for fp32 logits x [B, c, V]: (onehot(target) - softmax(x)) * d loss / d picked."""
+    g = torch.exp(x - lse[..., None]) * -grad_picked[..., None]
+    return g.scatter_add_(-1, targets[..., None], grad_picked[..., None])
+
+
+class HeadLogprobs(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, temperature):
+        w = weight.to(hidden.dtype)  # the compute dtype (autocast would cast the same way)
+        picked = torch.empty(targets.shape, dtype=torch.float32, device=hidden.device)
+        entropy, lse = torch.empty_like(picked), torch.empty_like(picked)
+        for s in chunks(*targets.shape, weight.shape[0]):
+            x = (hidden[:, s] @ w.T).float() / temperature
+            lse[:, s], picked[:, s], entropy[:, s] = chunk_stats(x, targets[:, s])
+        ctx.save_for_backward(hidden, weight, targets, lse)
+        ctx.temperature = temperature
+        ctx.mark_non_differentiable(entropy)
+        return picked, entropy
+
+    @staticmethod
+    def backward(ctx, grad_picked, _):
+        hidden, weight, targets, lse = ctx.saved_tensors
+        w = weight.to(hidden.dtype)
+        grad_hidden = torch.empty_like(hidden)
+        train_head = ctx.needs_input_grad[1]  # a frozen output layer (LoRA) needs no weight gradient
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if train_head else None
+        for s in chunks(*targets.shape, weight.shape[0]):
+            h = hidden[:, s]
+            x = (h @ w.T).float() / ctx.temperature
+            g = picked_grad(x, lse[:, s], targets[:, s], grad_picked[:, s]) / ctx.temperature
+            grad_hidden[:, s] = g.to(hidden.dtype) @ w
+            if train_head:
+                grad_weight += g.flatten(0, 1).T @ h.flatten(0, 1).float()
+        return grad_hidden, grad_weight.to(weight.dtype) if train_head else None, None, None
 
 
 class SelectedLogprobs(torch.autograd.Function):
@@ -34,12 +91,8 @@ class SelectedLogprobs(torch.autograd.Function):
     def forward(ctx, logits, targets, temperature):
         picked = torch.empty(targets.shape, dtype=torch.float32, device=logits.device)
         entropy, lse = torch.empty_like(picked), torch.empty_like(picked)
-        for s in chunks(logits):
-            x = logits[:, s].float() / temperature
-            lse[:, s] = torch.logsumexp(x, dim=-1)
-            picked[:, s] = x.gather(-1, targets[:, s, None]).squeeze(-1) - lse[:, s]
-            # H = -sum p log p = lse - sum p x, with p = exp(x - lse)
-            entropy[:, s] = lse[:, s] - (torch.exp(x - lse[:, s, None]) * x).sum(-1)
+        for s in chunks(*logits.shape):
+            lse[:, s], picked[:, s], entropy[:, s] = chunk_stats(logits[:, s].float() / temperature, targets[:, s])
         ctx.save_for_backward(logits, targets, lse)
         ctx.temperature = temperature
         ctx.mark_non_differentiable(entropy)
@@ -49,9 +102,7 @@ class SelectedLogprobs(torch.autograd.Function):
     def backward(ctx, grad_picked, _):
         logits, targets, lse = ctx.saved_tensors
         grad = torch.empty_like(logits)
-        for s in chunks(logits):
-            # d picked / d x = onehot(target) - softmax(x), and x = logits / temperature
-            g = torch.exp(logits[:, s].float() / ctx.temperature - lse[:, s, None]) * -grad_picked[:, s, None]
-            g.scatter_add_(-1, targets[:, s, None], grad_picked[:, s, None])
-            grad[:, s] = g / ctx.temperature
+        for s in chunks(*logits.shape):
+            x = logits[:, s].float() / ctx.temperature
+            grad[:, s] = picked_grad(x, lse[:, s], targets[:, s], grad_picked[:, s]) / ctx.temperature
         return grad, None, None

@@ -42,3 +42,25 @@ def load_model(cfg: Config, device: torch.device):
             ),
         )
     return model, AutoTokenizer.from_pretrained(path)
+
+
+def decoder_and_head(model) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """(the model body returning the final hidden states, the output layer), through a peft wrapper too."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.get_decoder(), base.get_output_embeddings()
+
+
+@torch.no_grad()
+def head_is_plain(model) -> bool:
+    """Whether the logits are exactly `final hidden states @ output weight.T` (no bias, scale or soft cap, which
+    some architectures add), checked on a short input: then the trainer never needs the logits whole."""
+    decoder, head = decoder_and_head(model)
+    if not isinstance(head, torch.nn.Linear) or head.bias is not None:
+        return False
+    training = model.training
+    model.eval()  # no dropout: both sides must see the same activations
+    ids = torch.arange(8, device=head.weight.device)[None] % head.weight.shape[0]
+    logits = model(input_ids=ids).logits
+    plain = torch.allclose(decoder(input_ids=ids).last_hidden_state @ head.weight.T, logits, rtol=1e-4, atol=1e-5)
+    model.train(training)
+    return plain

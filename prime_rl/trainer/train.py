@@ -25,9 +25,9 @@ from prime_rl.trainer.distributed import (
     rank_micro_batches,
     shard_model,
 )
-from prime_rl.trainer.logprobs import token_logprobs
+from prime_rl.trainer.logprobs import head_logprobs, token_logprobs
 from prime_rl.trainer.loss import distill_center, metric_means, rl_loss, sft_loss
-from prime_rl.trainer.model import compute_dtype, load_model
+from prime_rl.trainer.model import compute_dtype, decoder_and_head, head_is_plain, load_model
 from prime_rl.trainer.weights import export_merged, export_weights, prune_weights
 
 
@@ -41,6 +41,8 @@ def train(cfg: Config) -> None:
     if world.size > 1:
         shard_model(model, compute_dtype(cfg, device))  # before the optimizer: it must hold the sharded parameters
     optimizer, scheduler = make_optimizer(cfg, model)
+    # FSDP gathers the output layer only inside the model's forward: sharded, the logits come from the model
+    fused = world.size == 1 and head_is_plain(model)
     start = (run_dir.latest_checkpoint() or 0) if cfg.ckpt.resume else 0
     if start:
         load_checkpoint(run_dir, start, model, optimizer, scheduler, world)
@@ -50,7 +52,7 @@ def train(cfg: Config) -> None:
     last = time.monotonic()
     for step in range(start, cfg.max_steps):
         batch = wait_for_batch(run_dir, step, timeout_s=cfg.step_timeout_s)
-        metrics = train_step(cfg, model, optimizer, scheduler, batch, tokenizer.pad_token_id, device, world)
+        metrics = train_step(cfg, model, optimizer, scheduler, batch, tokenizer.pad_token_id, device, world, fused)
         export_weights(model, tokenizer, run_dir, step + 1, world)
         if world.main:  # every rank has read the batch: the step's all-reduces waited for all of them
             # the orchestrator is past step `step` now; one step of margin for a reload still in flight
@@ -93,8 +95,18 @@ def wait_for_batch(run_dir: RunDir, step: int, timeout_s: float) -> Batch:
 
 
 def train_step(
-    cfg: Config, model, optimizer, scheduler, batch: Batch, pad_id: int, device, world: World = SINGLE
+    cfg: Config,
+    model,
+    optimizer,
+    scheduler,
+    batch: Batch,
+    pad_id: int,
+    device,
+    world: World = SINGLE,
+    fused_head: bool = False,
 ) -> dict:
+    """One optimizer step on the batch. `fused_head`: the logprobs come straight from the final hidden states and
+    the output layer (one process, a plain output layer: see policy_logprobs)."""
     start = time.monotonic()
     model.train()
     loss_cfg = cfg.trainer.loss
@@ -110,14 +122,10 @@ def train_step(
     # Divide by the step's tokens on all ranks: the summed gradients then equal one process's gradient.
     total_tokens = int(all_sum({"tokens": sum(mb.loss_mask.sum() for mb in mbs)}, world)["tokens"])
     sums = {"loss": 0.0, "entropy": 0.0}
-    # One process: autocast computes in trainer.dtype from the float32 weights; FSDP casts them itself (its policy).
     compute = compute_dtype(cfg, device)
-    autocast = torch.autocast(device.type, dtype=compute, enabled=compute != torch.float32 and world.size == 1)
     for mb in mbs:
         mb = to_device(mb, device)
-        with autocast:
-            logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
-        logprobs, entropy = token_logprobs(logits, mb.input_ids, temperature)
+        logprobs, entropy = policy_logprobs(model, mb, temperature, compute, fused_head)
         if mode == TrainingMode.sft:
             loss, extra = sft_loss(logprobs, mb, total_tokens)
         else:
@@ -147,6 +155,21 @@ def train_step(
         "throughput/train_tokens_per_s": total_tokens / max(train_s, 1e-9),
         "tokens": total_tokens,
     }
+
+
+def policy_logprobs(model, mb, temperature: float, compute: torch.dtype, fused_head: bool):
+    """(token logprobs, entropy) of the micro-batch under the model at `temperature`, computed in `compute`. One
+    process autocasts from the float32 weights (FSDP casts them itself, by its policy). With a plain output layer
+    the logits are never built whole (head_logprobs); otherwise they come from the model (token_logprobs)."""
+    autocast = torch.autocast(mb.input_ids.device.type, dtype=compute, enabled=compute != torch.float32)
+    if fused_head:
+        decoder, head = decoder_and_head(model)
+        with autocast:
+            hidden = decoder(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
+        return head_logprobs(hidden.to(compute), head.weight, mb.input_ids, temperature)
+    with autocast:
+        logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
+    return token_logprobs(logits, mb.input_ids, temperature)
 
 
 def batch_distill_center(mbs, loss_cfg) -> float:
