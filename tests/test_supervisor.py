@@ -143,7 +143,7 @@ def test_success_returns_0_and_leaves_no_process(run_dir, capsys):
     assert json.loads((run_dir / "summary.json").read_text())["reward/mean/final"] == 0.5
     launcher_log = (run_dir / "logs" / "launcher.log").read_text()
     # the server bound a port of the kernel's choosing; the launcher read it back and published it
-    root = re.search(r"inference ready at (http://127\.0\.0\.1:\d+) after", launcher_log).group(1)
+    root = re.search(r"inference ready after [\d.]+ s at (http://127\.0\.0\.1:\d+)", launcher_log).group(1)
     assert (run_dir / "servers" / "inference.url").read_text() == root + "/v1" and not root.endswith(":0")
     assert "run finished" in launcher_log
     assert "trainer log line 29" in (run_dir / "logs" / "trainer.log").read_text()

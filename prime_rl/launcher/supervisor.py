@@ -152,7 +152,7 @@ class Supervisor:
                     pending.remove(server)
                     if isinstance(server, Child) and server.role.port == 0:
                         write_text(RunDir(self.plan.run_dir).server_url(server.role.name), root + "/v1")
-                    self.say(f"{server_name(server)} ready at {root} after {time.monotonic() - started:.1f} s")
+                    self.say(f"{server_name(server)} ready after {time.monotonic() - started:.1f} s at {root}")
                 if pending and time.monotonic() - started > timeout:
                     server = pending[0]
                     at = ", ".join(server_roots(server)) or "no port bound yet"
