@@ -69,9 +69,19 @@ def test_a_revision_picks_its_snapshot(hub, tmp_path):
 @pytest.mark.parametrize(
     "overrides, says",
     [
-        (["model.name=testorg/nope"], "[model.name]: testorg/nope is not in the Hugging Face cache"),
-        (["model.name=testorg/student", "model.revision=v9"], "[model.name, model.revision]: testorg/student@v9"),
-        (["training_mode=opd", "teacher.model=testorg/nope"], "[teacher.model]: testorg/nope is not in the"),
+        (
+            ["model.name=testorg/nope"],
+            "[model.name]: 'testorg/nope' is no local model dir, and as a Hub id: testorg/nope is not in the",
+        ),
+        (
+            ["model.name=testorg/student", "model.revision=v9"],
+            "[model.name, model.revision]: 'testorg/student' is no local model dir, and as a Hub id: testorg/student@",
+        ),
+        (["training_mode=opd", "teacher.model=testorg/nope"], "[teacher.model]: 'testorg/nope' is no local model dir"),
+        (
+            ["model.name=./models/nope"],
+            "[model.name]: './models/nope' is neither 'tiny', a local Hugging Face model dir",
+        ),
     ],
 )
 def test_a_missing_hub_model_is_one_line_before_anything_starts(hub, tmp_path, overrides, says):
@@ -79,7 +89,8 @@ def test_a_missing_hub_model_is_one_line_before_anything_starts(hub, tmp_path, o
     proc = launch(offline_env(hub), *overrides, f"hydra.run.dir={run_dir}")
     assert proc.returncode == 2
     [line] = proc.stderr.strip().splitlines()
-    assert line.startswith("error: invalid config ") and says in line and "HF_HUB_OFFLINE is set" in line, line
+    assert line.startswith("error: invalid config ") and says in line, line
+    assert ("HF_HUB_OFFLINE is set" in line) == ("as a Hub id" in line)
     assert not run_dir.exists()
 
 

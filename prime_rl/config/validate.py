@@ -254,7 +254,7 @@ def _model(name: str, revision: str | None, key: str, revision_key: str) -> None
     check(
         problem is None,
         [key, revision_key] if revision else [key],
-        f"{problem}",
+        f"{name!r} is no local model dir, and as a Hub id: {problem}",
         "download it where the cache is shared (hf download <id>), unset HF_HUB_OFFLINE, or fix the id",
     )
 

@@ -35,7 +35,7 @@ def is_hub_id(name: str) -> bool:
     return (
         name != "tiny"
         and not Path(name).expanduser().exists()
-        and re.fullmatch(r"[\w.-]+(/[\w.-]+)?", name) is not None
+        and re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?", name) is not None  # ./x, ~/x, /x are paths
     )
 
 
