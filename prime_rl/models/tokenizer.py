@@ -58,15 +58,7 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     # Added (not merged) so they match greedily on raw text before the byte split.
     tok.add_tokens([AddedToken(t, normalized=False) for t in WORD_TOKENS])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|pad|>",
-        extra_special_tokens=["<|endoftext|>", "<|im_start|>"],
-        chat_template=CHAT_TEMPLATE,
-        model_max_length=512,
-        clean_up_tokenization_spaces=False,
-    )
+    return as_transformers(tok, pad="<|pad|>", chat_template=CHAT_TEMPLATE)
 
 
 def build_bpe_tokenizer(conversations: Iterable[list[dict]], vocab_size: int) -> PreTrainedTokenizerFast:
@@ -92,12 +84,18 @@ def build_bpe_tokenizer(conversations: Iterable[list[dict]], vocab_size: int) ->
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer)
+    # Qwen pads with <|endoftext|>
+    return as_transformers(tok, pad="<|endoftext|>", chat_template=QWEN_CHAT_TEMPLATE)
+
+
+def as_transformers(tok: Tokenizer, pad: str, chat_template: str) -> PreTrainedTokenizerFast:
+    """The tokenizer as transformers and vLLM load it: ChatML's end of turn as eos, the other specials extra."""
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        extra_special_tokens=["<|im_start|>", "<|pad|>"],
-        chat_template=QWEN_CHAT_TEMPLATE,
+        pad_token=pad,
+        extra_special_tokens=[t for t in SPECIAL_TOKENS if t not in ("<|im_end|>", pad)],
+        chat_template=chat_template,
         model_max_length=512,
         clean_up_tokenization_spaces=False,
     )
