@@ -38,7 +38,7 @@ def vllm_command(
     ]
     if inf.enforce_eager:
         argv.append("--enforce-eager")
-    # Dev mode exposes collective_rpc(reload_weights) and reset_prefix_cache for in-place weight updates;
+    # Dev mode exposes collective_rpc (our reload_policy) and reset_prefix_cache for in-place weight updates;
     # the middleware puts them, like every other route, behind the run's key.
     argv += ["--middleware", MIDDLEWARE]
     # Weight updates go through our worker extension: exact for tied output layers too (weight_reload.py).
