@@ -21,8 +21,7 @@ def token_logprobs(
     """([B, T] logprob of each token given the ones before it, [B, T] entropy of the distribution that predicted it)
     under softmax(logits / temperature); position 0, which has no context, gets 0 in both. Entropy has no gradient."""
     picked, entropy = SelectedLogprobs.apply(logits[:, :-1], input_ids[:, 1:], temperature)
-    pad = torch.nn.functional.pad
-    return pad(picked, (1, 0)), pad(entropy, (1, 0))
+    return at_positions(picked), at_positions(entropy)
 
 
 def head_logprobs(
@@ -31,8 +30,12 @@ def head_logprobs(
     """token_logprobs of the logits `hidden @ weight.T` ([B, T, H] final hidden states, [V, H] output layer),
     computed in `hidden`'s dtype a chunk at a time: the [B, T, V] logits are never built."""
     picked, entropy = HeadLogprobs.apply(hidden[:, :-1], weight, input_ids[:, 1:], temperature)
-    pad = torch.nn.functional.pad
-    return pad(picked, (1, 0)), pad(entropy, (1, 0))
+    return at_positions(picked), at_positions(entropy)
+
+
+def at_positions(per_prediction: torch.Tensor) -> torch.Tensor:
+    """[B, T-1] values of the predictions of tokens 1.. as [B, T] by token position (position 0 has none: 0)."""
+    return torch.nn.functional.pad(per_prediction, (1, 0))
 
 
 def chunks(batch: int, length: int, vocab: int) -> list[slice]:
