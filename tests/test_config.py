@@ -141,6 +141,31 @@ RULES = {
         ["training_mode=sft", "teacher=external", "+teacher.headers.Authorization=Bearer x"],
         "teacher.headers.Authorization",
     ),
+    "provider fields leave ours alone": (
+        ["training_mode=sft", "teacher=external", "+teacher.extra_body.reasoning_effort=low"],
+        ["training_mode=sft", "teacher=external", "+teacher.extra_body.max_tokens=5"],
+        "teacher.extra_body.max_tokens",
+    ),
+    "an endpoint without sampling settings samples at 1": (
+        ["training_mode=sft", "teacher=external", "teacher.api.sampling_params=false"],
+        [
+            "training_mode=sft",
+            "teacher=external",
+            "teacher.api.sampling_params=false",
+            "orchestrator.sampling.temperature=0.7",
+        ],
+        "teacher.api.sampling_params",
+    ),
+    "no password in the teacher url": (
+        ["training_mode=sft", "teacher=external", "teacher.base_url=https://api.example.com/v1"],
+        ["training_mode=sft", "teacher=external", "teacher.base_url=https://user:sk-1@api.example.com/v1"],
+        "teacher.base_url",
+    ),
+    "teacher concurrency >= 1": (
+        ["training_mode=sft", "teacher.max_concurrency=1"],
+        ["training_mode=sft", "teacher.max_concurrency=0"],
+        "teacher.max_concurrency",
+    ),
     "teacher model must be named": (["training_mode=opd"], ["training_mode=opd", "teacher.model=''"], "teacher.model"),
     "batch is whole groups": (
         ["orchestrator.batch_size=64"],

@@ -97,7 +97,7 @@ def test_a_cut_off_teacher_answer_gets_no_end_of_turn_token(teacher_dir):
     from prime_rl.orchestrator.loop import teacher_sample
     from prime_rl.tasks import Example
 
-    ctx = SimpleNamespace(tokenizer=AutoTokenizer.from_pretrained(teacher_dir))
+    ctx = SimpleNamespace(tokenizer=AutoTokenizer.from_pretrained(teacher_dir), cfg=Config())
     example = Example("reverse: abc", "cba")
     finished = teacher_sample(ctx, example, ChatAnswer("cba", "stop")).completion_ids
     cut = teacher_sample(ctx, example, ChatAnswer("cb", "length")).completion_ids
@@ -146,6 +146,9 @@ class NoPromptLogprobsTeacher:
                 body = json.loads(self.body())
                 if self.path == "/tokenize":
                     answer = {"tokens": tokenizer.encode(body["prompt"], add_special_tokens=False)}
+                elif self.path.endswith("/chat/completions"):  # the launcher's probe of the chat endpoint
+                    message = {"role": "assistant", "content": "x"}
+                    answer = {"choices": [{"index": 0, "message": message, "finish_reason": "length"}]}
                 else:
                     answer = {"choices": [{"index": 0, "text": "x", "finish_reason": "length"}]}
                 self.reply(200, json.dumps(answer).encode())

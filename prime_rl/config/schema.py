@@ -6,6 +6,7 @@ unknown key (`trainer.loss.teacher_ta=1`) or a wrong type is an error, never a s
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 
 class TrainingMode(str, Enum):
@@ -18,6 +19,17 @@ class TeacherKind(str, Enum):
     none = "none"  # no teacher (rl)
     local_vllm = "local_vllm"  # the launcher starts a vLLM server for teacher.model
     external = "external"  # any OpenAI-compatible endpoint at teacher.base_url
+
+
+class TokenLimitField(str, Enum):
+    auto = "auto"  # learned by the probe before the first step
+    max_tokens = "max_tokens"  # vLLM, most compatible servers, Anthropic
+    max_completion_tokens = "max_completion_tokens"  # OpenAI (its reasoning models accept only this one)
+
+
+class ReasoningMode(str, Enum):
+    drop = "drop"  # train on the final answer only
+    keep = "keep"  # train on the reasoning too, as <think>\n…\n</think>\n\n before the answer
 
 
 class WandbMode(str, Enum):
@@ -167,6 +179,13 @@ class InferenceConfig:
 
 
 @dataclass
+class TeacherApiConfig:
+    token_limit_field: TokenLimitField = TokenLimitField.auto  # auto | max_tokens | max_completion_tokens
+    multiple_choices: bool | None = None  # n > 1 in one request; false: one request per sample (None: probe)
+    sampling_params: bool | None = None  # temperature/top_p are sent; false: endpoint defaults, 1 (None: probe)
+
+
+@dataclass
 class TeacherConfig:
     kind: TeacherKind = TeacherKind.none  # none | local_vllm | external: the teacher group (opd, sft: local_vllm)
     model: str = ""  # local_vllm: "tiny" (built-in, trained longer), a model dir or a Hub id; external: the API's model
@@ -180,8 +199,16 @@ class TeacherConfig:
     headers: dict[str, str] = field(default_factory=dict)  # extra HTTP headers (no secrets: use header_envs)
     header_envs: dict[str, str] = field(default_factory=dict)  # header name -> env var holding its (secret) value
     port: int = 0  # local_vllm: teacher server port; 0 = one the kernel picks when the server binds
-    max_retries: int = 5  # retries (with backoff) of a failed teacher request
+    max_retries: int = 5  # retries (with backoff and jitter) of a failed teacher request
     request_timeout_s: float = 120.0  # per teacher request
+    max_concurrency: int = 32  # teacher requests in flight at once
+    rate_limit_wait_s: float = 600.0  # longest a request waits out 429/Retry-After answers in all, then fails
+    api: TeacherApiConfig = field(default_factory=TeacherApiConfig)  # what the chat endpoint accepts
+    extra_body: dict[str, Any] = field(default_factory=dict)  # provider fields added to each chat request (no secrets)
+    reasoning: ReasoningMode = ReasoningMode.drop  # sft: drop | keep the teacher's reasoning in what the student learns
+    price_per_mtok_in: float = 0.0  # USD per million prompt tokens (with _out: logs teacher/cost_usd)
+    price_per_mtok_out: float = 0.0  # USD per million completion tokens, reasoning tokens included
+    cache_dir: str | None = None  # store teacher answers here and reuse them across runs (None: no cache)
 
 
 @dataclass

@@ -17,6 +17,8 @@ from prime_rl.protocol.servers import SERVER_KEY_ENV
 # Parts of header names that carry credentials (Authorization, X-Api-Key, X-Goog-Api-Key, Cookie, X-Auth-Token,
 # …): their values belong in env vars (teacher.api_key_env, teacher.header_envs), never in a config file.
 SECRET_HEADER_WORDS = ("auth", "key", "token", "secret", "cookie", "session", "password", "credential")
+# Chat request fields the orchestrator sets itself (teacher/chat_api.py): teacher.extra_body may not override them.
+CHAT_FIELDS = ("model", "messages", "n", "max_tokens", "max_completion_tokens", "temperature", "top_p", "stream")
 
 
 class ConfigError(ValueError):
@@ -194,12 +196,47 @@ def _teacher(cfg: Config, _: int) -> None:
                 else f"{SERVER_KEY_ENV} holds the run's own server key",
                 f"export {env}=<value> before launching, or name another variable",
             )
+    _teacher_requests(cfg)
     leaked = sorted(h for h in t.headers if any(word in h.lower() for word in SECRET_HEADER_WORDS))
     check(
         not leaked,
         [f"teacher.headers.{h}" for h in leaked],
         "a credential in teacher.headers would be written to config dumps",
         f"put its value in an env var and set teacher.header_envs.{leaked[0] if leaked else '<name>'}=<VAR>",
+    )
+
+
+def _teacher_requests(cfg: Config) -> None:
+    """How the teacher is asked: limits, prices, and provider fields that leave our own alone."""
+    t, s = cfg.teacher, cfg.orchestrator.sampling
+    check(t.max_concurrency >= 1, ["teacher.max_concurrency"], "must be >= 1", "use e.g. 32")
+    check(t.rate_limit_wait_s >= 0, ["teacher.rate_limit_wait_s"], "must be >= 0", "use e.g. 600")
+    check(
+        t.price_per_mtok_in >= 0 and t.price_per_mtok_out >= 0,
+        ["teacher.price_per_mtok_in", "teacher.price_per_mtok_out"],
+        "prices must be >= 0",
+        "give the provider's USD price per million tokens",
+    )
+    ours = sorted(set(t.extra_body) & set(CHAT_FIELDS))
+    check(
+        not ours,
+        [f"teacher.extra_body.{k}" for k in ours],
+        "the orchestrator sets this request field itself",
+        "set it through orchestrator.sampling, rollouts_per_example or teacher.api instead",
+    )
+    evaluation = cfg.orchestrator.eval.temperature if cfg.orchestrator.eval.interval else 1.0
+    check(
+        t.api.sampling_params is not False or (s.temperature, s.top_p, evaluation) == (1.0, 1.0, 1.0),
+        ["teacher.api.sampling_params", "orchestrator.sampling.temperature", "orchestrator.eval.temperature"],
+        f"an endpoint that takes no sampling settings samples at temperature 1 and top_p 1, not "
+        f"{s.temperature:g} (eval {evaluation:g}) and {s.top_p:g}",
+        "set orchestrator.sampling.temperature=1 orchestrator.eval.temperature=1 orchestrator.sampling.top_p=1",
+    )
+    check(
+        not urlparse(t.base_url or "").password,
+        ["teacher.base_url"],
+        "a password in the URL would be written to config dumps",
+        "drop it from the URL and put the key in the env var named by teacher.api_key_env",
     )
 
 

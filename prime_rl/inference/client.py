@@ -6,17 +6,59 @@ the sampler saw; teacher scoring reads vLLM's prompt logprobs; chat is for exter
 
 import asyncio
 import os
-from dataclasses import dataclass
+import random
+import time
+from dataclasses import dataclass, field, replace
+from email.utils import parsedate_to_datetime
 
 import httpx
 
 from prime_rl.protocol.servers import RELOAD_METHOD
 
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+MAX_BACKOFF_S = 60.0
 
 
 class InferenceError(RuntimeError):
     """A request that failed for good (after retries, or with a non-retryable answer)."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status  # the HTTP status of a refused request (None: no answer, or a malformed one)
+
+
+@dataclass
+class RequestStats:
+    """What the client's requests met since the last `take`: what the orchestrator logs per step."""
+
+    requests: int = 0  # HTTP requests sent, retries included
+    rate_limited: int = 0  # answers that asked us to wait (429, or any retryable status with Retry-After)
+    rate_limit_wait_s: float = 0.0  # seconds spent waiting those out, summed over requests
+
+    def take(self) -> "RequestStats":
+        taken = replace(self)
+        self.requests, self.rate_limited, self.rate_limit_wait_s = 0, 0, 0.0
+        return taken
+
+
+def retry_after_s(resp: httpx.Response) -> float | None:
+    """The wait a server asks for in `Retry-After` (seconds, or an HTTP date), None when it names none."""
+    value = resp.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def backoff_s(base_s: float, attempt: int) -> float:
+    """Exponential backoff with jitter: concurrent requests that failed together do not retry together."""
+    return min(MAX_BACKOFF_S, base_s * 2**attempt) * random.uniform(0.5, 1.0)
 
 
 @dataclass
@@ -29,8 +71,15 @@ class Completion:
 
 @dataclass
 class ChatAnswer:
-    text: str
+    text: str  # the answer (message.content)
     finish_reason: str | None  # "stop": the answer ended; "length": cut off by the token limit
+    reasoning: str | None = None  # thinking a reasoning model returned apart from the answer
+
+
+@dataclass
+class ChatReply:
+    answers: list[ChatAnswer]
+    usage: dict = field(default_factory=dict)  # the endpoint's `usage` (prompt_tokens, completion_tokens, …)
 
 
 @dataclass
@@ -49,6 +98,8 @@ class InferenceClient:
         timeout_s: float = 120.0,
         max_retries: int = 3,
         backoff_s: float = 0.5,
+        max_concurrency: int | None = None,
+        rate_limit_wait_s: float = 600.0,
     ):
         hdrs = dict(headers or {})
         key = os.environ.get(api_key_env) if api_key_env else None
@@ -58,6 +109,9 @@ class InferenceClient:
         self.root = self.base_url.removesuffix("/v1")  # vLLM's server endpoints (pause, reload, tokenize) live here
         self.max_retries = max_retries
         self.backoff_s = backoff_s
+        self.rate_limit_wait_s = rate_limit_wait_s  # per request: waits a server asks for do not use up retries
+        self.slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+        self.stats = RequestStats()
         self.http = httpx.AsyncClient(
             headers=hdrs, timeout=httpx.Timeout(timeout_s), limits=httpx.Limits(max_connections=256)
         )
@@ -96,20 +150,51 @@ class InferenceClient:
     ) -> dict:
         """POST with retries on connection errors, timeouts, malformed JSON and 5xx/429; other errors fail at once.
 
+        A retryable answer with `Retry-After` (a rate limit) is waited out as asked, with jitter, and does not
+        count as a retry: a rate-limited run slows down until `rate_limit_wait_s` of waiting is used up.
         `json_reply=False` for control endpoints that answer in plain text (e.g. load_lora_adapter)."""
-        for attempt in range(self.max_retries + 1):
+        failures, waited = 0, 0.0
+        while True:
+            wait = None
             try:
-                resp = await self.http.post(url, json=payload, params=params)
+                resp = await self.send(url, payload, params)
                 if resp.status_code not in RETRYABLE_STATUS:
                     if resp.status_code >= 400:
-                        raise InferenceError(f"POST {url} -> HTTP {resp.status_code}: {resp.text[:300]}")
+                        raise InferenceError(
+                            f"POST {url} -> HTTP {resp.status_code}: {resp.text[:300]}", resp.status_code
+                        )
                     return resp.json() if json_reply and resp.content else {}
                 problem = f"HTTP {resp.status_code}: {resp.text[:200]}"
+                wait = retry_after_s(resp)
+                if wait is None and resp.status_code == 429:
+                    wait = backoff_s(self.backoff_s, failures)  # a rate limit that names no wait
             except (httpx.TransportError, ValueError) as e:
                 problem = f"{type(e).__name__}: {e}"
-            if attempt < self.max_retries:
-                await asyncio.sleep(self.backoff_s * 2**attempt)
-        raise InferenceError(f"POST {url} failed after {self.max_retries + 1} attempts, last: {problem}")
+            if wait is not None:
+                wait *= random.uniform(1.0, 1.1)  # clients told to come back at once should not all come back at once
+                if waited + wait > self.rate_limit_wait_s:
+                    raise InferenceError(
+                        f"POST {url} still rate limited after waiting {waited:.0f} s "
+                        f"(the budget is {self.rate_limit_wait_s:g} s), last: {problem}",
+                        resp.status_code,
+                    )
+                waited += wait
+                self.stats.rate_limited += 1
+                self.stats.rate_limit_wait_s += wait
+                await asyncio.sleep(wait)
+                continue
+            if failures >= self.max_retries:
+                raise InferenceError(f"POST {url} failed after {failures + 1} attempts, last: {problem}")
+            await asyncio.sleep(backoff_s(self.backoff_s, failures))
+            failures += 1
+
+    async def send(self, url: str, payload: dict | None, params: dict | None) -> httpx.Response:
+        """One POST, holding one of the `max_concurrency` slots while it is in flight."""
+        self.stats.requests += 1
+        if self.slots is None:
+            return await self.http.post(url, json=payload, params=params)
+        async with self.slots:
+            return await self.http.post(url, json=payload, params=params)
 
     async def complete(
         self, model: str, prompts: list[list[int]], n: int, sampling: Sampling, seed: int | None = None
@@ -142,21 +227,16 @@ class InferenceClient:
         ordered = sorted(choices, key=lambda c: c.get("index", 0))
         return [parse_prompt_logprobs(c, seq) for c, seq in zip(ordered, sequences)]
 
-    async def chat(self, model: str, messages: list[dict], n: int, sampling: Sampling) -> list[ChatAnswer]:
-        """n chat completions; only standard OpenAI fields, so any compatible endpoint accepts it."""
-        payload = {
-            "model": model,
-            "messages": messages,
-            "n": n,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "max_tokens": sampling.max_tokens,
-        }
+    async def chat(self, payload: dict) -> ChatReply:
+        """One /chat/completions request, its payload already fitted to the endpoint (teacher/chat_api.py)."""
         data = await self.post("/chat/completions", payload)
         try:
-            return [ChatAnswer(c["message"]["content"] or "", c.get("finish_reason")) for c in data["choices"]]
+            choices = sorted(data["choices"], key=lambda c: c.get("index", 0))
+            answers = [parse_chat_choice(c) for c in choices]
         except (KeyError, TypeError, AttributeError) as e:
             raise InferenceError(f"malformed chat response (missing {e}): {str(data)[:300]}") from e
+        usage = data.get("usage")
+        return ChatReply(answers, usage if isinstance(usage, dict) else {})
 
     async def reload_weights(self, weights_dir: str) -> None:
         """Swap the served weights in place (vLLM dev mode), then drop the KV cache computed with the old ones.
@@ -180,6 +260,16 @@ class InferenceClient:
         payload = {"lora_name": name, "lora_path": adapter_dir, "load_inplace": True}
         await self.post("/load_lora_adapter", payload, json_reply=False)
         await self.reset_prefix_cache()
+
+
+def parse_chat_choice(choice: dict) -> ChatAnswer:
+    """Reasoning models return their thinking beside the answer: vLLM and DeepSeek as `reasoning_content`,
+    newer vLLM and OpenRouter as `reasoning`."""
+    message = choice["message"]
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    return ChatAnswer(
+        message["content"] or "", choice.get("finish_reason"), reasoning if isinstance(reasoning, str) else None
+    )
 
 
 def parse_completions(data: dict) -> list[Completion]:

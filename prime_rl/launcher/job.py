@@ -20,6 +20,8 @@ from prime_rl.launcher.slurm import requeued
 from prime_rl.models.hub import HubModelError, resolve_hub_models
 from prime_rl.monitor.wandb_mode import WandbUnreachable, settle_wandb_mode
 from prime_rl.protocol.run_dir import RunDir
+from prime_rl.teacher.chat_api import resolve_teacher_api
+from prime_rl.teacher.client import TeacherError
 
 console = Console(stderr=True)
 
@@ -65,6 +67,11 @@ def run_job(cfg: DictConfig) -> None:
         typed = resolve_hub_models(typed, download=not typed.launcher.dry_run)
     except HubModelError as e:
         fail(f"model unavailable [model.name, teacher.model]: {e}; fix: download it where the cache is shared")
+    if not typed.launcher.dry_run:
+        try:  # once, here: a setting the endpoint refuses, a wrong key or model stops the job before it starts
+            typed = resolve_teacher_api(typed)
+        except TeacherError as e:
+            fail(str(e))
     plans = plans_of_job(typed, run_dir)
     for plan in plans:
         write_role_configs(plan)

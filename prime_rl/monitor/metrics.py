@@ -31,6 +31,8 @@ def summarize(rows: list[dict]) -> dict:
     if train:
         summary["train_time_s"] = sum(r.get("time/step", 0.0) for r in train)
         summary["loss/final"] = train[-1]["loss"]
+        # the teacher's requests, tokens and cost over the run (teacher/usage.py)
+        summary.update({k: v for k, v in train[-1].items() if k.startswith("teacher/") and k.endswith("_total")})
     return summary
 
 

@@ -6,7 +6,7 @@ import sys
 
 from prime_rl.config import load_config
 from prime_rl.orchestrator.loop import run
-from prime_rl.orchestrator.teacher import TeacherError
+from prime_rl.teacher.client import TeacherError
 
 
 def main() -> None:

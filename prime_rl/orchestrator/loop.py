@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from transformers import AutoTokenizer
 
-from prime_rl.config.schema import Config, TeacherKind, TrainingMode
+from prime_rl.config.schema import Config, ReasoningMode, TeacherKind, TrainingMode
 from prime_rl.inference.client import ChatAnswer, InferenceClient, Sampling
 from prime_rl.models import student_dir, teacher_dir
 from prime_rl.models.chat import answer_ids, prompt_ids
@@ -18,19 +18,21 @@ from prime_rl.orchestrator.advantages import grpo_advantages
 from prime_rl.orchestrator.policy import PolicySync
 from prime_rl.orchestrator.server_urls import locate_servers
 from prime_rl.orchestrator.students import StudentServers, even_shares, sample_groups, student_client
-from prime_rl.orchestrator.teacher import (
-    check_same_tokenization,
-    check_same_tokenizer,
-    probe_prompt_logprobs,
-    teacher_client,
-    teacher_logprobs,
-)
 from prime_rl.protocol.batch import Batch, Sample, write_batch
-from prime_rl.protocol.metrics import append_row, due_for_eval
+from prime_rl.protocol.metrics import append_row, due_for_eval, read_rows
 from prime_rl.protocol.policy import policy_window
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.protocol.servers import STUDENT_MODEL_NAME
 from prime_rl.tasks import Example, Task, load_task
+from prime_rl.teacher.answers import TeacherAnswers, trained_text
+from prime_rl.teacher.chat_api import resolved_api
+from prime_rl.teacher.client import teacher_client
+from prime_rl.teacher.scoring import (
+    check_same_tokenization,
+    check_same_tokenizer,
+    probe_prompt_logprobs,
+    teacher_logprobs,
+)
 
 
 @dataclass
@@ -43,11 +45,16 @@ class Context:
     student_model: str  # served name to sample from (the LoRA adapter's name with lora=on)
     teacher: InferenceClient | None
     teacher_model: str | None
+    answers: TeacherAnswers | None  # the teacher's chat answers (sft rollouts, its eval), cached and counted
 
 
 async def run(cfg: Config) -> None:
     ctx = make_context(await locate_servers(cfg))
     start = (ctx.run_dir.latest_checkpoint() or 0) if cfg.ckpt.resume else 0
+    if ctx.teacher:
+        # the launcher has probed an external endpoint already; run alone, the orchestrator probes it here
+        ctx.answers = TeacherAnswers(cfg, ctx.teacher, ctx.teacher_model, await resolved_api(cfg))
+        resume_teacher_counts(ctx, start)
     lora = cfg.trainer.lora
     policy = PolicySync(ctx.run_dir, ctx.student, lora.name if lora.enabled else None, cfg.step_timeout_s)
     try:
@@ -63,6 +70,8 @@ async def run(cfg: Config) -> None:
                 batch.metrics.update(await evaluate(ctx))
                 if step == start and ctx.teacher:
                     batch.metrics.update(await evaluate_teacher(ctx))
+            if ctx.answers:
+                batch.metrics.update(ctx.answers.step_metrics())
             batch.metrics["verifier/calls"] = float(ctx.task.verifier_calls)
             write_batch(batch, ctx.run_dir.rollouts(step))
             print(json.dumps({"step": step, **batch.metrics}), flush=True)
@@ -89,7 +98,21 @@ def make_context(cfg: Config) -> Context:
         student_model=lora.name if lora.enabled else STUDENT_MODEL_NAME,
         teacher=teacher,
         teacher_model=teacher_model,
+        answers=None,
     )
+
+
+def resume_teacher_counts(ctx: Context, start: int) -> None:
+    """A resumed run goes on with the teacher's usage totals and with the next sample index of each prompt."""
+    if not start:
+        return
+    rows = [r for r in read_rows(ctx.run_dir.metrics) if "loss" in r and r["step"] < start]
+    if rows:
+        ctx.answers.totals = {k: v for k, v in rows[-1].items() if k.startswith("teacher/") and k.endswith("_total")}
+    if ctx.cfg.training_mode == TrainingMode.sft:
+        for step in range(start):
+            for ex in step_prompts(ctx.cfg, ctx.task, step):
+                ctx.answers.skip(teacher_messages(ex), ctx.cfg.orchestrator.rollouts_per_example)
 
 
 def step_prompts(cfg: Config, task: Task, step: int) -> list[Example]:
@@ -136,16 +159,19 @@ async def student_rollouts(ctx: Context, examples: list[Example]) -> list[list[S
     return [[Sample(p, c.token_ids, c.logprobs) for c in group] for p, group in zip(prompts, groups)]
 
 
+def teacher_messages(ex: Example) -> list[dict]:
+    return [{"role": "user", "content": ex.prompt}]
+
+
 async def teacher_answers(ctx: Context, ex: Example) -> list[ChatAnswer]:
-    messages = [{"role": "user", "content": ex.prompt}]
-    return await ctx.teacher.chat(
-        ctx.teacher_model, messages, ctx.cfg.orchestrator.rollouts_per_example, sampling(ctx.cfg)
-    )
+    n = ctx.cfg.orchestrator.rollouts_per_example
+    return await ctx.answers.sample(teacher_messages(ex), n, sampling(ctx.cfg))
 
 
 def teacher_sample(ctx: Context, ex: Example, answer: ChatAnswer) -> Sample:
     """The teacher's answer in the student's tokens; one cut off by max_tokens is not taught as finished."""
-    completion = answer_ids(ctx.tokenizer, ex.prompt, answer.text, finished=answer.finish_reason != "length")
+    text = trained_text(answer, ctx.cfg.teacher.reasoning)
+    completion = answer_ids(ctx.tokenizer, ex.prompt, text, finished=answer.finish_reason != "length")
     return Sample(prompt_ids(ctx.tokenizer, ex.prompt), completion, inference_logprobs=[])
 
 
@@ -209,13 +235,10 @@ async def evaluate_teacher(ctx: Context) -> dict:
     cfg = ctx.cfg
     examples = ctx.task.eval[: cfg.orchestrator.eval.num_examples]
     eval_sampling = sampling(cfg, temperature=cfg.orchestrator.eval.temperature)
-    texts = await asyncio.gather(
-        *(
-            ctx.teacher.chat(ctx.teacher_model, [{"role": "user", "content": ex.prompt}], 1, eval_sampling)
-            for ex in examples
-        )
+    answers = await asyncio.gather(
+        *(ctx.answers.answers_at(teacher_messages(ex), [0], eval_sampling) for ex in examples)
     )
-    rewards = [ctx.task.reward(t[0].text, ex) for t, ex in zip(texts, examples)]
+    rewards = [ctx.task.reward(trained_text(a, ReasoningMode.drop), ex) for [a], ex in zip(answers, examples)]
     return {"eval/teacher_reward": sum(rewards) / len(rewards)}
 
 

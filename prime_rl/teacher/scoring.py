@@ -1,31 +1,9 @@
-"""The teacher: per-token scoring of student rollouts (opd) and rollouts of its own (sft)."""
+"""opd: the teacher scores the student's own tokens (vLLM prompt logprobs), after checks that it can."""
 
-import os
 from pathlib import Path
 
-from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.inference.client import InferenceClient, InferenceError
-from prime_rl.protocol.servers import SERVER_KEY_ENV, TEACHER_MODEL_NAME
-
-
-class TeacherError(RuntimeError):
-    """The teacher cannot serve this run (wrong tokenizer, no prompt logprobs)."""
-
-
-def teacher_client(cfg: Config) -> tuple[InferenceClient, str]:
-    """(client, model name) for the configured teacher."""
-    t = cfg.teacher
-    if t.kind == TeacherKind.local_vllm:
-        # base_url: set by the multi-node plan (the teacher's server is on another node)
-        url = t.base_url or f"http://{cfg.inference.host}:{t.port}/v1"
-        model, key_env = TEACHER_MODEL_NAME, SERVER_KEY_ENV
-    else:
-        url, model, key_env = t.base_url, t.model, t.api_key_env
-    headers = t.headers | {name: os.environ[env] for name, env in t.header_envs.items()}
-    client = InferenceClient(
-        url, api_key_env=key_env, headers=headers, timeout_s=t.request_timeout_s, max_retries=t.max_retries
-    )
-    return client, model
+from prime_rl.teacher.client import TeacherError
 
 
 async def teacher_logprobs(

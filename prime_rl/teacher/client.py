@@ -1,0 +1,44 @@
+"""Where the teacher is: the client of the configured teacher, and what names it in a cache key."""
+
+import os
+
+from prime_rl.config.schema import Config, TeacherKind
+from prime_rl.inference.client import InferenceClient
+from prime_rl.protocol.servers import SERVER_KEY_ENV, TEACHER_MODEL_NAME
+
+
+class TeacherError(RuntimeError):
+    """The teacher cannot serve this run as configured: one line for the user, no traceback."""
+
+
+def teacher_client(cfg: Config) -> tuple[InferenceClient, str]:
+    """(client, model name) for the configured teacher."""
+    t = cfg.teacher
+    if t.kind == TeacherKind.local_vllm:
+        # base_url: set by the multi-node plan (the teacher's server is on another node)
+        url = t.base_url or f"http://{cfg.inference.host}:{t.port}/v1"
+        model, key_env = TEACHER_MODEL_NAME, SERVER_KEY_ENV
+    else:
+        url, model, key_env = t.base_url, t.model, t.api_key_env
+    headers = t.headers | {name: os.environ[env] for name, env in t.header_envs.items()}
+    client = InferenceClient(
+        url,
+        api_key_env=key_env,
+        headers=headers,
+        timeout_s=t.request_timeout_s,
+        max_retries=t.max_retries,
+        max_concurrency=t.max_concurrency,
+        rate_limit_wait_s=t.rate_limit_wait_s,
+    )
+    return client, model
+
+
+def teacher_identity(cfg: Config) -> str:
+    """What the teacher's answers depend on besides the request: an external endpoint's URL and model; a local
+    teacher's model dir (a built-in model's dir names its recipe, a Hub snapshot its commit), not its port."""
+    t = cfg.teacher
+    if t.kind == TeacherKind.local_vllm:
+        from prime_rl.models import teacher_dir
+
+        return str(teacher_dir(cfg))
+    return f"{t.base_url.rstrip('/')}#{t.model}"
