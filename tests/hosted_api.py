@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from prime_rl.teacher.chat_api import PROBE_MESSAGES
 from tests.http_stub import StubHandler, serve_stub, stub_url
 
 
@@ -42,6 +43,7 @@ class Seen:
     prompt_tokens: int = 0  # usage of the answered requests
     completion_tokens: int = 0
     bodies: list[dict] = field(default_factory=list)  # the answered requests
+    log: list[tuple[dict, int, dict]] = field(default_factory=list)  # every request: (body, status, usage)
 
 
 class HostedApi:
@@ -53,6 +55,8 @@ class HostedApi:
             def do_POST(self):
                 body = json.loads(self.body() or b"{}")
                 status, reply, headers = api.handle(self.path, self.headers.get("Authorization"), body)
+                with api.lock:
+                    api.seen.log.append((body, status, reply.get("usage", {})))
                 data = json.dumps(reply).encode()
                 self.send_response(status)
                 for name, value in {"Content-Type": "application/json", **headers}.items():
@@ -67,6 +71,10 @@ class HostedApi:
 
     def close(self) -> None:
         self.server.shutdown()
+
+    def run_requests(self) -> list[tuple[dict, int, dict]]:
+        """The requests of the run's steps: all but the launcher's probe."""
+        return [entry for entry in self.seen.log if entry[0].get("messages") != PROBE_MESSAGES]
 
     def handle(self, path: str, auth: str | None, body: dict) -> tuple[int, dict, dict]:
         if not path.endswith("/chat/completions"):

@@ -20,10 +20,14 @@ class StubHandler(BaseHTTPRequestHandler):
         pass  # a line per request would bury the test's output
 
 
+class StubServer(ThreadingHTTPServer):
+    request_queue_size = 256  # a burst of concurrent requests is queued, as a real server does, not refused
+    daemon_threads = True  # a handler left hanging on purpose must not block shutdown
+
+
 def serve_stub(handler: type[StubHandler]) -> ThreadingHTTPServer:
     """Serve `handler` in a daemon thread; stop it with `.shutdown()`. Its root is stub_url(server)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    server.daemon_threads = True  # a handler left hanging on purpose must not block shutdown
+    server = StubServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 

@@ -13,6 +13,7 @@ FORBIDDEN = {
     "prime_rl.trainer": ("prime_rl.orchestrator", "prime_rl.launcher"),
     "prime_rl.monitor": ("prime_rl.orchestrator", "prime_rl.launcher", "prime_rl.trainer"),
     "prime_rl.orchestrator": ("prime_rl.trainer", "prime_rl.launcher", "prime_rl.monitor"),
+    "prime_rl.teacher": ("prime_rl.trainer", "prime_rl.orchestrator", "prime_rl.launcher", "prime_rl.monitor"),
     "prime_rl.protocol": ("prime_rl.trainer", "prime_rl.orchestrator", "prime_rl.launcher", "prime_rl.monitor"),
     "prime_rl.config": ("prime_rl.trainer", "prime_rl.orchestrator", "prime_rl.launcher", "prime_rl.monitor"),
 }

@@ -161,6 +161,11 @@ RULES = {
         ["training_mode=sft", "teacher=external", "teacher.base_url=https://user:sk-1@api.example.com/v1"],
         "teacher.base_url",
     ),
+    "teacher cache dir writable": (
+        ["training_mode=sft", "teacher.cache_dir=/tmp/prime-rl-teacher-cache-test/answers"],
+        ["training_mode=sft", "teacher.cache_dir=/etc/hostname/answers"],
+        "teacher.cache_dir",
+    ),
     "teacher concurrency >= 1": (
         ["training_mode=sft", "teacher.max_concurrency=1"],
         ["training_mode=sft", "teacher.max_concurrency=0"],

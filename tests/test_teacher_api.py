@@ -236,3 +236,28 @@ def test_the_teacher_reasoning_is_dropped_or_kept_as_think_tags(hosted):
     inline = ChatAnswer("<think>\nhmm\n</think>\n\ncba", "stop")  # a server without a reasoning parser
     assert trained_text(inline, ReasoningMode.drop) == "cba"
     assert trained_text(ChatAnswer("<think>\nstill thinking", "length"), ReasoningMode.drop) == ""
+
+
+def test_cache_entries_that_concurrent_jobs_write_are_read_whole(tmp_path):
+    """Jobs of a sweep share the cache dir: two writers race on the same entries, and a reader meanwhile sees
+    each entry absent or whole, never half written."""
+    import sys
+
+    from prime_rl.teacher.cache import TeacherCache
+
+    writer = (
+        "import sys; from pathlib import Path; from prime_rl.teacher.cache import TeacherCache\n"
+        "cache = TeacherCache(Path(sys.argv[1]), 'endpoint#model')\n"
+        "for _ in range(200):\n"
+        "    for i in range(5):\n"
+        "        cache.put('answers', {'index': i}, {'text': str(i) * 50000, 'finish_reason': 'stop'})\n"
+    )
+    writers = [subprocess.Popen([sys.executable, "-c", writer, str(tmp_path)], cwd=ROOT) for _ in range(2)]
+    cache, seen = TeacherCache(tmp_path, "endpoint#model"), set()
+    while any(w.poll() is None for w in writers):
+        for i in range(5):
+            answer = cache.get("answers", {"index": i})
+            assert answer is None or answer["text"] == str(i) * 50000
+            seen.add(answer is not None)
+    assert [w.returncode for w in writers] == [0, 0] and True in seen
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]  # no temporary file is left

@@ -232,6 +232,15 @@ def _teacher_requests(cfg: Config) -> None:
         f"{s.temperature:g} (eval {evaluation:g}) and {s.top_p:g}",
         "set orchestrator.sampling.temperature=1 orchestrator.eval.temperature=1 orchestrator.sampling.top_p=1",
     )
+    if t.cache_dir:
+        cache = Path(t.cache_dir).expanduser().absolute()
+        existing = next(d for d in (cache, *cache.parents) if d.exists())
+        check(
+            existing.is_dir() and os.access(existing, os.W_OK),
+            ["teacher.cache_dir"],
+            f"{existing} is not a writable directory",
+            "point teacher.cache_dir at a directory you can write (shared by the jobs that should reuse answers)",
+        )
     check(
         not urlparse(t.base_url or "").password,
         ["teacher.base_url"],
