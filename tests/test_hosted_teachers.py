@@ -35,7 +35,6 @@ def sft_through(api: HostedApi, *overrides: str) -> list[str]:
         "teacher.model=hosted-teacher",
         f"teacher.api_key_env={KEY_ENV}",
         "orchestrator.batch_size=128",
-        "orchestrator.rollouts_per_example=4",
         *overrides,
     ]
 
@@ -46,7 +45,12 @@ def test_sft_finishes_against_each_providers_rules(tmp_path, upstream, monkeypat
     monkeypatch.setenv(KEY_ENV, rules.key)
     api = HostedApi(rules, upstream)
     try:
-        run = launch(tmp_path / "run", *sft_through(api, "max_steps=2", "orchestrator.eval.interval=0", "monitor=off"))
+        run = launch(
+            tmp_path / "run",
+            *sft_through(
+                api, "orchestrator.rollouts_per_example=4", "max_steps=2", "orchestrator.eval.interval=0", "monitor=off"
+            ),
+        )
     finally:
         api.close()
     assert run.returncode == 0, run.stderr[-3000:]
