@@ -17,7 +17,7 @@ from trl import GRPOConfig, GRPOTrainer
 from prime_rl.config.schema import TaskConfig
 from prime_rl.models.chat import prompt_ids
 from prime_rl.tasks import load_task
-from prime_rl.tasks.task import similarity_reward
+from prime_rl.tasks.verifiers import similarity
 
 
 def emit(event: str, **fields) -> None:
@@ -26,7 +26,7 @@ def emit(event: str, **fields) -> None:
 
 def reward_fn(completions, answer, **_):
     """The project's verifier, called the way TRL calls reward functions (conversational completions)."""
-    return [similarity_reward(c[0]["content"], a) for c, a in zip(completions, answer)]
+    return [similarity(c[0]["content"], a) for c, a in zip(completions, answer)]
 
 
 class EvalCallback(TrainerCallback):
@@ -65,7 +65,7 @@ class EvalCallback(TrainerCallback):
             pad_token_id=self.tokenizer.pad_token_id,
         )
         texts = self.tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
-        rewards = [similarity_reward(t, ex.answer) for t, ex in zip(texts, self.examples)]
+        rewards = [similarity(t, ex.answer) for t, ex in zip(texts, self.examples)]
         self.model.train(was_training)
         emit("eval", step=step, reward=sum(rewards) / len(rewards), eval_s=time.monotonic() - start)
 

@@ -249,7 +249,7 @@ def test_gpu_rules_against_visible_devices():
 def test_local_model_dir_and_jsonl_task_are_accepted(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     data = tmp_path / "train.jsonl"
-    data.write_text('{"prompt": "hi", "answer": "ih"}\n')
+    data.write_text('{"prompt": "hi", "answer": "ih"}\n{"prompt": "ab", "answer": "ba"}\n')
     check([f"model.name={tmp_path}", "task=jsonl", f"task.path={data}"])
 
 

@@ -1,10 +1,21 @@
-"""Built-in tasks and the JSONL format."""
+"""Tasks: the built-in ones, your data through `datasets` (files, dirs, saved datasets, Hub ids from an offline
+cache), reasoning-gym, the verifiers (math-verify, your own function), and rewards off the event loop."""
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
 
 import pytest
 
-from prime_rl.config.schema import TaskConfig
-from prime_rl.tasks import load_task
-from prime_rl.tasks.task import read_jsonl
+from prime_rl.config.schema import TaskConfig, VerificationConfig
+from prime_rl.orchestrator.evaluation import eval_metrics, pass_at_k
+from prime_rl.tasks import Example, TaskError, load_task
+from prime_rl.tasks.verification import Verification
+from tests.conftest import ROOT
+
+ROWS = [{"question": f"{a}+{a}", "solution": str(2 * a), "id": a} for a in range(10)]
 
 
 @pytest.mark.parametrize("name", ["reverse", "sort"])
@@ -26,17 +37,178 @@ def test_rewards_are_partial_credit_in_unit_interval():
     assert 0.0 < task.reward(ex.answer[:-1], ex) < 1.0
     sort = load_task(TaskConfig(name="sort", num_train=10, num_eval=2)).train[0]
     assert sort.answer == "".join(sorted(sort.prompt.removeprefix("sort: ")))
+    exact = load_task(TaskConfig(name="reverse", num_train=10, num_eval=2, verifier="exact"))
+    assert exact.reward(ex.answer[:-1], ex) == 0.0 and exact.reward(f" {ex.answer}\n", ex) == 1.0
 
 
-def test_jsonl_task_reads_prompt_and_answer_or_solution(tmp_path):
-    path = tmp_path / "data.jsonl"
-    path.write_text(
-        '{"prompt": "2+2", "answer": "4"}\n\n{"prompt": "3+3", "solution": 6}\n{"prompt": "1+1", "answer": "2"}\n'
+def write_files(tmp_path) -> dict[str, str]:
+    """The same rows as .jsonl, .csv and .parquet files."""
+    import datasets
+
+    rows = datasets.Dataset.from_list(ROWS)
+    paths = {"jsonl": tmp_path / "rows.jsonl", "csv": tmp_path / "rows.csv", "parquet": tmp_path / "rows.parquet"}
+    paths["jsonl"].write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    rows.to_csv(paths["csv"])
+    rows.to_parquet(paths["parquet"])
+    return {k: str(v) for k, v in paths.items()}
+
+
+def hf(path: str, **fields) -> TaskConfig:
+    return TaskConfig(
+        **({"name": "hf", "path": path, "prompt_key": "question", "answer_key": "solution", "num_eval": 3} | fields)
     )
-    task = load_task(TaskConfig(name="jsonl", path=str(path), num_eval=1))
-    assert [e.prompt for e in task.train] == ["2+2", "3+3"] and task.train[1].answer == "6"
-    assert [e.prompt for e in task.eval] == ["1+1"]
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"question": "x"}\n')
-    with pytest.raises(ValueError, match="bad.jsonl:1"):
-        read_jsonl(bad)
+
+
+def test_hf_task_reads_files_of_every_format_with_a_held_out_eval(tmp_path):
+    for kind, path in write_files(tmp_path).items():
+        task = load_task(hf(path, system_prompt="Be brief."))
+        assert [e.prompt for e in task.train] == [r["question"] for r in ROWS[:7]], kind
+        assert [e.answer for e in task.eval] == ["14", "16", "18"], kind  # csv reads numbers: given back as text
+        assert task.eval[0].messages == [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "7+7"},
+        ]
+
+
+def test_hf_task_reads_a_saved_dataset_and_named_splits(tmp_path):
+    import datasets
+
+    dd = datasets.DatasetDict({"train": datasets.Dataset.from_list(ROWS), "test": datasets.Dataset.from_list(ROWS[:2])})
+    dd.save_to_disk(tmp_path / "saved")
+    task = load_task(hf(str(tmp_path / "saved"), eval_split="test"))
+    assert len(task.train) == 10 and [e.prompt for e in task.eval] == ["0+0", "1+1"]
+
+
+def test_hf_task_reads_a_hub_dataset_from_an_offline_cache(tmp_path):
+    """A Hub id resolves through huggingface_hub like a model's (the cache a login node filled): no network."""
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "datasets--lab--toy-math"
+    (repo / "snapshots" / sha / "data").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(sha)
+    for split, rows in (("train", ROWS), ("test", ROWS[:4])):
+        (repo / "snapshots" / sha / "data" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    script = (
+        "import sys, json; from prime_rl.config.schema import TaskConfig; from prime_rl.tasks import load_task\n"
+        "t = load_task(TaskConfig(name='hf', path='lab/toy-math', eval_split='test', prompt_key='question',"
+        " answer_key='solution'))\n"
+        "print(json.dumps([len(t.train), len(t.eval), t.eval[3].answer]))\n"
+    )
+    env = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_DATASETS_CACHE": str(tmp_path / "ds")}
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env | base_env()
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.splitlines()[-1]) == [10, 4, "6"]
+
+
+def base_env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+
+
+@pytest.mark.parametrize(
+    "fields, keys, words",
+    [
+        ({"prompt_key": "prompt"}, ["task.prompt_key"], "no column prompt"),
+        ({"answer_key": "answer"}, ["task.answer_key"], "its columns: question, solution, id"),
+        ({"verifier": "nope"}, ["task.verifier"], "unknown verifier"),
+        ({"verifier": "no_such_module:f"}, ["task.verifier"], "cannot import"),
+        ({"eval_split": "validation"}, ["task.split", "task.eval_split"], "only split is train"),
+    ],
+)
+def test_hf_task_mistakes_are_one_line_naming_the_key(tmp_path, fields, keys, words):
+    path = write_files(tmp_path)["jsonl"]
+    with pytest.raises(TaskError) as e:
+        load_task(hf(path, **fields))
+    assert e.value.keys == keys and words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_math_and_contains_and_your_own_verifier(tmp_path, monkeypatch):
+    (tmp_path / "my_rewards.py").write_text("def strict(completion, answer):\n    return completion == answer\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ex = Example("1/2 as a decimal?", "0.5")
+    math = load_task(hf(write_files(tmp_path)["jsonl"], verifier="math"))
+    assert math.reward("so the answer is $\\boxed{\\frac{1}{2}}$", ex) == 1.0
+    assert math.reward("the answer is 0.25", ex) == 0.0
+    contains = load_task(hf(write_files(tmp_path)["jsonl"], verifier="contains"))
+    assert contains.reward("it is 0.5.", ex) == 1.0
+    mine = load_task(hf(write_files(tmp_path)["jsonl"], verifier="my_rewards:strict"))
+    assert (mine.reward("0.5", ex), mine.reward(" 0.5", ex)) == (1.0, 0.0)
+
+
+def test_reasoning_gym_task_holds_out_its_eval_questions_and_scores_with_the_dataset():
+    cfg = TaskConfig(name="reasoning_gym", dataset="spell_backward", options={"min_word_len": 3, "max_word_len": 5})
+    task = load_task(cfg)
+    assert len(task.eval) == 128 and task.train and task.name == "reasoning_gym/spell_backward"
+    assert not {e.prompt for e in task.train} & {e.prompt for e in task.eval}
+    ex = task.eval[0]
+    assert ex.prompt.startswith("Spell this word backward") and 3 <= len(ex.answer) <= 5
+    assert task.reward(ex.answer, ex) == 1.0 and task.reward(ex.answer + "x", ex) < 1.0
+    with pytest.raises(TaskError, match="spell_bakward"):
+        load_task(TaskConfig(name="reasoning_gym", dataset="spell_bakward"))
+    with pytest.raises(TaskError) as e:
+        load_task(TaskConfig(name="reasoning_gym", dataset="spell_backward", options={"word_length": 3}))
+    assert e.value.keys == ["task.dataset", "task.options"]
+
+
+def test_rewards_run_off_the_loop_with_a_time_limit_and_errors_count_as_zero(tmp_path, monkeypatch, capfd):
+    """A verifier that hangs costs its samples their time limit, not the run; one that raises gives 0, counted,
+    with its first traceback printed; the event loop stays free meanwhile."""
+    (tmp_path / "moody.py").write_text(
+        "import time\n"
+        "def judge(completion, answer):\n"
+        "    if completion == 'hang':\n"
+        "        time.sleep(60)\n"
+        "    if completion == 'boom':\n"
+        "        raise KeyError('no such thing')\n"
+        "    if completion == 'nan':\n"
+        "        return float('nan')\n"
+        "    return completion == answer\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    task = TaskConfig(name="reverse", verifier="moody:judge")
+    verification = Verification(task, VerificationConfig(workers=2, timeout_s=1.0))
+    ex = Example("reverse: ab", "ba")
+
+    async def score() -> tuple[list[float], int]:
+        ticks = 0
+
+        async def tick():
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.05)
+                ticks += 1
+
+        ticker = asyncio.create_task(tick())
+        pairs = [("ba", ex), ("hang", ex), ("boom", ex), ("nan", ex), ("boom", ex), ("x", ex), ("ba", ex)]
+        rewards = await verification.rewards(pairs)
+        ticker.cancel()
+        return rewards, ticks
+
+    try:
+        start = time.monotonic()
+        rewards, ticks = asyncio.run(score())
+        elapsed = time.monotonic() - start
+        again = asyncio.run(verification.rewards([("ba", ex)]))  # the hung worker was replaced
+    finally:
+        verification.close()
+    assert rewards == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0] and again == [1.0]
+    assert verification.metrics() == {"verifier/calls": 8, "verifier/errors": 3, "verifier/timeouts": 1}
+    assert elapsed < 30 and ticks >= 5  # the loop kept running while the verifiers worked
+    err = capfd.readouterr().err
+    assert err.count("verifier error") == 1 and "KeyError: 'no such thing'" in err
+
+
+def test_pass_at_k_is_the_unbiased_estimator():
+    assert pass_at_k(4, 0, 1) == 0.0 and pass_at_k(4, 4, 4) == 1.0
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25) and pass_at_k(4, 1, 2) == pytest.approx(0.5)
+    assert pass_at_k(5, 2, 3) == pytest.approx(1 - 1 / 10)  # all 3 draws among the 3 wrong: C(3,3)/C(5,3)
+    assert pass_at_k(5, 1, 3) == pytest.approx(1 - 4 / 10)
+    rewards = [1.0, 0.0, 0.0, 0.0] + [0.5, 0.5, 1.0, 1.0]  # two prompts, k = 4
+    m = eval_metrics(rewards, 4)
+    assert m["eval/reward"] == m["eval/avg@4"] == pytest.approx(0.5)
+    assert m["eval/pass@1"] == pytest.approx((0.25 + 0.5) / 2) and m["eval/pass@4"] == 1.0
+    assert set(m) == {"eval/reward", "eval/exact", "eval/avg@4", "eval/pass@1", "eval/pass@2", "eval/pass@4"}
+    assert set(eval_metrics([1.0] * 6, 6)) >= {"eval/pass@4", "eval/pass@6"}

@@ -75,12 +75,20 @@ class ModelConfig:
 
 @dataclass
 class TaskConfig:
-    name: str = "reverse"  # built-in task (reverse | sort) or "jsonl" for your own data
-    path: str | None = None  # jsonl: train file, one {"prompt": ..., "answer": ...} per line
-    eval_path: str | None = None  # jsonl: eval file (default: the last num_eval lines of path)
-    num_train: int = 20000  # built-in: size of the train split
+    name: str = "reverse"  # reverse | sort (built-in) | hf (a `datasets` source) | jsonl (hf, one file) | reasoning_gym
+    path: str | None = None  # hf, jsonl: a data dir, a .json/.jsonl/.csv/.parquet file, or a Hub dataset id
+    split: str = "train"  # hf: the split trained on
+    eval_split: str | None = None  # hf: the split evaluated on (None: the last num_eval rows of `split`, held out)
+    eval_path: str | None = None  # hf, jsonl: eval rows from another file or dataset (its eval_split, else `split`)
+    prompt_key: str = "prompt"  # hf: the column holding the user message
+    answer_key: str = "answer"  # hf: the column holding the reference answer
+    system_prompt: str | None = None  # a system message before every prompt (None: the chat template's default)
+    verifier: str = "similarity"  # hf: similarity | exact | contains | math | <module>:<function> (see README)
+    dataset: str | None = None  # reasoning_gym: the dataset's name, e.g. spell_backward
+    options: dict[str, Any] = field(default_factory=dict)  # reasoning_gym: the generator's options, e.g. min_word_len
+    num_train: int = 20000  # built-in, reasoning_gym: size of the train split
     num_eval: int = 128  # size of the eval split
-    seed: int = 0  # built-in: seed of the generated examples
+    seed: int = 0  # built-in, reasoning_gym: seed of the generated examples (reasoning_gym's eval: seed + 1)
 
 
 @dataclass
@@ -93,6 +101,8 @@ class SamplingConfig:
 @dataclass
 class VerificationConfig:
     enabled: bool = True  # compute rewards with the verifier; on in rl, off only with trainer.loss.adv_tau=0
+    workers: int = 2  # verifier processes: rewards are computed off the orchestrator's event loop
+    timeout_s: float = 10.0  # one reward call's limit: a slower or hanging verifier gives reward 0 (verifier/timeouts)
 
 
 @dataclass
@@ -100,6 +110,7 @@ class EvalConfig:
     interval: int = 10  # evaluate every N steps (and at the first and last step); 0 = never
     num_examples: int = 128  # eval prompts (from the task's eval split)
     temperature: float = 1.0  # eval sampling temperature (0 = greedy)
+    samples_per_prompt: int = 1  # k samples per eval prompt: eval/avg@k and eval/pass@j for j = 1, 2, 4, …, k
 
 
 @dataclass

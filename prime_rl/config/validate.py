@@ -34,7 +34,7 @@ def check(ok: bool, keys: Sequence[str], problem: str, fix: str) -> None:
 
 def validate(cfg: Config, visible_gpus: int = 0) -> None:
     """Raise ConfigError on the first broken rule. `visible_gpus`: GPUs this process may use."""
-    for rule in (_ranges, _mode, _teacher, _lora, _paths, _nodes, _gpus, _parallel):
+    for rule in (_ranges, _mode, _teacher, _lora, _paths, _task, _nodes, _gpus, _parallel):
         rule(cfg, visible_gpus)
 
 
@@ -61,6 +61,9 @@ def _ranges(cfg: Config, _: int) -> None:
     )
     check(o.eval.interval >= 0, ["orchestrator.eval.interval"], "must be >= 0", "use 0 to disable eval")
     check(o.eval.num_examples >= 1, ["orchestrator.eval.num_examples"], "must be >= 1", "use e.g. 64")
+    check(o.eval.samples_per_prompt >= 1, ["orchestrator.eval.samples_per_prompt"], "must be >= 1", "use e.g. 4")
+    check(o.verification.workers >= 1, ["orchestrator.verification.workers"], "must be >= 1", "use e.g. 2")
+    check(o.verification.timeout_s > 0, ["orchestrator.verification.timeout_s"], "must be > 0", "use e.g. 10")
     check(t.optim.lr >= 0, ["trainer.optim.lr"], f"must be >= 0, got {t.optim.lr}", "use e.g. 3e-4")
     check(t.optim.max_grad_norm > 0, ["trainer.optim.max_grad_norm"], "must be > 0", "use e.g. 1.0")
     check(t.micro_batch_size >= 1, ["trainer.micro_batch_size"], "must be >= 1", "use e.g. 64")
@@ -262,26 +265,33 @@ def _paths(cfg: Config, _: int) -> None:
     _model(cfg.model.name, cfg.model.revision, "model.name", "model.revision")
     if cfg.teacher.kind == TeacherKind.local_vllm:
         _model(cfg.teacher.model, cfg.teacher.revision, "teacher.model", "teacher.revision")
-    task = cfg.task
-    if task.name == "jsonl":
-        for key, path in (("task.path", task.path), ("task.eval_path", task.eval_path)):
-            if path is None and key == "task.eval_path":
-                continue
-            check(
-                path is not None and os.access(Path(path).expanduser(), os.R_OK),
-                [key],
-                f"dataset {path} is missing or unreadable" if path else f"task=jsonl needs {key}",
-                f"point {key} at a readable .jsonl file",
-            )
-    else:
-        from prime_rl.tasks import BUILTIN_TASKS
 
+
+def _task(cfg: Config, _: int) -> None:
+    """The task builds as configured: its data reads and has the columns named, its generator takes the options,
+    its verifier imports. Built here once, so a mistake is one line before anything starts."""
+    from prime_rl.tasks import BUILTIN_TASKS, TaskError, load_task
+    from prime_rl.tasks.verifiers import answer_verifier
+
+    task = cfg.task
+    known = [*BUILTIN_TASKS, "hf", "jsonl", "reasoning_gym"]
+    check(task.name in known, ["task.name"], f"unknown task {task.name!r}", f"use task={' | task='.join(known)}")
+    if task.name in ("hf", "jsonl"):
+        check(bool(task.path), ["task.path"], f"task={task.name} needs its data", "set task.path=<file, dir or Hub id>")
+    if task.name == "reasoning_gym":
         check(
-            task.name in BUILTIN_TASKS,
-            ["task.name"],
-            f"unknown task {task.name!r}",
-            f"use one of {', '.join(sorted(BUILTIN_TASKS))} or task=jsonl task.path=…",
+            bool(task.dataset),
+            ["task.dataset"],
+            "task=reasoning_gym needs a dataset",
+            "e.g. task.dataset=spell_backward",
         )
+    try:
+        if task.name in BUILTIN_TASKS:
+            answer_verifier(task.verifier)
+        else:
+            load_task(task)
+    except TaskError as e:
+        raise ConfigError(e.keys, e.problem, e.fix) from e
 
 
 def _model(name: str, revision: str | None, key: str, revision_key: str) -> None:

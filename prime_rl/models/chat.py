@@ -10,19 +10,24 @@ import functools
 SENTINEL = "\x00answer\x00"  # stands in for an answer while the template is rendered around it
 
 
-def prompt_ids(tokenizer, prompt: str) -> list[int]:
-    """The prompt as a single user turn, ending with the assistant generation prompt."""
-    chat = [{"role": "user", "content": prompt}]
+def as_messages(prompt: str | list[dict]) -> list[dict]:
+    """A prompt is a user message, or the messages before the answer (a system message, then the user's)."""
+    return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+
+
+def prompt_ids(tokenizer, prompt: str | list[dict]) -> list[int]:
+    """The prompt's turns, ending with the assistant generation prompt."""
+    chat = as_messages(prompt)
     return list(tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_dict=False))
 
 
-def answer_ids(tokenizer, prompt: str, answer: str, finished: bool = True) -> list[int]:
+def answer_ids(tokenizer, prompt: str | list[dict], answer: str, finished: bool = True) -> list[int]:
     """The assistant's answer tokenized where the template puts it, after `prompt`'s generation prompt (so a
     SentencePiece tokenizer does not add a word-start `▁` the conversation would not have), then the end-of-turn
     token: what a sampled completion looks like. An answer cut off by a token limit (`finished=False`) gets no
     end token, so it does not teach stopping mid-answer."""
     head = prompt_ids(tokenizer, prompt)
-    chat = [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]
+    chat = as_messages(prompt) + [{"role": "assistant", "content": answer}]
     full = list(tokenizer.apply_chat_template(chat, return_dict=False))
     if full[: len(head)] != head:
         raise ValueError("the chat template renders the user turn differently once an answer follows it")

@@ -6,46 +6,29 @@ import asyncio
 import json
 import random
 import time
-from dataclasses import dataclass
 
-from transformers import AutoTokenizer
-
-from prime_rl.config.schema import Config, ReasoningMode, TeacherKind, TrainingMode
-from prime_rl.inference.client import ChatAnswer, InferenceClient, Sampling
-from prime_rl.models import student_dir, teacher_dir
+from prime_rl.config.schema import Config, TeacherKind, TrainingMode
+from prime_rl.inference.client import ChatAnswer
+from prime_rl.models import teacher_dir
 from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.orchestrator.advantages import grpo_advantages
+from prime_rl.orchestrator.context import Context, completion_text, make_context, sampling
+from prime_rl.orchestrator.evaluation import evaluate, evaluate_teacher
 from prime_rl.orchestrator.policy import PolicySync
 from prime_rl.orchestrator.server_urls import locate_servers
-from prime_rl.orchestrator.students import StudentServers, even_shares, sample_groups, student_client
+from prime_rl.orchestrator.students import even_shares, sample_groups
 from prime_rl.protocol.batch import Batch, Sample, write_batch
 from prime_rl.protocol.metrics import append_row, due_for_eval, read_rows
 from prime_rl.protocol.policy import policy_window
-from prime_rl.protocol.run_dir import RunDir
-from prime_rl.protocol.servers import STUDENT_MODEL_NAME
-from prime_rl.tasks import Example, Task, load_task
+from prime_rl.tasks import Example, Task
 from prime_rl.teacher.answers import TeacherAnswers, trained_text
 from prime_rl.teacher.chat_api import resolved_api
-from prime_rl.teacher.client import teacher_client
 from prime_rl.teacher.scoring import (
     check_same_tokenization,
     check_same_tokenizer,
     probe_prompt_logprobs,
     teacher_logprobs,
 )
-
-
-@dataclass
-class Context:
-    cfg: Config
-    run_dir: RunDir
-    task: Task
-    tokenizer: object
-    student: InferenceClient | StudentServers
-    student_model: str  # served name to sample from (the LoRA adapter's name with lora=on)
-    teacher: InferenceClient | None
-    teacher_model: str | None
-    answers: TeacherAnswers | None  # the teacher's chat answers (sft rollouts, its eval), cached and counted
 
 
 async def run(cfg: Config) -> None:
@@ -72,7 +55,7 @@ async def run(cfg: Config) -> None:
                     batch.metrics.update(await evaluate_teacher(ctx))
             if ctx.answers:
                 batch.metrics.update(ctx.answers.step_metrics())
-            batch.metrics["verifier/calls"] = float(ctx.task.verifier_calls)
+            batch.metrics.update(ctx.verification.metrics())
             write_batch(batch, ctx.run_dir.rollouts(step))
             print(json.dumps({"step": step, **batch.metrics}), flush=True)
         await policy.ensure(cfg.max_steps)
@@ -81,25 +64,10 @@ async def run(cfg: Config) -> None:
             append_row(ctx.run_dir.metrics, final)
             print(json.dumps(final), flush=True)
     finally:
+        ctx.verification.close()
         await ctx.student.close()
         if ctx.teacher:
             await ctx.teacher.close()
-
-
-def make_context(cfg: Config) -> Context:
-    teacher, teacher_model = teacher_client(cfg) if cfg.teacher.kind != TeacherKind.none else (None, None)
-    lora = cfg.trainer.lora
-    return Context(
-        cfg=cfg,
-        run_dir=RunDir(cfg.run_dir),
-        task=load_task(cfg.task),
-        tokenizer=AutoTokenizer.from_pretrained(student_dir(cfg)),
-        student=student_client(cfg),
-        student_model=lora.name if lora.enabled else STUDENT_MODEL_NAME,
-        teacher=teacher,
-        teacher_model=teacher_model,
-        answers=None,
-    )
 
 
 def resume_teacher_counts(ctx: Context, start: int) -> None:
@@ -112,7 +80,7 @@ def resume_teacher_counts(ctx: Context, start: int) -> None:
     if ctx.cfg.training_mode == TrainingMode.sft:
         for step in range(start):
             for ex in step_prompts(ctx.cfg, ctx.task, step):
-                ctx.answers.skip(teacher_messages(ex), ctx.cfg.orchestrator.rollouts_per_example)
+                ctx.answers.skip(ex.messages, ctx.cfg.orchestrator.rollouts_per_example)
 
 
 def step_prompts(cfg: Config, task: Task, step: int) -> list[Example]:
@@ -137,7 +105,7 @@ async def make_batch(ctx: Context, step: int, version: int) -> Batch:
     samples = [s for group in groups for s in group]
     metrics["time/generate"] = generate_s
     if cfg.orchestrator.verification.enabled:
-        metrics.update(score(ctx, examples, groups))
+        metrics.update(await score(ctx, examples, groups))
     if cfg.training_mode == TrainingMode.opd:
         start = time.monotonic()
         await attach_teacher_logprobs(ctx, samples)
@@ -151,7 +119,7 @@ async def make_batch(ctx: Context, step: int, version: int) -> Batch:
 async def student_rollouts(ctx: Context, examples: list[Example]) -> list[list[Sample]]:
     """One group of rollouts_per_example samples per prompt, in orchestrator.requests_per_step requests."""
     o = ctx.cfg.orchestrator
-    prompts = [prompt_ids(ctx.tokenizer, ex.prompt) for ex in examples]
+    prompts = [prompt_ids(ctx.tokenizer, ex.messages) for ex in examples]
     # No per-request seed: vLLM would give every prompt of the request the same random stream.
     groups = await sample_groups(
         ctx.student, ctx.student_model, prompts, o.rollouts_per_example, sampling(ctx.cfg), o.requests_per_step
@@ -159,40 +127,24 @@ async def student_rollouts(ctx: Context, examples: list[Example]) -> list[list[S
     return [[Sample(p, c.token_ids, c.logprobs) for c in group] for p, group in zip(prompts, groups)]
 
 
-def teacher_messages(ex: Example) -> list[dict]:
-    return [{"role": "user", "content": ex.prompt}]
-
-
 async def teacher_answers(ctx: Context, ex: Example) -> list[ChatAnswer]:
     n = ctx.cfg.orchestrator.rollouts_per_example
-    return await ctx.answers.sample(teacher_messages(ex), n, sampling(ctx.cfg))
+    return await ctx.answers.sample(ex.messages, n, sampling(ctx.cfg))
 
 
 def teacher_sample(ctx: Context, ex: Example, answer: ChatAnswer) -> Sample:
     """The teacher's answer in the student's tokens; one cut off by max_tokens is not taught as finished."""
     text = trained_text(answer, ctx.cfg.teacher.reasoning)
-    completion = answer_ids(ctx.tokenizer, ex.prompt, text, finished=answer.finish_reason != "length")
-    return Sample(prompt_ids(ctx.tokenizer, ex.prompt), completion, inference_logprobs=[])
+    completion = answer_ids(ctx.tokenizer, ex.messages, text, finished=answer.finish_reason != "length")
+    return Sample(prompt_ids(ctx.tokenizer, ex.messages), completion, inference_logprobs=[])
 
 
-def sampling(cfg: Config, temperature: float | None = None) -> Sampling:
-    s = cfg.orchestrator.sampling
-    return Sampling(
-        temperature=s.temperature if temperature is None else temperature, top_p=s.top_p, max_tokens=s.max_tokens
-    )
-
-
-def completion_text(ctx: Context, completion_ids: list[int]) -> str:
-    return ctx.tokenizer.decode(completion_ids, skip_special_tokens=True)
-
-
-def score(ctx: Context, examples: list[Example], groups: list[list[Sample]]) -> dict:
+async def score(ctx: Context, examples: list[Example], groups: list[list[Sample]]) -> dict:
     """Rewards from the task's verifier, GRPO advantages, and the step's reward metrics."""
-    rewards = []
-    for ex, group in zip(examples, groups):
-        for s in group:
-            s.reward = ctx.task.reward(completion_text(ctx, s.completion_ids), ex)
-            rewards.append(s.reward)
+    pairs = [(completion_text(ctx, s.completion_ids), ex) for ex, group in zip(examples, groups) for s in group]
+    rewards = await ctx.verification.rewards(pairs)
+    for s, reward in zip((s for g in groups for s in g), rewards):
+        s.reward = reward
     o = ctx.cfg.orchestrator
     for s, adv in zip(
         (s for g in groups for s in g), grpo_advantages(rewards, o.rollouts_per_example, o.std_normalize)
@@ -213,35 +165,6 @@ async def attach_teacher_logprobs(ctx: Context, samples: list[Sample]) -> None:
         s.teacher_logprobs = lp
 
 
-async def evaluate(ctx: Context) -> dict:
-    """Mean reward of one sample per eval prompt from the current policy."""
-    cfg = ctx.cfg
-    examples = ctx.task.eval[: cfg.orchestrator.eval.num_examples]
-    eval_sampling = sampling(cfg, temperature=cfg.orchestrator.eval.temperature)
-
-    async def one(i: int, ex: Example) -> float:
-        # A fixed seed per eval prompt: two evaluations of one policy agree, so changes are the policy's.
-        [[c]] = await ctx.student.complete(
-            ctx.student_model, [prompt_ids(ctx.tokenizer, ex.prompt)], 1, eval_sampling, seed=cfg.seed + i
-        )
-        return ctx.task.reward(completion_text(ctx, c.token_ids), ex)
-
-    rewards = await asyncio.gather(*(one(i, ex) for i, ex in enumerate(examples)))
-    return {"eval/reward": sum(rewards) / len(rewards), "eval/exact": sum(r == 1.0 for r in rewards) / len(rewards)}
-
-
-async def evaluate_teacher(ctx: Context) -> dict:
-    """The teacher's eval reward under the same sampling: the level the student is distilled toward."""
-    cfg = ctx.cfg
-    examples = ctx.task.eval[: cfg.orchestrator.eval.num_examples]
-    eval_sampling = sampling(cfg, temperature=cfg.orchestrator.eval.temperature)
-    answers = await asyncio.gather(
-        *(ctx.answers.answers_at(teacher_messages(ex), [0], eval_sampling) for ex in examples)
-    )
-    rewards = [ctx.task.reward(trained_text(a, ReasoningMode.drop), ex) for [a], ex in zip(answers, examples)]
-    return {"eval/teacher_reward": sum(rewards) / len(rewards)}
-
-
 async def wait_for_servers(ctx: Context) -> None:
     """The run's own vLLM servers may still be starting (an external teacher is up or fails by its retries)."""
     timeout = ctx.cfg.launcher.ready_timeout_s
@@ -253,7 +176,7 @@ async def wait_for_servers(ctx: Context) -> None:
 async def preflight_opd(ctx: Context) -> None:
     """Before the first step: same tokenizer as the student, and an endpoint that returns prompt logprobs."""
     example = ctx.task.train[0]
-    probe = prompt_ids(ctx.tokenizer, example.prompt) + answer_ids(ctx.tokenizer, example.prompt, example.answer)
+    probe = prompt_ids(ctx.tokenizer, example.messages) + answer_ids(ctx.tokenizer, example.messages, example.answer)
     if ctx.cfg.teacher.kind == TeacherKind.local_vllm:
         check_same_tokenizer(ctx.tokenizer, teacher_dir(ctx.cfg))
     else:

@@ -33,11 +33,12 @@ async def sample_groups(
     n: int,
     sampling: Sampling,
     requests: int,
+    seed: int | None = None,
 ) -> list[list[Completion]]:
     """n samples for each prompt, sent as `requests` concurrent requests of whole groups. Each request is retried
     on its own, so a slow or failed one resends its share of the step, not the step."""
     shares = even_shares(prompts, requests)
-    replies = await asyncio.gather(*(student.complete(model, share, n, sampling) for share in shares))
+    replies = await asyncio.gather(*(student.complete(model, share, n, sampling, seed) for share in shares))
     return [group for reply in replies for group in reply]
 
 

@@ -59,4 +59,4 @@ def _build(out: Path, tiny: TinyModelConfig, warm_start: WarmStartConfig, task_c
 
 def conversations(task) -> list[list[dict]]:
     """The train split as chats: what the BPE tokenizer learns its merges from."""
-    return [[{"role": "user", "content": ex.prompt}, {"role": "assistant", "content": ex.answer}] for ex in task.train]
+    return [[*ex.messages, {"role": "assistant", "content": ex.answer}] for ex in task.train]

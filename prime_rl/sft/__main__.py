@@ -15,16 +15,16 @@ from pathlib import Path
 
 import torch
 
-from prime_rl.config.schema import TinyModelConfig, WarmStartConfig
+from prime_rl.config.schema import TaskConfig, TinyModelConfig, WarmStartConfig
 from prime_rl.models.tiny import build_tiny_model
 from prime_rl.models.tokenizer import build_tokenizer
 from prime_rl.sft.train import sft_train
-from prime_rl.tasks.task import read_jsonl
+from prime_rl.tasks.hf import read_examples
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m prime_rl.sft", description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", required=True, help="JSONL file, one {prompt, answer} object per line")
+    p.add_argument("--data", required=True, help="a .jsonl/.json/.csv/.parquet file or dataset with prompt and answer")
     p.add_argument("--model", required=True, help="a local Hugging Face model dir, or 'tiny'")
     p.add_argument("--out", required=True, help="where the trained model and tokenizer are saved")
     p.add_argument("--steps", type=int, required=True, help="optimizer steps")
@@ -48,7 +48,7 @@ def main(argv=None) -> None:
         model = build_tiny_model(TinyModelConfig(init_seed=args.init_seed), tokenizer)
     else:
         model, tokenizer = Path(args.model), None
-    sft_train(model, tokenizer, read_jsonl(args.data), ws, Path(args.out))
+    sft_train(model, tokenizer, read_examples(TaskConfig(name="hf"), args.data, "train"), ws, Path(args.out))
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ log = logging.getLogger(__name__)
 
 def sft_batch(tokenizer, examples: list[Example]) -> dict[str, torch.Tensor]:
     """Right-padded input ids, attention mask and labels (-100 on prompt and padding)."""
-    prompts = [prompt_ids(tokenizer, e.prompt) for e in examples]
-    answers = [answer_ids(tokenizer, e.prompt, e.answer) for e in examples]
+    prompts = [prompt_ids(tokenizer, e.messages) for e in examples]
+    answers = [answer_ids(tokenizer, e.messages, e.answer) for e in examples]
     width = max(len(p) + len(a) for p, a in zip(prompts, answers))
     ids = torch.full((len(examples), width), tokenizer.pad_token_id)
     labels = torch.full((len(examples), width), -100)
@@ -81,8 +81,10 @@ def sft_train(model, tokenizer, examples: list[Example], ws: WarmStartConfig, ou
 
 
 @torch.no_grad()
-def generate(model, tokenizer, prompts: list[str], max_tokens: int = 16, temperature: float = 0.0, seed: int = 0):
-    """Completions (text, special tokens dropped) of a batch of user prompts: greedy at temperature 0."""
+def generate(
+    model, tokenizer, prompts: list[str | list[dict]], max_tokens: int = 16, temperature: float = 0.0, seed: int = 0
+):
+    """Completions (text, special tokens dropped) of a batch of prompts (chat.prompt_ids): greedy at temperature 0."""
     ids = [prompt_ids(tokenizer, p) for p in prompts]
     width = max(map(len, ids))
     # Left padding so every row's generation starts right after its prompt.
@@ -105,5 +107,5 @@ def generate(model, tokenizer, prompts: list[str], max_tokens: int = 16, tempera
 def eval_reward(model, tokenizer, task: Task, temperature: float = 0.0, num: int | None = None) -> float:
     """Mean task reward over (the first `num` of) the eval split."""
     examples = task.eval[:num]
-    completions = generate(model, tokenizer, [e.prompt for e in examples], temperature=temperature)
+    completions = generate(model, tokenizer, [e.messages for e in examples], temperature=temperature)
     return sum(task.reward(c, e) for c, e in zip(completions, examples)) / len(examples)

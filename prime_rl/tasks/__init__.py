@@ -2,5 +2,6 @@
 
 from prime_rl.tasks.builtin import BUILTIN_TASKS
 from prime_rl.tasks.task import Example, Task, load_task
+from prime_rl.tasks.verifiers import TaskError
 
-__all__ = ["BUILTIN_TASKS", "Example", "Task", "load_task"]
+__all__ = ["BUILTIN_TASKS", "Example", "Task", "TaskError", "load_task"]

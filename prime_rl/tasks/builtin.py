@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from prime_rl.config.schema import TaskConfig
 from prime_rl.tasks.task import Example, Task
+from prime_rl.tasks.verifiers import make_verifier
 
 
 def _words(seed: int, count: int, min_len: int = 3, max_len: int = 8) -> list[str]:
@@ -22,17 +23,17 @@ def _words(seed: int, count: int, min_len: int = 3, max_len: int = 8) -> list[st
 def _split(cfg: TaskConfig, make: Callable[[str], Example], name: str) -> Task:
     words = _words(cfg.seed, cfg.num_train + cfg.num_eval)
     examples = [make(w) for w in words]
-    return Task(name, train=examples[: cfg.num_train], eval=examples[cfg.num_train :])
+    return Task(name, examples[: cfg.num_train], examples[cfg.num_train :], make_verifier(cfg))
 
 
 def reverse_task(cfg: TaskConfig) -> Task:
     """`reverse: abcde` -> `edcba`."""
-    return _split(cfg, lambda w: Example(f"reverse: {w}", w[::-1]), "reverse")
+    return _split(cfg, lambda w: Example(f"reverse: {w}", w[::-1], cfg.system_prompt), "reverse")
 
 
 def sort_task(cfg: TaskConfig) -> Task:
     """`sort: dbca` -> `abcd` (an easy smoke task: it saturates quickly)."""
-    return _split(cfg, lambda w: Example(f"sort: {w}", "".join(sorted(w))), "sort")
+    return _split(cfg, lambda w: Example(f"sort: {w}", "".join(sorted(w)), cfg.system_prompt), "sort")
 
 
 BUILTIN_TASKS: dict[str, Callable[[TaskConfig], Task]] = {"reverse": reverse_task, "sort": sort_task}

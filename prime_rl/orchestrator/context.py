@@ -1,0 +1,58 @@
+"""What every part of an orchestrator step works with: the config, the task, the tokenizer, the clients."""
+
+from dataclasses import dataclass
+
+from transformers import AutoTokenizer
+
+from prime_rl.config.schema import Config, TeacherKind
+from prime_rl.inference.client import InferenceClient, Sampling
+from prime_rl.models import student_dir
+from prime_rl.orchestrator.students import StudentServers, student_client
+from prime_rl.protocol.run_dir import RunDir
+from prime_rl.protocol.servers import STUDENT_MODEL_NAME
+from prime_rl.tasks import Task, load_task
+from prime_rl.tasks.verification import Verification
+from prime_rl.teacher.answers import TeacherAnswers
+from prime_rl.teacher.client import teacher_client
+
+
+@dataclass
+class Context:
+    cfg: Config
+    run_dir: RunDir
+    task: Task
+    verification: Verification  # rewards, in worker processes with a time limit
+    tokenizer: object
+    student: InferenceClient | StudentServers
+    student_model: str  # served name to sample from (the LoRA adapter's name with lora=on)
+    teacher: InferenceClient | None
+    teacher_model: str | None
+    answers: TeacherAnswers | None  # the teacher's chat answers (sft rollouts, its eval), cached and counted
+
+
+def make_context(cfg: Config) -> Context:
+    teacher, teacher_model = teacher_client(cfg) if cfg.teacher.kind != TeacherKind.none else (None, None)
+    lora = cfg.trainer.lora
+    return Context(
+        cfg=cfg,
+        run_dir=RunDir(cfg.run_dir),
+        task=load_task(cfg.task),
+        verification=Verification(cfg.task, cfg.orchestrator.verification),
+        tokenizer=AutoTokenizer.from_pretrained(student_dir(cfg)),
+        student=student_client(cfg),
+        student_model=lora.name if lora.enabled else STUDENT_MODEL_NAME,
+        teacher=teacher,
+        teacher_model=teacher_model,
+        answers=None,
+    )
+
+
+def sampling(cfg: Config, temperature: float | None = None) -> Sampling:
+    s = cfg.orchestrator.sampling
+    return Sampling(
+        temperature=s.temperature if temperature is None else temperature, top_p=s.top_p, max_tokens=s.max_tokens
+    )
+
+
+def completion_text(ctx: Context, completion_ids: list[int]) -> str:
+    return ctx.tokenizer.decode(completion_ids, skip_special_tokens=True)

@@ -1,0 +1,60 @@
+"""Evaluation on the task's eval split: k samples per prompt (`orchestrator.eval.samples_per_prompt`), sent as
+a few batched requests, scored by the verifier processes; and, at the run's first step, the teacher's level."""
+
+import asyncio
+import math
+
+from prime_rl.config.schema import ReasoningMode
+from prime_rl.models.chat import prompt_ids
+from prime_rl.orchestrator.context import Context, completion_text, sampling
+from prime_rl.orchestrator.students import sample_groups
+from prime_rl.teacher.answers import trained_text
+
+
+async def evaluate(ctx: Context) -> dict[str, float]:
+    cfg, e = ctx.cfg, ctx.cfg.orchestrator.eval
+    examples = ctx.task.eval[: e.num_examples]
+    prompts = [prompt_ids(ctx.tokenizer, ex.messages) for ex in examples]
+    # One seed for every eval request: two evaluations of one policy draw the same samples, so a change in
+    # eval reward is the policy's, not the sampler's (the lr=0 control run shows none).
+    groups = await sample_groups(
+        ctx.student,
+        ctx.student_model,
+        prompts,
+        e.samples_per_prompt,
+        sampling(cfg, temperature=e.temperature),
+        cfg.orchestrator.requests_per_step,
+        seed=cfg.seed,
+    )
+    pairs = [(completion_text(ctx, c.token_ids), ex) for ex, group in zip(examples, groups) for c in group]
+    return eval_metrics(await ctx.verification.rewards(pairs), e.samples_per_prompt)
+
+
+def eval_metrics(rewards: list[float], k: int) -> dict[str, float]:
+    """Mean reward (= avg@k), the fraction of exact answers, and pass@j for j = 1, 2, 4, …, k."""
+    groups = [rewards[i : i + k] for i in range(0, len(rewards), k)]
+    mean = sum(rewards) / len(rewards)
+    metrics = {"eval/reward": mean, "eval/exact": sum(r == 1.0 for r in rewards) / len(rewards), f"eval/avg@{k}": mean}
+    for j in [2**i for i in range(k.bit_length()) if 2**i <= k] + ([k] if k & (k - 1) else []):
+        passes = [pass_at_k(k, sum(r == 1.0 for r in group), j) for group in groups]
+        metrics[f"eval/pass@{j}"] = sum(passes) / len(passes)
+    return metrics
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimate, from n samples of which c are right, that at least one of k samples is right:
+    1 - C(n-c, k) / C(n, k) (Chen et al., 2021)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+async def evaluate_teacher(ctx: Context) -> dict[str, float]:
+    """The teacher's eval reward under the same sampling, one answer per prompt: the level distilled toward."""
+    cfg = ctx.cfg
+    examples = ctx.task.eval[: cfg.orchestrator.eval.num_examples]
+    eval_sampling = sampling(cfg, temperature=cfg.orchestrator.eval.temperature)
+    answers = await asyncio.gather(*(ctx.answers.answers_at(ex.messages, [0], eval_sampling) for ex in examples))
+    pairs = [(trained_text(a, ReasoningMode.drop), ex) for [a], ex in zip(answers, examples)]
+    rewards = await ctx.verification.rewards(pairs)
+    return {"eval/teacher_reward": sum(rewards) / len(rewards)}
