@@ -77,6 +77,7 @@ class ModelConfig:
 class TaskConfig:
     name: str = "reverse"  # reverse | sort (built-in) | hf (a `datasets` source) | jsonl (hf, one file) | reasoning_gym
     path: str | None = None  # hf, jsonl: a data dir, a .json/.jsonl/.csv/.parquet file, or a Hub dataset id
+    subset: str | None = None  # hf: the dataset's configuration, e.g. main for openai/gsm8k (None: its only one)
     split: str = "train"  # hf: the split trained on
     eval_split: str | None = None  # hf: the split evaluated on (None: the last num_eval rows of `split`, held out)
     eval_path: str | None = None  # hf, jsonl: eval rows from another file or dataset (its eval_split, else `split`)

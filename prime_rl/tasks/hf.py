@@ -31,7 +31,7 @@ def load_hf_task(cfg: TaskConfig) -> Task:
 
 
 def read_examples(cfg: TaskConfig, path: str, split: str) -> list[Example]:
-    rows = load_rows(path, split)
+    rows = load_rows(path, split, cfg.subset)
     missing = [k for k in (cfg.prompt_key, cfg.answer_key) if k not in rows.column_names]
     if missing:
         keys = [f"task.{'prompt' if k == cfg.prompt_key else 'answer'}_key" for k in missing]
@@ -53,7 +53,7 @@ def hub_snapshot(dataset_id: str) -> str:
     return snapshot_download(dataset_id, repo_type="dataset")
 
 
-def load_rows(path: str, split: str):
+def load_rows(path: str, split: str, subset: str | None = None):
     import datasets
 
     datasets.logging.disable_progress_bar()
@@ -73,9 +73,7 @@ def load_rows(path: str, split: str):
         if (local / "dataset_info.json").exists() or (local / "dataset_dict.json").exists():
             saved = datasets.load_from_disk(str(local))  # a dataset written by save_to_disk
             return saved[split] if isinstance(saved, datasets.DatasetDict) else saved
-        if local.is_dir():
-            return datasets.load_dataset(str(local), split=split)
-        return datasets.load_dataset(hub_snapshot(path), split=split)
+        return datasets.load_dataset(str(local) if local.is_dir() else hub_snapshot(path), subset, split=split)
     except TaskError:
         raise
     except Exception as e:  # datasets raises many types: missing files, unknown splits, no network, bad rows

@@ -1,0 +1,60 @@
+"""Ecosystem tasks for real: rl on a reasoning-gym dataset and on your own data scored by math-verify, with
+eval samples_per_prompt > 1 (avg@k, pass@k), through real vLLM rollouts and the verifier processes."""
+
+import json
+
+import pytest
+
+from tests.test_e2e_rl import launch, summary
+
+
+def rows(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+# random-init students (no warm start): the runs prove the plumbing, the learning curves are in the README
+FAST = ["model.warm_start.steps=0", "max_steps=2", "orchestrator.eval.interval=2", "orchestrator.eval.num_examples=16"]
+
+
+@pytest.mark.vllm
+def test_rl_on_a_reasoning_gym_dataset_reports_pass_at_k(tmp_path):
+    run = launch(
+        tmp_path / "run",
+        "task=reasoning_gym",
+        "task.dataset=spell_backward",
+        "+task.options.max_word_len=5",
+        "orchestrator.eval.samples_per_prompt=4",
+        "monitor=off",
+        *FAST,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    evals = [r for r in rows(tmp_path / "run") if "eval/reward" in r]
+    assert [r["step"] for r in evals] == [0, 2]  # the base model's eval at step 0, and the final one
+    for r in evals:
+        assert r["eval/pass@1"] <= r["eval/pass@2"] <= r["eval/pass@4"] and r["eval/avg@4"] == r["eval/reward"]
+    train = [r for r in rows(tmp_path / "run") if "loss" in r]
+    assert train[-1]["verifier/calls"] == 2 * 128 + 16 * 4 and train[-1]["verifier/errors"] == 0
+
+
+@pytest.mark.vllm
+def test_rl_on_your_own_data_with_a_system_prompt_and_math_verify(tmp_path):
+    data = tmp_path / "arithmetic.jsonl"
+    data.write_text(
+        "".join(json.dumps({"q": f"{a}+{b}=", "sum": str(a + b)}) + "\n" for a in range(20) for b in range(20))
+    )
+    run = launch(
+        tmp_path / "run",
+        "task=hf",
+        f"task.path={data}",
+        "task.prompt_key=q",
+        "task.answer_key=sum",
+        "task.verifier=math",
+        "task.system_prompt='Answer with the number only.'",
+        "monitor=off",
+        *FAST,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    s = summary(tmp_path / "run")
+    assert s["steps"] == 2 and 0.0 <= s["eval/reward_final"] <= 1.0
+    train = [r for r in rows(tmp_path / "run") if "loss" in r]
+    assert all(r["verifier/timeouts"] == 0 and r["verifier/errors"] == 0 for r in train)
