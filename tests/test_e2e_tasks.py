@@ -17,12 +17,11 @@ FAST = ["model.warm_start.steps=0", "max_steps=2", "orchestrator.eval.interval=2
 
 
 @pytest.mark.vllm
-def test_rl_on_a_reasoning_gym_dataset_reports_pass_at_k(tmp_path):
+def test_rl_on_a_mix_with_a_reasoning_gym_dataset_reports_pass_at_k_per_source(tmp_path):
     run = launch(
         tmp_path / "run",
-        "task=reasoning_gym",
-        "task.dataset=spell_backward",
-        "+task.options.max_word_len=5",
+        "task=mix",
+        "task.mix=[{name:reasoning_gym,dataset:spell_backward,options:{max_word_len:5},weight:3},{name:reverse}]",
         "orchestrator.eval.samples_per_prompt=4",
         "monitor=off",
         *FAST,
@@ -31,8 +30,11 @@ def test_rl_on_a_reasoning_gym_dataset_reports_pass_at_k(tmp_path):
     evals = [r for r in rows(tmp_path / "run") if "eval/reward" in r]
     assert [r["step"] for r in evals] == [0, 2]  # the base model's eval at step 0, and the final one
     for r in evals:
-        assert r["eval/pass@1"] <= r["eval/pass@2"] <= r["eval/pass@4"] and r["eval/avg@4"] == r["eval/reward"]
+        for prefix in ("eval", "eval/spell_backward", "eval/reverse"):
+            assert r[f"{prefix}/pass@1"] <= r[f"{prefix}/pass@2"] <= r[f"{prefix}/pass@4"]
+        assert r["eval/avg@4"] == r["eval/reward"]
     train = [r for r in rows(tmp_path / "run") if "loss" in r]
+    assert all("reward/spell_backward" in r for r in train)
     assert train[-1]["verifier/calls"] == 2 * 128 + 16 * 4 and train[-1]["verifier/errors"] == 0
 
 

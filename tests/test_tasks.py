@@ -212,3 +212,39 @@ def test_pass_at_k_is_the_unbiased_estimator():
     assert m["eval/pass@1"] == pytest.approx((0.25 + 0.5) / 2) and m["eval/pass@4"] == 1.0
     assert set(m) == {"eval/reward", "eval/exact", "eval/avg@4", "eval/pass@1", "eval/pass@2", "eval/pass@4"}
     assert set(eval_metrics([1.0] * 6, 6)) >= {"eval/pass@4", "eval/pass@6"}
+
+
+def test_a_task_mix_draws_by_weight_and_scores_each_source_with_its_own_verifier(tmp_path):
+    from prime_rl.config import compose_config
+    from prime_rl.orchestrator.loop import step_prompts
+
+    data = tmp_path / "sums.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{a}+1", "answer": str(a + 1)}) + "\n" for a in range(2000)))
+    cfg = compose_config(
+        [
+            "task=mix",
+            f"task.mix=[{{name:reverse,weight:1}},{{name:jsonl,path:'{data}',verifier:exact,weight:3}}]",
+            "orchestrator.batch_size=1024",
+            "orchestrator.rollouts_per_example=2",
+        ]
+    )
+    task = load_task(cfg.task)
+    assert task.weights == {"reverse": 1.0, "sums": 3.0}
+    assert {ex.source for ex in task.eval[:2]} == {"reverse", "sums"}  # interleaved: any prefix covers both
+    drawn = step_prompts(cfg, task, step=0)
+    assert drawn == step_prompts(cfg, task, step=0) and len(drawn) == 512 == len(set(drawn))
+    share = sum(ex.source == "sums" for ex in drawn) / len(drawn)
+    assert 0.68 < share < 0.82  # 3 : 1
+    word = next(ex for ex in task.eval if ex.source == "reverse")
+    number = next(ex for ex in task.eval if ex.source == "sums")
+    assert 0 < task.reward(word.answer[:-1], word) < 1  # reverse keeps its partial credit
+    assert task.reward(number.answer + "0", number) == 0.0 and task.reward(number.answer, number) == 1.0
+
+
+def test_mix_mistakes_name_the_source():
+    from prime_rl.config import ConfigError, compose_config, validate
+
+    with pytest.raises(ConfigError, match=r"\[task.mix\[1\].dataset, task.mix\[1\].options\]"):
+        validate(compose_config(["task=mix", "task.mix=[{name:sort},{name:reasoning_gym,dataset:nope}]"]))
+    with pytest.raises(ConfigError, match=r"\[task.mix\[0\].weight\]"):
+        validate(compose_config(["task=mix", "task.mix=[{name:sort,weight:0}]"]))

@@ -85,8 +85,13 @@ def uncommented(module: ModuleType) -> list[str]:
         for c in classes
         if dataclasses.is_dataclass(c)
         for f in dataclasses.fields(c)
-        if not comments.get((c.__name__, f.name))
+        if not comments.get((owner(c, f.name), f.name))
     ]
+
+
+def owner(cls: type, name: str) -> str:
+    """The class whose body declares the field: a subclass (TaskConfig) inherits its base's comments."""
+    return next(c.__name__ for c in cls.__mro__ if name in vars(c).get("__annotations__", {}))
 
 
 def leaves(cls: type = Config, prefix: str = "") -> Iterator[tuple[str, tuple[str, str]]]:
@@ -96,7 +101,7 @@ def leaves(cls: type = Config, prefix: str = "") -> Iterator[tuple[str, tuple[st
         if dataclasses.is_dataclass(types[f.name]):
             yield from leaves(types[f.name], f"{prefix}{f.name}.")
         else:
-            yield prefix + f.name, (cls.__name__, f.name)
+            yield prefix + f.name, (owner(cls, f.name), f.name)
 
 
 @functools.cache  # every key's default reads it

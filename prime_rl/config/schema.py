@@ -74,7 +74,7 @@ class ModelConfig:
 
 
 @dataclass
-class TaskConfig:
+class TaskSourceConfig:
     name: str = "reverse"  # reverse | sort (built-in) | hf (a `datasets` source) | jsonl (hf, one file) | reasoning_gym
     path: str | None = None  # hf, jsonl: a data dir, a .json/.jsonl/.csv/.parquet file, or a Hub dataset id
     subset: str | None = None  # hf: the dataset's configuration, e.g. main for openai/gsm8k (None: its only one)
@@ -90,6 +90,13 @@ class TaskConfig:
     num_train: int = 20000  # built-in, reasoning_gym: size of the train split
     num_eval: int = 128  # size of the eval split
     seed: int = 0  # built-in, reasoning_gym: seed of the generated examples (reasoning_gym's eval: seed + 1)
+    weight: float = 1.0  # in task.mix: this source's share of each step's prompts
+    label: str | None = None  # in task.mix: its name in the metrics, reward/<label> (None: dataset, file or task name)
+
+
+@dataclass
+class TaskConfig(TaskSourceConfig):
+    mix: list[TaskSourceConfig] = field(default_factory=list)  # task=mix: the sources trained on together
 
 
 @dataclass

@@ -274,17 +274,20 @@ def _task(cfg: Config, _: int) -> None:
     from prime_rl.tasks.verifiers import answer_verifier
 
     task = cfg.task
-    known = [*BUILTIN_TASKS, "hf", "jsonl", "reasoning_gym"]
+    single = [*BUILTIN_TASKS, "hf", "jsonl", "reasoning_gym"]
+    known = [*single, "mix"]
     check(task.name in known, ["task.name"], f"unknown task {task.name!r}", f"use task={' | task='.join(known)}")
-    if task.name in ("hf", "jsonl"):
-        check(bool(task.path), ["task.path"], f"task={task.name} needs its data", "set task.path=<file, dir or Hub id>")
-    if task.name == "reasoning_gym":
-        check(
-            bool(task.dataset),
-            ["task.dataset"],
-            "task=reasoning_gym needs a dataset",
-            "e.g. task.dataset=spell_backward",
-        )
+    sources = [(f"task.mix[{i}]", src) for i, src in enumerate(task.mix)] if task.name == "mix" else [("task", task)]
+    check(bool(sources), ["task.mix"], "task=mix has no sources", "list them: task.mix=[{name:reverse},{name:sort}]")
+    for key, src in sources:
+        check(src.name in single, [f"{key}.name"], f"unknown task {src.name!r}", f"use one of {', '.join(single)}")
+        check(src.weight > 0, [f"{key}.weight"], "must be > 0", "give each source a positive weight")
+        if src.name in ("hf", "jsonl"):
+            check(
+                bool(src.path), [f"{key}.path"], f"{src.name} needs its data", f"set {key}.path=<file, dir or Hub id>"
+            )
+        if src.name == "reasoning_gym":
+            check(bool(src.dataset), [f"{key}.dataset"], "reasoning_gym needs a dataset", f"set {key}.dataset=<name>")
     try:
         if task.name in BUILTIN_TASKS:
             answer_verifier(task.verifier)

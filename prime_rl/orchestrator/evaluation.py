@@ -27,17 +27,26 @@ async def evaluate(ctx: Context) -> dict[str, float]:
         seed=cfg.seed,
     )
     pairs = [(completion_text(ctx, c.token_ids), ex) for ex, group in zip(examples, groups) for c in group]
-    return eval_metrics(await ctx.verification.rewards(pairs), e.samples_per_prompt)
+    rewards = await ctx.verification.rewards(pairs)
+    k = e.samples_per_prompt
+    metrics = eval_metrics(rewards, k)
+    for label in ctx.task.weights:  # a mix: each source's own numbers too
+        mine = [r for (_, ex), r in zip(pairs, rewards) if ex.source == label]
+        if mine:
+            metrics.update(eval_metrics(mine, k, prefix=f"eval/{label}"))
+    return metrics
 
 
-def eval_metrics(rewards: list[float], k: int) -> dict[str, float]:
-    """Mean reward (= avg@k), the fraction of exact answers, and pass@j for j = 1, 2, 4, …, k."""
+def eval_metrics(rewards: list[float], k: int, prefix: str = "eval") -> dict[str, float]:
+    """Mean reward (= avg@k), the fraction of exact answers, and pass@j for j = 1, 2, 4, …, k, of rewards that
+    come in groups of k (a prompt's samples)."""
     groups = [rewards[i : i + k] for i in range(0, len(rewards), k)]
     mean = sum(rewards) / len(rewards)
-    metrics = {"eval/reward": mean, "eval/exact": sum(r == 1.0 for r in rewards) / len(rewards), f"eval/avg@{k}": mean}
+    exact = sum(r == 1.0 for r in rewards) / len(rewards)
+    metrics = {f"{prefix}/reward": mean, f"{prefix}/exact": exact, f"{prefix}/avg@{k}": mean}
     for j in [2**i for i in range(k.bit_length()) if 2**i <= k] + ([k] if k & (k - 1) else []):
         passes = [pass_at_k(k, sum(r == 1.0 for r in group), j) for group in groups]
-        metrics[f"eval/pass@{j}"] = sum(passes) / len(passes)
+        metrics[f"{prefix}/pass@{j}"] = sum(passes) / len(passes)
     return metrics
 
 

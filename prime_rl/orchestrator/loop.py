@@ -86,7 +86,7 @@ def resume_teacher_counts(ctx: Context, start: int) -> None:
 def step_prompts(cfg: Config, task: Task, step: int) -> list[Example]:
     """The step's prompts: a deterministic function of (seed, step), so a resumed run sees the same data."""
     n = cfg.orchestrator.batch_size // cfg.orchestrator.rollouts_per_example
-    return random.Random(cfg.seed * 1_000_003 + step).sample(task.train, n)
+    return task.draw(random.Random(cfg.seed * 1_000_003 + step), n)
 
 
 async def make_batch(ctx: Context, step: int, version: int) -> Batch:
@@ -150,10 +150,15 @@ async def score(ctx: Context, examples: list[Example], groups: list[list[Sample]
         (s for g in groups for s in g), grpo_advantages(rewards, o.rollouts_per_example, o.std_normalize)
     ):
         s.advantage = adv
-    return {
+    metrics = {
         "reward/mean": sum(rewards) / len(rewards),
         "reward/exact": sum(r == 1.0 for r in rewards) / len(rewards),
     }
+    for label in ctx.task.weights:  # a mix: each source's mean reward in this step
+        mine = [r for (_, ex), r in zip(pairs, rewards) if ex.source == label]
+        if mine:
+            metrics[f"reward/{label}"] = sum(mine) / len(mine)
+    return metrics
 
 
 async def attach_teacher_logprobs(ctx: Context, samples: list[Sample]) -> None:

@@ -1,5 +1,7 @@
 """A task is a train split, an eval split and a verifier."""
 
+import random
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -12,6 +14,7 @@ class Example:
     answer: str  # the reference answer
     system: str | None = None  # a system message before the prompt (None: the chat template's default)
     entry: dict | None = field(default=None, compare=False)  # reasoning_gym: the entry its score_answer reads
+    source: str = ""  # in a task mix: the label of the source it comes from ("" outside a mix)
 
     @property
     def messages(self) -> list[dict]:
@@ -25,16 +28,32 @@ class Task:
     train: list[Example]
     eval: list[Example]
     verify: Callable  # (completion, example) -> reward; the orchestrator runs it in processes (verification.py)
+    weights: dict[str, float] = field(default_factory=dict)  # a mix: each source's label and weight
+    by_source: dict[str, list[Example]] = field(init=False, repr=False)  # a mix: the train split of each source
+
+    def __post_init__(self):
+        self.by_source = {label: [ex for ex in self.train if ex.source == label] for label in self.weights}
 
     def reward(self, completion: str, example: Example) -> float:
         return self.verify(completion, example)
+
+    def draw(self, rng: random.Random, n: int) -> list[Example]:
+        """n distinct train prompts; in a mix, each prompt's source drawn first, by weight."""
+        if not self.weights:
+            return rng.sample(self.train, n)
+        labels = list(self.weights)
+        counts = Counter(rng.choices(labels, weights=[self.weights[label] for label in labels], k=n))
+        return [ex for label in labels for ex in rng.sample(self.by_source[label], counts[label])]
 
 
 def load_task(cfg: TaskConfig) -> Task:
     from prime_rl.tasks.builtin import BUILTIN_TASKS
     from prime_rl.tasks.hf import load_hf_task
+    from prime_rl.tasks.mix import load_mix
     from prime_rl.tasks.reasoning_gym_task import load_reasoning_gym_task
 
+    if cfg.name == "mix":
+        return load_mix(cfg)
     if cfg.name in ("hf", "jsonl"):
         return load_hf_task(cfg)
     if cfg.name == "reasoning_gym":

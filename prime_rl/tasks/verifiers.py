@@ -67,6 +67,10 @@ def answer_verifier(spec: str) -> Callable[[str, str], float]:
 
 def make_verifier(cfg: TaskConfig) -> Callable:
     """(completion, example) -> reward for the task: in the orchestrator's verifier processes and in-process."""
+    if cfg.name == "mix":
+        from prime_rl.tasks.mix import mix_sources
+
+        return functools.partial(score_source, {label: make_verifier(src) for label, src in mix_sources(cfg)})
     if cfg.name == "reasoning_gym":
         import reasoning_gym
 
@@ -80,3 +84,7 @@ def score_answer(fn: Callable[[str, str], float], completion: str, example) -> f
 
 def score_entry(fn: Callable, completion: str, example) -> float:
     return float(fn(answer=completion, entry=example.entry))
+
+
+def score_source(verifiers: dict[str, Callable], completion: str, example) -> float:
+    return verifiers[example.source](completion, example)

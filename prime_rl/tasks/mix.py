@@ -1,0 +1,35 @@
+"""Several tasks in one run (`task=mix`, sources in `task.mix`): each step draws its prompts' sources by weight,
+each source keeps its own verifier, and the metrics carry each source's label (reward/<label>,
+eval/<label>/…)."""
+
+import itertools
+from dataclasses import replace
+from pathlib import Path
+
+from prime_rl.config.schema import TaskConfig, TaskSourceConfig
+from prime_rl.tasks.task import Task, load_task
+from prime_rl.tasks.verifiers import TaskError, make_verifier
+
+
+def mix_sources(cfg: TaskConfig) -> list[tuple[str, TaskSourceConfig]]:
+    """Each source with its label: its `label`, else its dataset, file or task name (numbered when repeated)."""
+    labelled, seen = [], {}
+    for src in cfg.mix:
+        base = src.label or src.dataset or (Path(src.path).stem if src.path else None) or src.name
+        seen[base] = seen.get(base, 0) + 1
+        labelled.append((base if seen[base] == 1 else f"{base}-{seen[base]}", src))
+    return labelled
+
+
+def load_mix(cfg: TaskConfig) -> Task:
+    parts = []
+    for i, (label, src) in enumerate(mix_sources(cfg)):
+        try:
+            parts.append((label, src.weight, load_task(src)))
+        except TaskError as e:
+            raise TaskError([k.replace("task.", f"task.mix[{i}].", 1) for k in e.keys], e.problem, e.fix) from e
+    train = [replace(ex, source=label) for label, _, part in parts for ex in part.train]
+    # interleaved, so the first orchestrator.eval.num_examples cover every source alike
+    labelled_evals = [[replace(ex, source=label) for ex in part.eval] for label, _, part in parts]
+    evals = [ex for row in itertools.zip_longest(*labelled_evals) for ex in row if ex is not None]
+    return Task("mix", train, evals, make_verifier(cfg), weights={label: weight for label, weight, _ in parts})
