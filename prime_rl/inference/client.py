@@ -153,7 +153,7 @@ class InferenceClient:
         A retryable answer with `Retry-After` (a rate limit) is waited out as asked, with jitter, and does not
         count as a retry: a rate-limited run slows down until `rate_limit_wait_s` of waiting is used up.
         `json_reply=False` for control endpoints that answer in plain text (e.g. load_lora_adapter)."""
-        failures, waited = 0, 0.0
+        failures, limited, waited = 0, 0, 0.0
         while True:
             wait = None
             try:
@@ -167,7 +167,7 @@ class InferenceClient:
                 problem = f"HTTP {resp.status_code}: {resp.text[:200]}"
                 wait = retry_after_s(resp)
                 if wait is None and resp.status_code == 429:
-                    wait = backoff_s(self.backoff_s, failures)  # a rate limit that names no wait
+                    wait = backoff_s(self.backoff_s, limited)  # a rate limit that names no wait
             except (httpx.TransportError, ValueError) as e:
                 problem = f"{type(e).__name__}: {e}"
             if wait is not None:
@@ -178,7 +178,7 @@ class InferenceClient:
                         f"(the budget is {self.rate_limit_wait_s:g} s), last: {problem}",
                         resp.status_code,
                     )
-                waited += wait
+                waited, limited = waited + wait, limited + 1
                 self.stats.rate_limited += 1
                 self.stats.rate_limit_wait_s += wait
                 await asyncio.sleep(wait)

@@ -50,7 +50,9 @@ async def run(cfg: Config) -> None:
             batch.metrics["time/reload"] = policy.reload_s
             policy.reload_s = 0.0
             if due_for_eval(cfg, step):
+                eval_start = time.monotonic()
                 batch.metrics.update(await evaluate(ctx))
+                batch.metrics["time/eval"] = time.monotonic() - eval_start
                 if step == start and ctx.teacher:
                     batch.metrics.update(await evaluate_teacher(ctx))
             if ctx.answers:

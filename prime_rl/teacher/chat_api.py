@@ -47,8 +47,10 @@ def resolve_teacher_api(cfg: Config) -> Config:
 async def resolved_api(cfg: Config) -> TeacherApiConfig:
     """A local vLLM teacher accepts everything and is not probed; an external endpoint is, unless the cache dir
     remembers its answers to the same questions."""
-    if cfg.teacher.kind == TeacherKind.local_vllm or is_resolved(cfg.teacher.api):
-        return VLLM_API if cfg.teacher.kind == TeacherKind.local_vllm else cfg.teacher.api
+    if cfg.teacher.kind == TeacherKind.local_vllm:
+        return VLLM_API
+    if is_resolved(cfg.teacher.api):
+        return cfg.teacher.api
     cache, question = TeacherCache.of(cfg), probe_question(cfg)
     known = cache.get("api", question) if cache else None
     if known:

@@ -41,7 +41,7 @@ def count(usage: dict, key: str) -> int:
     return value if isinstance(value, int) else 0
 
 
-def run_totals(step: "Usage", totals: dict[str, float], priced: bool) -> dict[str, float]:
+def run_totals(step: Usage, totals: dict[str, float], priced: bool) -> dict[str, float]:
     """The run's totals so far (`teacher/<name>_total`), `totals` being those of the steps before."""
     return {
         f"teacher/{name}_total": totals.get(f"teacher/{name}_total", 0.0) + float(getattr(step, name))
