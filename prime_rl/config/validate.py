@@ -284,10 +284,15 @@ def _task(cfg: Config, _: int) -> None:
         check(src.weight > 0, [f"{key}.weight"], "must be > 0", "give each source a positive weight")
         if src.name in ("hf", "jsonl"):
             check(
-                bool(src.path), [f"{key}.path"], f"{src.name} needs its data", f"set {key}.path=<file, dir or Hub id>"
+                bool(src.path),
+                [f"{key}.path"],
+                f"task={src.name} needs its data",
+                f"set {key}.path=<file, dir or Hub id>",
             )
         if src.name == "reasoning_gym":
-            check(bool(src.dataset), [f"{key}.dataset"], "reasoning_gym needs a dataset", f"set {key}.dataset=<name>")
+            check(
+                bool(src.dataset), [f"{key}.dataset"], "task=reasoning_gym needs a dataset", f"set {key}.dataset=<name>"
+            )
     try:
         if task.name in BUILTIN_TASKS:
             answer_verifier(task.verifier)

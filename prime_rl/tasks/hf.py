@@ -48,8 +48,12 @@ def hub_snapshot(dataset_id: str) -> str:
     SLURM nodes reads the cache a login node filled), then read as a local dir: one code path for all data."""
     from huggingface_hub import snapshot_download
 
-    if not is_hub_id(dataset_id):
-        raise TaskError(["task.path"], f"{dataset_id} is no file, no dir and no Hub dataset id", "fix the path")
+    if not is_hub_id(dataset_id) or Path(dataset_id).suffix in FILE_BUILDERS:
+        raise TaskError(
+            ["task.path"],
+            f"{dataset_id} does not exist (and is no Hub dataset id)",
+            "point it at a .jsonl/.json/.csv/.parquet file, a data dir or a Hub dataset id (org/name)",
+        )
     return snapshot_download(dataset_id, repo_type="dataset")
 
 
