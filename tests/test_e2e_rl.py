@@ -41,6 +41,11 @@ def summary(run_dir: Path) -> dict:
     return json.loads((run_dir / "summary.json").read_text())
 
 
+def rows(run_dir: Path) -> list[dict]:
+    """metrics.jsonl, one dict per line."""
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
 @pytest.mark.vllm
 def test_rl_improves_eval_reward_and_lr_zero_does_not(tmp_path):
     learn = launch(tmp_path / "learn", *SHORT)
@@ -54,8 +59,7 @@ def test_rl_improves_eval_reward_and_lr_zero_does_not(tmp_path):
     assert frozen.returncode == 0, frozen.stderr[-3000:]
     f = summary(tmp_path / "frozen")
     assert abs(f["eval/reward_final"] - f["eval/reward_first"]) < 0.02, f
-    rows = [json.loads(line) for line in (tmp_path / "learn" / "metrics.jsonl").read_text().splitlines()]
-    train_rows = [r for r in rows if "loss" in r]
+    train_rows = [r for r in rows(tmp_path / "learn") if "loss" in r]
     assert [r["step"] for r in train_rows] == list(range(50))
     assert all(r["policy/staleness"] <= 1 for r in train_rows)  # max_async_level=1
     for key in (
@@ -71,7 +75,7 @@ def test_rl_improves_eval_reward_and_lr_zero_does_not(tmp_path):
         "throughput/tokens_per_s",
     ):
         assert all(key in r for r in train_rows), key
-    frozen_rows = [json.loads(line) for line in (tmp_path / "frozen" / "metrics.jsonl").read_text().splitlines()]
+    frozen_rows = rows(tmp_path / "frozen")
     # same weights and temperature on both sides: the server's logprobs are the trainer's (a broken reload, or a
     # trainer ignoring the sampling temperature, would show here)
     assert max(r["mismatch_kl"] for r in frozen_rows if "loss" in r) < 1e-3
@@ -87,10 +91,10 @@ def test_resume_continues_from_the_latest_checkpoint(tmp_path):
     second = launch(run_dir, "max_steps=8", "ckpt.resume=true", *common)
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resuming from step 4" in second.stderr
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == list(range(8))
+    lines = rows(run_dir)
+    assert [r["step"] for r in lines] == list(range(8))
     # the lr schedule continues where it stopped (warmup step 5 of 10), as restored from the checkpoint
-    assert rows[4]["lr"] == pytest.approx(3e-4 * 5 / 11)
+    assert lines[4]["lr"] == pytest.approx(3e-4 * 5 / 11)
 
 
 @pytest.mark.vllm
@@ -103,9 +107,9 @@ def test_rl_on_the_tied_qwen3_family_keeps_the_server_on_the_trainers_weights(tm
     overrides = ["model=tiny_qwen3", "max_steps=4", "orchestrator.max_async_level=0", "trainer.optim.lr=1e-3"]
     proc = launch(run_dir, *overrides, "trainer.optim.warmup_steps=0", "monitor=off")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert "eval/reward" in rows[0] and "eval/reward" in rows[-1]  # step 0 and the end
-    rows = [r for r in rows if "mismatch_kl" in r]
-    assert [r["step"] for r in rows] == [0, 1, 2, 3]
-    assert max(abs(r["mismatch_kl"]) for r in rows) < 1e-6, [r["mismatch_kl"] for r in rows]
-    assert max(r["grad_norm"] for r in rows) > 0  # the weights did change
+    lines = rows(run_dir)
+    assert "eval/reward" in lines[0] and "eval/reward" in lines[-1]  # step 0 and the end
+    train = [r for r in lines if "mismatch_kl" in r]
+    assert [r["step"] for r in train] == [0, 1, 2, 3]
+    assert max(abs(r["mismatch_kl"]) for r in train) < 1e-6, [r["mismatch_kl"] for r in train]
+    assert max(r["grad_norm"] for r in train) > 0  # the weights did change

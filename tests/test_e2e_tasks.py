@@ -5,12 +5,7 @@ import json
 
 import pytest
 
-from tests.test_e2e_rl import launch, summary
-
-
-def rows(run_dir) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
+from tests.test_e2e_rl import launch, rows, summary
 
 # random-init students (no warm start): the runs prove the plumbing, the learning curves are in the README
 FAST = ["model.warm_start.steps=0", "max_steps=2", "orchestrator.eval.interval=2", "orchestrator.eval.num_examples=16"]

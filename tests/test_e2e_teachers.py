@@ -10,13 +10,9 @@ from prime_rl.config import compose_config
 from prime_rl.config.schema import Config
 from prime_rl.prepare import prepare_teacher
 from tests.http_stub import StubHandler, serve_stub, stub_url
-from tests.test_e2e_rl import launch, summary
+from tests.test_e2e_rl import launch, rows, summary
 
 KEY_ENV = "PRIME_RL_TEST_TEACHER_KEY"
-
-
-def rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")

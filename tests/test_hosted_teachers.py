@@ -1,15 +1,12 @@
 """sft for real from a teacher behind an endpoint that behaves like a hosted API (tests/hosted_api.py): the rules
 of OpenAI's reasoning models and Anthropic's OpenAI layer, rate limits and a key, in front of a real vLLM teacher."""
 
-import json
-from pathlib import Path
-
 import pytest
 
 from prime_rl.config import compose_config
 from prime_rl.prepare import prepare_teacher
 from tests.hosted_api import ANTHROPIC, OPENAI_REASONING, RATE_LIMITED, HostedApi, Rules
-from tests.test_e2e_rl import launch, summary
+from tests.test_e2e_rl import launch, rows, summary
 from tests.vllm_server import serve
 
 KEY_ENV = "PRIME_RL_TEST_HOSTED_KEY"
@@ -22,10 +19,6 @@ def upstream(tmp_path_factory):
     teacher = prepare_teacher(compose_config(["training_mode=sft"]))
     with serve(teacher, tmp_path_factory.mktemp("upstream"), served_name="tiny-teacher") as url:
         yield url
-
-
-def rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def sft_through(api: HostedApi, *overrides: str) -> list[str]:
