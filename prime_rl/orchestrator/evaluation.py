@@ -44,7 +44,8 @@ def eval_metrics(rewards: list[float], k: int, prefix: str = "eval") -> dict[str
     mean = sum(rewards) / len(rewards)
     exact = sum(r == 1.0 for r in rewards) / len(rewards)
     metrics = {f"{prefix}/reward": mean, f"{prefix}/exact": exact, f"{prefix}/avg@{k}": mean}
-    for j in [2**i for i in range(k.bit_length()) if 2**i <= k] + ([k] if k & (k - 1) else []):
+    powers = [2**i for i in range(k.bit_length())]  # 1, 2, 4, … up to k
+    for j in powers + ([k] if k not in powers else []):
         passes = [pass_at_k(k, sum(r == 1.0 for r in group), j) for group in groups]
         metrics[f"{prefix}/pass@{j}"] = sum(passes) / len(passes)
     return metrics
