@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from tests.conftest import ROOT
 from tests.test_e2e_rl import launch, rows, summary
 
 # random-init students (no warm start): the runs prove the plumbing, the learning curves are in the README
@@ -12,11 +13,15 @@ FAST = ["model.warm_start.steps=0", "max_steps=2", "orchestrator.eval.interval=2
 
 
 @pytest.mark.vllm
-def test_rl_on_a_mix_with_a_reasoning_gym_dataset_reports_pass_at_k_per_source(tmp_path):
+def test_rl_on_a_mix_of_reasoning_gym_a_verifiers_taskset_and_builtin_reports_pass_at_k_per_source(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "examples"))  # the taskset id is a module the processes import
     run = launch(
         tmp_path / "run",
         "task=mix",
-        "task.mix=[{name:reasoning_gym,dataset:spell_backward,options:{max_word_len:5},weight:3},{name:reverse}]",
+        "task.mix=[{name:reasoning_gym,dataset:spell_backward,options:{max_word_len:5},weight:3},{name:reverse},"
+        "{name:verifiers,env:reverse_taskset,options:{num_tasks:500},weight:2}]",
         "orchestrator.eval.samples_per_prompt=4",
         "monitor=off",
         *FAST,
@@ -25,11 +30,11 @@ def test_rl_on_a_mix_with_a_reasoning_gym_dataset_reports_pass_at_k_per_source(t
     evals = [r for r in rows(tmp_path / "run") if "eval/reward" in r]
     assert [r["step"] for r in evals] == [0, 2]  # the base model's eval at step 0, and the final one
     for r in evals:
-        for prefix in ("eval", "eval/spell_backward", "eval/reverse"):
+        for prefix in ("eval", "eval/spell_backward", "eval/reverse", "eval/reverse_taskset"):
             assert r[f"{prefix}/pass@1"] <= r[f"{prefix}/pass@2"] <= r[f"{prefix}/pass@4"]
         assert r["eval/avg@4"] == r["eval/reward"]
     train = [r for r in rows(tmp_path / "run") if "loss" in r]
-    assert all("reward/spell_backward" in r for r in train)
+    assert all("reward/spell_backward" in r and "reward/reverse_taskset" in r for r in train)
     assert train[-1]["verifier/calls"] == 2 * 128 + 16 * 4 and train[-1]["verifier/errors"] == 0
 
 

@@ -137,6 +137,7 @@ CASES = [
     ),
     Case("missing file", "unreadable dataset", ("task=jsonl", "task.path=/nonexistent/train.jsonl"), "[task.path]"),
     Case("missing file", "dataset not given", ("task=jsonl",), "[task.path]"),
+    Case("missing file", "verifiers taskset not installed", ("task=verifiers", "task.env=my_tasks"), "[task.env]"),
     Case(
         "GPUs",
         "more GPUs than visible",

@@ -75,7 +75,7 @@ class ModelConfig:
 
 @dataclass
 class TaskSourceConfig:
-    name: str = "reverse"  # reverse | sort (built-in) | hf (a `datasets` source) | jsonl (hf, one file) | reasoning_gym
+    name: str = "reverse"  # reverse, sort (built-in) | hf (datasets) | jsonl (hf, a file) | reasoning_gym | verifiers
     path: str | None = None  # hf, jsonl: a data dir, a .json/.jsonl/.csv/.parquet file, or a Hub dataset id
     subset: str | None = None  # hf: the dataset's configuration, e.g. main for openai/gsm8k (None: its only one)
     split: str = "train"  # hf: the split trained on
@@ -86,10 +86,11 @@ class TaskSourceConfig:
     system_prompt: str | None = None  # a system message before every prompt (None: the chat template's default)
     verifier: str = "similarity"  # hf: similarity | exact | contains | math | <module>:<function> (see README)
     dataset: str | None = None  # reasoning_gym: the dataset's name, e.g. spell_backward
-    options: dict[str, Any] = field(default_factory=dict)  # reasoning_gym: the generator's options, e.g. min_word_len
-    num_train: int = 20000  # built-in, reasoning_gym: size of the train split
+    env: str | None = None  # verifiers: the taskset id, an installed module exporting a verifiers.v1 Taskset
+    options: dict[str, Any] = field(default_factory=dict)  # reasoning_gym: generator options; verifiers: taskset config
+    num_train: int = 20000  # built-in, reasoning_gym, verifiers: size of the train split
     num_eval: int = 128  # size of the eval split
-    seed: int = 0  # built-in, reasoning_gym: seed of the generated examples (reasoning_gym's eval: seed + 1)
+    seed: int = 0  # examples' seed (built-in, reasoning_gym: eval uses seed + 1; verifiers: the shuffle)
     weight: float = 1.0  # in task.mix: this source's share of each step's prompts
     label: str | None = None  # in task.mix: its name in the metrics, reward/<label> (None: dataset, file or task name)
 

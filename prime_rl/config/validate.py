@@ -274,7 +274,7 @@ def _task(cfg: Config, _: int) -> None:
     from prime_rl.tasks.verifiers import answer_verifier
 
     task = cfg.task
-    single = [*BUILTIN_TASKS, "hf", "jsonl", "reasoning_gym"]
+    single = [*BUILTIN_TASKS, "hf", "jsonl", "reasoning_gym", "verifiers"]
     known = [*single, "mix"]
     check(task.name in known, ["task.name"], f"unknown task {task.name!r}", f"use task={' | task='.join(known)}")
     sources = [(f"task.mix[{i}]", src) for i, src in enumerate(task.mix)] if task.name == "mix" else [("task", task)]
@@ -293,6 +293,8 @@ def _task(cfg: Config, _: int) -> None:
             check(
                 bool(src.dataset), [f"{key}.dataset"], "task=reasoning_gym needs a dataset", f"set {key}.dataset=<name>"
             )
+        if src.name == "verifiers":
+            check(bool(src.env), [f"{key}.env"], "task=verifiers needs a taskset", f"set {key}.env=<taskset id>")
     try:
         if task.name in BUILTIN_TASKS:
             answer_verifier(task.verifier)

@@ -15,7 +15,7 @@ def mix_sources(cfg: TaskConfig) -> list[tuple[str, TaskSourceConfig]]:
     """Each source with its label: its `label`, else its dataset, file or task name (numbered when repeated)."""
     labelled, seen = [], {}
     for src in cfg.mix:
-        base = src.label or src.dataset or (Path(src.path).stem if src.path else None) or src.name
+        base = src.label or src.dataset or src.env or (Path(src.path).stem if src.path else None) or src.name
         seen[base] = seen.get(base, 0) + 1
         labelled.append((base if seen[base] == 1 else f"{base}-{seen[base]}", src))
     return labelled

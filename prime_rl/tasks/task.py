@@ -51,6 +51,7 @@ def load_task(cfg: TaskConfig) -> Task:
     from prime_rl.tasks.hf import load_hf_task
     from prime_rl.tasks.mix import load_mix
     from prime_rl.tasks.reasoning_gym_task import load_reasoning_gym_task
+    from prime_rl.tasks.verifiers_taskset import load_verifiers_task
 
     if cfg.name == "mix":
         return load_mix(cfg)
@@ -58,4 +59,6 @@ def load_task(cfg: TaskConfig) -> Task:
         return load_hf_task(cfg)
     if cfg.name == "reasoning_gym":
         return load_reasoning_gym_task(cfg)
+    if cfg.name == "verifiers":
+        return load_verifiers_task(cfg)
     return BUILTIN_TASKS[cfg.name](cfg)

@@ -71,6 +71,10 @@ def make_verifier(cfg: TaskConfig) -> Callable:
         from prime_rl.tasks.mix import mix_sources
 
         return functools.partial(score_source, {label: make_verifier(src) for label, src in mix_sources(cfg)})
+    if cfg.name == "verifiers":
+        from prime_rl.tasks.verifiers_taskset import make_scorer
+
+        return make_scorer(cfg)
     if cfg.name == "reasoning_gym":
         import reasoning_gym
 

@@ -1,0 +1,145 @@
+"""A `verifiers` (v1) taskset as a task: `task=verifiers task.env=<taskset id>` trains on the taskset's prompts and
+scores each completion with the task's own rewards. The id is what verifiers itself loads: an installed module (or
+`owner/name@version` hub id of one) exporting a `verifiers.v1.Taskset` subclass; `task.options` are the taskset
+config's fields. This is verifiers' single-turn case (the `null` harness: system prompt + prompt, one reply), with
+the rollout sampled by the student's vLLM server instead of a harness program, and scored offline: no runtime, no
+sandbox, no hosted judge. Tasks that need those are refused by name when the task is built."""
+
+import asyncio
+import inspect
+import itertools
+import random
+
+from prime_rl.config.schema import TaskConfig
+from prime_rl.tasks.task import Example, Task
+from prime_rl.tasks.verifiers import TaskError
+
+INSTALL = "pip install -e '.[verifiers]' (the version this adapter is built against)"
+
+
+def load_verifiers_task(cfg: TaskConfig) -> Task:
+    """The first num_train + num_eval tasks of the taskset, shuffled by seed; num_eval of them held out."""
+    taskset = open_taskset(cfg)
+    try:
+        tasks = list(itertools.islice(taskset, cfg.num_train + cfg.num_eval))
+    except Exception as e:  # the taskset's own load() failed: its message says why
+        problem = f"taskset {cfg.env!r} failed to load: {e!r}"
+        raise TaskError(["task.env", "task.options"], problem, "fix the taskset or its options") from e
+    if len(tasks) < 2:
+        raise TaskError(["task.env"], f"taskset {cfg.env!r} yields {len(tasks)} task(s)", "a run needs 2 or more")
+    check_offline(cfg, tasks[0])
+    random.Random(cfg.seed).shuffle(tasks)
+    cut = min(cfg.num_eval, len(tasks) // 2)
+    examples = [to_example(cfg, task) for task in tasks]
+    return Task(f"verifiers/{cfg.env}", examples[cut:], examples[:cut], make_scorer(cfg))
+
+
+def open_taskset(cfg: TaskConfig):
+    """The taskset built from its config (`task.options`), as verifiers' own loader would build it."""
+    try:
+        import verifiers.v1 as vf
+        from verifiers.v1.utils.generic import concrete_type
+        from verifiers.v1.utils.loaders import taskset_class
+    except ImportError as e:
+        raise TaskError(["task.name"], f"task=verifiers needs the verifiers library ({e})", INSTALL) from e
+    from pydantic import ValidationError
+
+    try:
+        cls = taskset_class(cfg.env)
+    except Exception as e:  # not importable, no (or several) Taskset exported, an error importing it
+        first = str(e).split(". ")[0].splitlines()[0] if str(e) else type(e).__name__
+        raise TaskError(
+            ["task.env"],
+            f"verifiers cannot load taskset {cfg.env!r}: {first}",
+            "install its module (or put it on PYTHONPATH); it must export one Taskset subclass in __all__",
+        ) from e
+    config_type = concrete_type(cls, vf.TasksetConfig) or vf.TasksetConfig
+    try:
+        return cls(config_type.model_validate({**cfg.options, "id": cfg.env}))
+    except ValidationError as e:
+        wrong = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+        fields = ", ".join(name for name in config_type.model_fields if name != "id")
+        problem = f"taskset {cfg.env!r} refuses its options ({wrong})"
+        raise TaskError(["task.options"], problem, f"set only fields {config_type.__name__} has: {fields}") from e
+
+
+def check_offline(cfg: TaskConfig, task) -> None:
+    """Refuse what offline single-turn scoring cannot do, instead of silently scoring it 0."""
+    needs = []
+    if task.NEEDS_CONTAINER:
+        needs.append("a container runtime")
+    if type(task).toolsets(task.config):
+        needs.append("tool servers (multi-turn)")
+    if task.config.judges:
+        needs.append("LLM judges")
+    if not any(not takes_runtime(fn) for fn in task.hooks("reward")):
+        needs.append("a runtime for every reward")
+    if needs:
+        raise TaskError(
+            ["task.env"],
+            f"taskset {cfg.env!r} needs {', '.join(needs)}, which single-turn offline scoring does not provide",
+            "use a taskset whose rewards read the task data and the reply only (see README, Your own task)",
+        )
+
+
+def takes_runtime(fn) -> bool:
+    param = inspect.signature(fn).parameters.get("runtime")
+    return param is not None and param.default is inspect.Parameter.empty
+
+
+def to_example(cfg: TaskConfig, task) -> Example:
+    data = task.data
+    system, prompt = split_prompt(cfg, data.prompt)
+    answer = getattr(data, "answer", "")  # most tasksets' TaskData carry one; warm start trains on it
+    entry = data.model_dump(mode="json")
+    return Example(prompt, "" if answer is None else str(answer), data.system_prompt or system, entry=entry)
+
+
+def split_prompt(cfg: TaskConfig, prompt) -> tuple[str | None, str]:
+    """A string prompt, or messages that are one user turn (after an optional system message)."""
+    if isinstance(prompt, str):
+        return None, prompt
+    roles = [m.role for m in prompt or []]
+    if roles not in (["user"], ["system", "user"]):
+        raise TaskError(
+            ["task.env"],
+            f"taskset {cfg.env!r} has a prompt of roles {roles}; only a user message (after a system one) is served",
+            "make the task's prompt one user message",
+        )
+    system = prompt[0].content if len(prompt) == 2 else None
+    return system, prompt[-1].content
+
+
+def make_scorer(cfg: TaskConfig):
+    """(completion, example) -> the task's weighted reward; built once per verifier process."""
+    taskset = open_taskset(cfg)
+    return Scorer(type(taskset).task_type(), taskset.config.task)
+
+
+class Scorer:
+    def __init__(self, task_type, task_config):
+        self.task_type, self.task_config = task_type, task_config
+
+    def __call__(self, completion: str, example: Example) -> float:
+        task = self.task_type(self.task_type.data_type().model_validate(example.entry), self.task_config)
+        trace = reply_trace(task, example, completion)
+        asyncio.run(task.score(trace))
+        return trace.reward
+
+
+def reply_trace(task, example: Example, completion: str):
+    """A trace of one sampled reply to the example's messages: what a reward reads (last_reply, messages)."""
+    from verifiers.v1 import AgentConfig, AgentInfo, MessageNode
+    from verifiers.v1.state import state_cls
+    from verifiers.v1.trace import Trace, TraceTask
+    from verifiers.v1.types import AssistantMessage, SystemMessage, UserMessage
+
+    prompt = [SystemMessage(content=example.system)] if example.system is not None else []
+    messages = [*prompt, UserMessage(content=example.prompt), AssistantMessage(content=completion)]
+    nodes = [
+        MessageNode(parent=i - 1 if i else None, message=m, sampled=isinstance(m, AssistantMessage))
+        for i, m in enumerate(messages)
+    ]
+    meta = TraceTask(type=type(task).__name__, data=task.data, key=task.key, hash=task.hash)
+    agent = AgentInfo(config=AgentConfig(), name="prime-rl")
+    return Trace(task=meta, agent=agent, nodes=nodes, state=state_cls(type(task))(), is_completed=True, ok=True)
