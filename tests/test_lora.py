@@ -1,10 +1,12 @@
 """LoRA: the trainer changes only adapter weights, and vLLM serving the exported adapter matches transformers + peft."""
 
 import asyncio
+import copy
 from dataclasses import replace
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 
 from prime_rl.config import compose_config
 from prime_rl.config.schema import TrainingMode
@@ -16,17 +18,18 @@ from prime_rl.protocol.run_dir import RunDir
 from prime_rl.tasks import load_task
 from prime_rl.trainer.model import load_model
 from prime_rl.trainer.train import make_optimizer, train_step
-from prime_rl.trainer.weights import export_weights
+from prime_rl.trainer.weights import export_merged, export_weights
 from tests.vllm_server import serve
 
 GREEDY = Sampling(temperature=0.0, top_p=1.0, max_tokens=16)
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A LoRA student after a few aggressive NLL steps on the sort task (so its outputs surely change)."""
+@pytest.fixture(scope="module", params=[["lora=on"], ["model=tiny_qwen3", "lora=embeddings"]], ids=["on", "embeddings"])
+def trained(tmp_path_factory, request):
+    """A LoRA student after a few aggressive NLL steps on the sort task (so its outputs surely change); `embeddings`
+    also adapts the input embedding and the (tied) output layer, which vLLM serves through its own LoRA layers."""
     torch.set_num_threads(1)
-    cfg = compose_config(["lora=on", "trainer.optim.lr=1e-2", "trainer.optim.warmup_steps=0"])
+    cfg = compose_config([*request.param, "trainer.optim.lr=1e-2", "trainer.optim.warmup_steps=0"])
     cfg = replace(cfg, training_mode=TrainingMode.sft)  # NLL, as the trainer trains in sft mode
     prepare_student(cfg)
     model, tok = load_model(cfg, torch.device("cpu"))
@@ -43,11 +46,27 @@ def trained(tmp_path_factory):
 
 @pytest.mark.slow
 def test_only_adapter_weights_change(trained):
-    _, model, _, before, _ = trained
+    cfg, model, _, before, _ = trained
     changed = {n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])}
     assert changed and all("lora_" in n for n in changed)
+    adapted = {n.split(".lora_")[0].rsplit(".", 1)[-1] for n in changed}
+    assert adapted == set(cfg.trainer.lora.target_modules)  # every targeted module learned, the output layer too
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable == {n for n in before if "lora_" in n}
+
+
+@pytest.mark.slow
+def test_the_merged_export_equals_the_adapter(trained, tmp_path):
+    """End of training: the adapter folded into the base weights, reloaded without peft, gives peft's logits (a tied
+    output layer with an adapter of its own is untied first)."""
+    _, model, tok, _, _ = trained
+    ids = torch.tensor([prompt_ids(tok, "reverse: hello")])
+    model.eval()
+    with torch.no_grad():
+        want = model(input_ids=ids).logits
+        export_merged(copy.deepcopy(model), tok, tmp_path / "merged")
+        got = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")(input_ids=ids).logits
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.vllm

@@ -6,7 +6,8 @@ autograd would keep it for the backward pass (twice, with the entropy's). Both f
 sequence a chunk of positions at a time, keep only the log-normaliser per position, and recompute each chunk in
 the backward pass:
 - `head_logprobs` starts from the final hidden states and the output layer's weight, so not even the logits exist
-  whole (their gradient neither): peak memory above the activations is one chunk;
+  whole (their gradient neither): peak memory above the activations is one chunk, and the weight's gradient
+  accumulates straight into its `.grad`;
 - `token_logprobs` starts from logits a model returned (any model, any output layer).
 """
 
@@ -77,16 +78,26 @@ class HeadLogprobs(torch.autograd.Function):
         hidden, weight, targets, lse = ctx.saved_tensors
         w = weight.to(hidden.dtype)
         grad_hidden = torch.empty_like(hidden)
-        train_head = ctx.needs_input_grad[1]  # a frozen output layer (LoRA) needs no weight gradient
-        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if train_head else None
+        grad_weight = weight_grad(weight) if ctx.needs_input_grad[1] else None  # frozen (LoRA): none
         for s in chunks(*targets.shape, weight.shape[0]):
             h = hidden[:, s]
             x = (h @ w.T).float() / ctx.temperature
             g = picked_grad(x, lse[:, s], targets[:, s], grad_picked[:, s]) / ctx.temperature
             grad_hidden[:, s] = g.to(hidden.dtype) @ w
-            if train_head:
-                grad_weight += g.flatten(0, 1).T @ h.flatten(0, 1).float()
-        return grad_hidden, grad_weight.to(weight.dtype) if train_head else None, None, None
+            if grad_weight is not None:
+                grad_weight.addmm_(g.flatten(0, 1).T.to(grad_weight.dtype), h.flatten(0, 1).to(grad_weight.dtype))
+        # a parameter's gradient went straight into its .grad: autograd gets nothing to add
+        return grad_hidden, None if weight.is_leaf else grad_weight, None, None
+
+
+def weight_grad(weight: torch.Tensor) -> torch.Tensor:
+    """Where the output weight's gradient accumulates: a parameter's own .grad, so that no second [vocab, hidden]
+    buffer exists beside it (autograd would allocate one and then add it in); a fresh buffer otherwise."""
+    if not weight.is_leaf:
+        return torch.zeros_like(weight)
+    if weight.grad is None:
+        weight.grad = torch.zeros_like(weight)
+    return weight.grad
 
 
 class SelectedLogprobs(torch.autograd.Function):

@@ -3,6 +3,8 @@
 import shutil
 from pathlib import Path
 
+import torch
+
 from prime_rl.protocol.atomic import publish_dir
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.trainer.distributed import SINGLE, World, full_model_state
@@ -12,8 +14,11 @@ def export_weights(model, tokenizer, run_dir: RunDir, step: int, world: World = 
     """weights/step_<step>, published whole: a server never loads a half-written export."""
     state = full_model_state(model) if world.size > 1 else None  # every rank gathers; rank 0 writes
 
+    # an adapter on the embedding or output layer: its A/B only; peft would add the frozen vocab x hidden matrix
+    adapter = {"save_embedding_layers": False} if hasattr(model, "peft_config") else {}
+
     def fill(out: Path) -> None:
-        model.save_pretrained(out, state_dict=state)  # None: the model's own (unsharded) weights
+        model.save_pretrained(out, state_dict=state, **adapter)  # None: the model's own (unsharded) weights
         tokenizer.save_pretrained(out)
 
     if world.main:
@@ -29,6 +34,19 @@ def prune_weights(run_dir: RunDir, keep_from: int) -> None:
 
 def export_merged(model, tokenizer, out_dir) -> None:
     """lora=on, end of training: the base model with the adapter folded in, loadable without peft."""
+    untie_adapted_head(model)
     merged = model.merge_and_unload()
     merged.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+
+
+def untie_adapted_head(model) -> None:
+    """A tied output layer whose adapter differs from the embedding's (lora=embeddings) gets its own copy of the
+    matrix before merging: one shared matrix cannot hold two different updates."""
+    base = model.get_base_model()
+    embedding, head = base.get_input_embeddings(), base.get_output_embeddings()
+    plain_embedding, plain_head = getattr(embedding, "base_layer", embedding), getattr(head, "base_layer", head)
+    adapted = embedding is not plain_embedding or head is not plain_head
+    if adapted and plain_head.weight is plain_embedding.weight:
+        plain_head.weight = torch.nn.Parameter(plain_embedding.weight.detach().clone(), requires_grad=False)
+        base.config.tie_word_embeddings = False
