@@ -8,11 +8,10 @@ the micro-batch's own peak. Variants:
 - before: the trainer as it was, fp32 compute and a full fp32 log_softmax for logprobs and another for entropy;
 - logits bf16: token_logprobs (prime_rl/trainer/logprobs.py) on the model's logits, trainer.dtype=bfloat16
   (bf16 autocast over fp32 master weights): chunked, but the logits and their gradient exist whole;
-- head bf16: head_logprobs from the final hidden states and the output weight: the logits never exist whole,
-  and the output weight's gradient accumulates in its .grad; the input embedding's gradient is autograd's dense one;
-- + lean gradients: what the trainer does in one process (prime_rl/trainer/model.py lean_gradients): the input
-  embedding adds only its micro-batch's rows into a .grad kept across steps;
-- + checkpointing: that with trainer.activation_checkpointing=true.
+- head bf16: head_logprobs from the final hidden states and the output weight (what the trainer does in one
+  process with a plain output layer): the logits never exist whole, and the output weight's gradient accumulates
+  in its .grad;
+- + checkpointing: head bf16 with trainer.activation_checkpointing=true.
 The target: peak ≤ 1.5 × one bf16 logits tensor (batch × seq × vocab × 2 bytes).
 
     .venv/bin/python bench/trainer_memory.py
@@ -29,20 +28,18 @@ from common import finish, print_table
 
 NAME = "trainer_memory"
 VARIANTS = {
-    "before": {"dtype": "float32", "path": "before", "lean": False, "checkpointing": False},
-    "logits bf16": {"dtype": "bfloat16", "path": "logits", "lean": False, "checkpointing": False},
-    "head bf16": {"dtype": "bfloat16", "path": "head", "lean": False, "checkpointing": False},
-    "+ lean gradients": {"dtype": "bfloat16", "path": "head", "lean": True, "checkpointing": False},
-    "+ checkpointing": {"dtype": "bfloat16", "path": "head", "lean": True, "checkpointing": True},
+    "before": {"dtype": "float32", "path": "before", "checkpointing": False},
+    "logits bf16": {"dtype": "bfloat16", "path": "logits", "checkpointing": False},
+    "head bf16": {"dtype": "bfloat16", "path": "head", "checkpointing": False},
+    "+ checkpointing": {"dtype": "bfloat16", "path": "head", "checkpointing": True},
 }
 
 POINT = r"""
 import json, sys, torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 from prime_rl.trainer.logprobs import head_logprobs, token_logprobs
-from prime_rl.trainer.model import lean_gradients
 
-vocab, seq, batch, hidden, layers, dtype, path, lean, checkpointing = json.loads(sys.argv[1])
+vocab, seq, batch, hidden, layers, dtype, path, checkpointing = json.loads(sys.argv[1])
 torch.set_num_threads(2)
 torch.manual_seed(0)
 config = Qwen3Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
@@ -51,8 +48,6 @@ config = Qwen3Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 *
 model = Qwen3ForCausalLM(config)  # fp32 master weights
 if checkpointing:
     model.gradient_checkpointing_enable()
-if lean:
-    lean_gradients(model)
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
 compute = getattr(torch, dtype)
 

@@ -49,13 +49,13 @@ def chunk_stats(x: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, t
     """(log-normaliser, logprob of the target, entropy) per position of fp32 logits x [B, c, V]."""
     lse = torch.logsumexp(x, dim=-1)
     picked = x.gather(-1, targets[..., None]).squeeze(-1) - lse
-    # H = -sum p log p = lse - sum p x, with p = exp(x - lse)
-    return lse, picked, lse - (torch.exp(x - lse[..., None]) * x).sum(-1)
+    # H = -sum p log p = lse - sum p x, with p = exp(x - lse); in place: one chunk-sized buffer, not three
+    return lse, picked, lse - (x - lse[..., None]).exp_().mul_(x).sum(-1)
 
 
 def picked_grad(x: torch.Tensor, lse: torch.Tensor, targets: torch.Tensor, grad_picked: torch.Tensor) -> torch.Tensor:
     """d loss / d x for fp32 logits x [B, c, V]: (onehot(target) - softmax(x)) * d loss / d picked."""
-    g = torch.exp(x - lse[..., None]) * -grad_picked[..., None]
+    g = (x - lse[..., None]).exp_().mul_(-grad_picked[..., None])
     return g.scatter_add_(-1, targets[..., None], grad_picked[..., None])
 
 
@@ -66,7 +66,7 @@ class HeadLogprobs(torch.autograd.Function):
         picked = torch.empty(targets.shape, dtype=torch.float32, device=hidden.device)
         entropy, lse = torch.empty_like(picked), torch.empty_like(picked)
         for s in chunks(*targets.shape, weight.shape[0]):
-            x = (hidden[:, s] @ w.T).float() / temperature
+            x = (hidden[:, s] @ w.T).float().div_(temperature)
             lse[:, s], picked[:, s], entropy[:, s] = chunk_stats(x, targets[:, s])
         ctx.save_for_backward(hidden, weight, targets, lse)
         ctx.temperature = temperature
@@ -81,8 +81,9 @@ class HeadLogprobs(torch.autograd.Function):
         grad_weight = weight_grad(weight) if ctx.needs_input_grad[1] else None  # frozen (LoRA): none
         for s in chunks(*targets.shape, weight.shape[0]):
             h = hidden[:, s]
-            x = (h @ w.T).float() / ctx.temperature
-            g = picked_grad(x, lse[:, s], targets[:, s], grad_picked[:, s]) / ctx.temperature
+            x = (h @ w.T).float().div_(ctx.temperature)
+            g = picked_grad(x, lse[:, s], targets[:, s], grad_picked[:, s]).div_(ctx.temperature)
+            del x  # before the next chunk-sized buffers
             grad_hidden[:, s] = g.to(hidden.dtype) @ w
             if grad_weight is not None:
                 grad_weight.addmm_(g.flatten(0, 1).T.to(grad_weight.dtype), h.flatten(0, 1).to(grad_weight.dtype))

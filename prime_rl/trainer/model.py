@@ -44,18 +44,6 @@ def load_model(cfg: Config, device: torch.device):
     return model, AutoTokenizer.from_pretrained(path)
 
 
-def lean_gradients(model) -> None:
-    """Gradients that never exist twice (one process; FSDP shards its own): every trainable parameter keeps one
-    dense .grad across steps (zeroed, not freed), and the input embedding's backward adds only the rows of the
-    micro-batch's tokens into it, instead of a dense [vocab, hidden] gradient that autograd then adds in."""
-    embedding = model.get_input_embeddings()
-    if isinstance(embedding, torch.nn.Embedding) and embedding.weight.requires_grad:
-        embedding.sparse = True  # safe: the sparse rows are added into the dense .grad allocated here
-    for p in model.parameters():
-        if p.requires_grad and p.grad is None:
-            p.grad = torch.zeros_like(p)
-
-
 def decoder_and_head(model) -> tuple[torch.nn.Module, torch.nn.Module]:
     """(the model body returning the final hidden states, the output layer), through a peft wrapper too."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model

@@ -27,7 +27,7 @@ from prime_rl.trainer.distributed import (
 )
 from prime_rl.trainer.logprobs import head_logprobs, token_logprobs
 from prime_rl.trainer.loss import distill_center, metric_means, rl_loss, sft_loss
-from prime_rl.trainer.model import compute_dtype, decoder_and_head, head_is_plain, lean_gradients, load_model
+from prime_rl.trainer.model import compute_dtype, decoder_and_head, head_is_plain, load_model
 from prime_rl.trainer.weights import export_merged, export_weights, prune_weights
 
 
@@ -40,8 +40,6 @@ def train(cfg: Config) -> None:
     model, tokenizer = load_model(cfg, device)
     if world.size > 1:
         shard_model(model, compute_dtype(cfg, device))  # before the optimizer: it must hold the sharded parameters
-    else:
-        lean_gradients(model)
     optimizer, scheduler = make_optimizer(cfg, model)
     # FSDP gathers the output layer only inside the model's forward: sharded, the logits come from the model
     fused = world.size == 1 and head_is_plain(model)
@@ -146,7 +144,7 @@ def train_step(
     if finite:
         optimizer.step()
         scheduler.step()
-    optimizer.zero_grad(set_to_none=False)  # kept: lean_gradients adds sparse embedding rows into them
+    optimizer.zero_grad(set_to_none=True)
     train_s = time.monotonic() - start
     return {
         **metric_means(sums, total_tokens),
