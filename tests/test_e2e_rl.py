@@ -54,8 +54,15 @@ def test_rl_improves_eval_reward_and_lr_zero_does_not(tmp_path):
     assert s["steps"] == 50 and s["eval/step_first"] == 0 and s["eval/step_final"] == 50
     assert s["eval/reward_final"] > s["eval/reward_first"] + 0.05, s
 
-    # the control also samples at T = 0.7: the trainer's pi must be the tempered sampling policy too
-    frozen = launch(tmp_path / "frozen", *SHORT, "trainer.optim.lr=0", "orchestrator.sampling.temperature=0.7")
+    # the control also samples at T = 0.7: the trainer's pi must be the tempered sampling policy too; its eval is
+    # greedy, so unchanged weights must give the same eval reward
+    frozen = launch(
+        tmp_path / "frozen",
+        *SHORT,
+        "trainer.optim.lr=0",
+        "orchestrator.sampling.temperature=0.7",
+        "orchestrator.eval.temperature=0",
+    )
     assert frozen.returncode == 0, frozen.stderr[-3000:]
     f = summary(tmp_path / "frozen")
     assert abs(f["eval/reward_final"] - f["eval/reward_first"]) < 0.02, f

@@ -363,7 +363,7 @@ class RecordingServer:
     def __init__(self, name: str):
         self.name, self.base_url, self.asked = name, f"http://{name}:8000/v1", []
 
-    async def complete(self, model, prompts, n, sampling, seed=None):
+    async def complete(self, model, prompts, n, sampling):
         self.asked.append([p[0] for p in prompts])
         return [[f"{self.name}:{p[0]}"] * n for p in prompts]
 

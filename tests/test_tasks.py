@@ -210,7 +210,16 @@ def test_pass_at_k_is_the_unbiased_estimator():
     m = eval_metrics(rewards, 4)
     assert m["eval/reward"] == m["eval/avg@4"] == pytest.approx(0.5)
     assert m["eval/pass@1"] == pytest.approx((0.25 + 0.5) / 2) and m["eval/pass@4"] == 1.0
-    assert set(m) == {"eval/reward", "eval/exact", "eval/avg@4", "eval/pass@1", "eval/pass@2", "eval/pass@4"}
+    assert m["eval/reward_stderr"] == pytest.approx(0.25)  # prompt means 0.25 and 0.75: stdev 0.354 / sqrt(2)
+    assert set(m) == {
+        "eval/reward",
+        "eval/reward_stderr",
+        "eval/exact",
+        "eval/avg@4",
+        "eval/pass@1",
+        "eval/pass@2",
+        "eval/pass@4",
+    }
     assert set(eval_metrics([1.0] * 6, 6)) >= {"eval/pass@4", "eval/pass@6"}
 
 

@@ -197,7 +197,7 @@ class InferenceClient:
             return await self.http.post(url, json=payload, params=params)
 
     async def complete(
-        self, model: str, prompts: list[list[int]], n: int, sampling: Sampling, seed: int | None = None
+        self, model: str, prompts: list[list[int]], n: int, sampling: Sampling
     ) -> list[list[Completion]]:
         """n samples for each token-id prompt, in one request, with the sampler's token ids and logprobs."""
         payload = {
@@ -210,8 +210,6 @@ class InferenceClient:
             "logprobs": 0,
             "return_token_ids": True,
         }
-        if seed is not None:
-            payload["seed"] = seed
         flat = parse_completions(await self.post("/completions", payload))
         if len(flat) != n * len(prompts):
             raise InferenceError(f"asked for {n} x {len(prompts)} completions, got {len(flat)}")

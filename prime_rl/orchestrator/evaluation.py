@@ -3,6 +3,7 @@ a few batched requests, scored by the verifier processes; and, at the run's firs
 
 import asyncio
 import math
+import statistics
 
 from prime_rl.config.schema import ReasoningMode
 from prime_rl.models.chat import prompt_ids
@@ -15,8 +16,9 @@ async def evaluate(ctx: Context) -> dict[str, float]:
     cfg, e = ctx.cfg, ctx.cfg.orchestrator.eval
     examples = ctx.task.eval[: e.num_examples]
     prompts = [prompt_ids(ctx.tokenizer, ex.messages) for ex in examples]
-    # One seed for every eval request: two evaluations of one policy draw the same samples, so a change in
-    # eval reward is the policy's, not the sampler's (the lr=0 control run shows none).
+    # Unseeded: vLLM gives every prompt of a seeded request the same random stream, so one seed made all the
+    # eval samples move together (one policy scored 0.27, 0.39 and 0.61 under three seeds). Independent
+    # samples give an ordinary estimate, with its standard error in the metrics; greedy eval is temperature 0.
     groups = await sample_groups(
         ctx.student,
         ctx.student_model,
@@ -24,7 +26,6 @@ async def evaluate(ctx: Context) -> dict[str, float]:
         e.samples_per_prompt,
         sampling(cfg, temperature=e.temperature),
         cfg.orchestrator.requests_per_step,
-        seed=cfg.seed,
     )
     pairs = [(completion_text(ctx, c.token_ids), ex) for ex, group in zip(examples, groups) for c in group]
     rewards = await ctx.verification.rewards(pairs)
@@ -38,17 +39,27 @@ async def evaluate(ctx: Context) -> dict[str, float]:
 
 
 def eval_metrics(rewards: list[float], k: int, prefix: str = "eval") -> dict[str, float]:
-    """Mean reward (= avg@k), the fraction of exact answers, and pass@j for j = 1, 2, 4, …, k, of rewards that
-    come in groups of k (a prompt's samples)."""
+    """Mean reward (= avg@k) and its standard error over prompts, the fraction of exact answers, and pass@j for
+    j = 1, 2, 4, …, k, of rewards that come in groups of k (a prompt's samples)."""
     groups = [rewards[i : i + k] for i in range(0, len(rewards), k)]
     mean = sum(rewards) / len(rewards)
     exact = sum(r == 1.0 for r in rewards) / len(rewards)
-    metrics = {f"{prefix}/reward": mean, f"{prefix}/exact": exact, f"{prefix}/avg@{k}": mean}
+    metrics = {
+        f"{prefix}/reward": mean,
+        f"{prefix}/reward_stderr": standard_error([statistics.fmean(group) for group in groups]),
+        f"{prefix}/exact": exact,
+        f"{prefix}/avg@{k}": mean,
+    }
     powers = [2**i for i in range(k.bit_length())]  # 1, 2, 4, … up to k
     for j in powers + ([k] if k not in powers else []):
         passes = [pass_at_k(k, sum(r == 1.0 for r in group), j) for group in groups]
         metrics[f"{prefix}/pass@{j}"] = sum(passes) / len(passes)
     return metrics
+
+
+def standard_error(values: list[float]) -> float:
+    """Of the mean of independent values (here: each prompt's mean reward)."""
+    return statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

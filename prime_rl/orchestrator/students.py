@@ -33,12 +33,11 @@ async def sample_groups(
     n: int,
     sampling: Sampling,
     requests: int,
-    seed: int | None = None,
 ) -> list[list[Completion]]:
     """n samples for each prompt, sent as `requests` concurrent requests of whole groups. Each request is retried
     on its own, so a slow or failed one resends its share of the step, not the step."""
     shares = even_shares(prompts, requests)
-    replies = await asyncio.gather(*(student.complete(model, share, n, sampling, seed) for share in shares))
+    replies = await asyncio.gather(*(student.complete(model, share, n, sampling) for share in shares))
     return [group for reply in replies for group in reply]
 
 
@@ -52,12 +51,12 @@ class StudentServers:
         self.calls = 0  # rotates which server gets the first share: one-prompt requests spread evenly
 
     async def complete(
-        self, model: str, prompts: list[list[int]], n: int, sampling: Sampling, seed: int | None = None
+        self, model: str, prompts: list[list[int]], n: int, sampling: Sampling
     ) -> list[list[Completion]]:
         k = len(self.clients)
         first, self.calls = self.calls % k, self.calls + 1
         jobs = [
-            self.clients[(first + i) % k].complete(model, share, n, sampling, seed)
+            self.clients[(first + i) % k].complete(model, share, n, sampling)
             for i, share in enumerate(even_shares(prompts, k))
         ]
         return [group for part in await asyncio.gather(*jobs) for group in part]
