@@ -73,8 +73,9 @@ def test_a_taskset_gives_prompts_answers_and_its_weighted_rewards(tmp_path, monk
     assert task.reward(ex.answer, ex) == 0.75
     assert task.reward("please", ex) == 0.25
     assert task.reward("wrong", ex) == 0.0
-    small = load_task(TaskConfig(name="verifiers", env=env, num_train=20, num_eval=6))
+    small = load_task(TaskConfig(name="verifiers", env=env, num_train=20, num_eval=6, system_prompt="Think."))
     assert len(small.train) + len(small.eval) == 10  # the taskset's own num_tasks, when options leave it
+    assert small.eval[0].messages[0] == {"role": "system", "content": "Think."}  # task.system_prompt wins
 
 
 def test_taskset_rewards_run_in_the_verifier_processes_and_errors_count(tmp_path, monkeypatch):

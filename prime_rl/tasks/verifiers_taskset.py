@@ -92,11 +92,14 @@ def to_example(cfg: TaskConfig, task) -> Example:
     system, prompt = split_prompt(cfg, data.prompt)
     answer = getattr(data, "answer", "")  # most tasksets' TaskData carry one; warm start trains on it
     entry = data.model_dump(mode="json")
-    return Example(prompt, "" if answer is None else str(answer), data.system_prompt or system, entry=entry)
+    system = cfg.system_prompt or data.system_prompt or system  # task.system_prompt, as for every task, wins
+    return Example(prompt, "" if answer is None else str(answer), system, entry=entry)
 
 
 def split_prompt(cfg: TaskConfig, prompt) -> tuple[str | None, str]:
-    """A string prompt, or messages that are one user turn (after an optional system message)."""
+    """A string prompt, or messages that are one user turn (after an optional system message), as text."""
+    from verifiers.v1.types import content_text
+
     if isinstance(prompt, str):
         return None, prompt
     roles = [m.role for m in prompt or []]
@@ -106,8 +109,8 @@ def split_prompt(cfg: TaskConfig, prompt) -> tuple[str | None, str]:
             f"taskset {cfg.env!r} has a prompt of roles {roles}; only a user message (after a system one) is served",
             "make the task's prompt one user message",
         )
-    system = prompt[0].content if len(prompt) == 2 else None
-    return system, prompt[-1].content
+    system = content_text(prompt[0].content) if len(prompt) == 2 else None
+    return system, content_text(prompt[-1].content)
 
 
 def make_scorer(cfg: TaskConfig):
