@@ -6,8 +6,8 @@ own command (prime_rl/inference/server.py), its output lines time-stamped as the
 - model + KV cache: → "init engine … took" (model load, memory profiling, KV cache, warm-up);
 - HTTP up: → the first 200 from /health.
 
-Variants: `default` (the launcher's command as is) and each cut tried, e.g. `inproc`
-(VLLM_ENABLE_V1_MULTIPROCESSING=0: the engine in the API server's process, no second import). Also timed: a bare
+Variants: `default` (the launcher's command as is) and each cut tried: `fork` (VLLM_WORKER_MULTIPROC_METHOD=fork, so
+that the engine process would inherit the imports; vLLM's CPU platform overrides it with spawn). Also timed: a bare
 `import vllm.entrypoints.openai.api_server`, and (with --launch) the launcher's own "inference ready after X s"
 inside a whole run, where the trainer and the orchestrator start alongside on the same 2 cores.
 
@@ -17,6 +17,7 @@ inside a whole run, where the trainer and the orchestrator start alongside on th
 
 import argparse
 import socket
+import subprocess
 import sys
 import time
 
@@ -69,8 +70,6 @@ def server_alone(env: dict[str, str], log) -> dict[str, float]:
 
 
 def import_seconds() -> float:
-    import subprocess
-
     start = time.monotonic()
     subprocess.run([sys.executable, "-c", "import vllm.entrypoints.openai.api_server"], check=True, capture_output=True)
     return time.monotonic() - start

@@ -31,7 +31,7 @@ def load_verifiers_task(cfg: TaskConfig) -> Task:
     random.Random(cfg.seed).shuffle(tasks)
     cut = min(cfg.num_eval, len(tasks) // 2)
     examples = [to_example(cfg, task) for task in tasks]
-    return Task(f"verifiers/{cfg.env}", examples[cut:], examples[:cut], make_scorer(cfg))
+    return Task(f"verifiers/{cfg.env}", examples[cut:], examples[:cut], taskset_scorer(taskset))
 
 
 def open_taskset(cfg: TaskConfig):
@@ -115,7 +115,10 @@ def split_prompt(cfg: TaskConfig, prompt) -> tuple[str | None, str]:
 
 def make_scorer(cfg: TaskConfig):
     """(completion, example) -> the task's weighted reward; built once per verifier process."""
-    taskset = open_taskset(cfg)
+    return taskset_scorer(open_taskset(cfg))
+
+
+def taskset_scorer(taskset) -> "Scorer":
     return Scorer(type(taskset).task_type(), taskset.config.task)
 
 
