@@ -1,6 +1,7 @@
 """`python launch.py` for real: vLLM server, orchestrator and trainer on CPU, learning on the reverse task."""
 
 import json
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -112,7 +113,8 @@ def test_rl_on_the_tied_qwen3_family_keeps_the_server_on_the_trainers_weights(tm
     crash, had it not been turned off."""
     run_dir = tmp_path / "run"
     overrides = ["model=tiny_qwen3", "max_steps=4", "orchestrator.max_async_level=0", "trainer.optim.lr=1e-3"]
-    proc = launch(run_dir, *overrides, "trainer.optim.warmup_steps=0", "monitor=off")
+    schedule = ["trainer.optim.warmup_steps=0", "trainer.optim.schedule=cosine"]
+    proc = launch(run_dir, *overrides, *schedule, "monitor=off")
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = rows(run_dir)
     assert "eval/reward" in lines[0] and "eval/reward" in lines[-1]  # step 0 and the end
@@ -120,3 +122,5 @@ def test_rl_on_the_tied_qwen3_family_keeps_the_server_on_the_trainers_weights(tm
     assert [r["step"] for r in train] == [0, 1, 2, 3]
     assert max(abs(r["mismatch_kl"]) for r in train) < 1e-6, [r["mismatch_kl"] for r in train]
     assert max(r["grad_norm"] for r in train) > 0  # the weights did change
+    # the cosine schedule decays from the peak over the run's 4 steps
+    assert [r["lr"] for r in train] == pytest.approx([1e-3 * (1 + math.cos(math.pi * k / 4)) / 2 for k in range(4)])

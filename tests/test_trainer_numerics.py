@@ -155,3 +155,22 @@ def test_a_non_finite_gradient_skips_the_update_and_is_counted():
     taken = run_step(setup, samples(3))
     assert taken["optim/skipped"] == 0.0 and all(torch.isfinite(p).all() for p in model.parameters())
     assert any(not torch.equal(p, q) for p, q in zip(model.parameters(), before))
+
+
+@pytest.mark.parametrize(
+    ("schedule", "want"),
+    [
+        ("constant", [1 / 3, 2 / 3, 1, 1, 1, 1]),
+        # after 2 warmup steps, a cosine over the 4 steps left: (1 + cos(pi * k / 4)) / 2
+        ("cosine", [1 / 3, 2 / 3, 1, (1 + 2**-0.5) / 2, 0.5, (1 - 2**-0.5) / 2]),
+    ],
+)
+def test_the_lr_warms_up_then_follows_the_schedule_to_max_steps(schedule, want):
+    cfg = compose_config(["max_steps=6", "trainer.optim.warmup_steps=2", f"trainer.optim.schedule={schedule}"])
+    optimizer, scheduler = make_optimizer(cfg, torch.nn.Linear(2, 2))
+    lrs = []
+    for _ in range(6):
+        lrs.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    assert lrs == pytest.approx([cfg.trainer.optim.lr * w for w in want])

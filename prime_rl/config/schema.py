@@ -21,6 +21,11 @@ class TeacherKind(str, Enum):
     external = "external"  # any OpenAI-compatible endpoint at teacher.base_url
 
 
+class LrSchedule(str, Enum):
+    constant = "constant"  # the peak lr after warmup until the last step
+    cosine = "cosine"  # cosine decay from the peak after warmup to 0 at max_steps
+
+
 class TokenLimitField(str, Enum):
     auto = "auto"  # learned by the probe before the first step
     max_tokens = "max_tokens"  # vLLM, most compatible servers, Anthropic
@@ -87,7 +92,7 @@ class TaskSourceConfig:
     verifier: str = "similarity"  # hf: similarity | exact | contains | math | <module>:<function> (see README)
     dataset: str | None = None  # reasoning_gym: the dataset's name, e.g. spell_backward
     env: str | None = None  # verifiers: the taskset id, an installed module exporting a verifiers.v1 Taskset
-    options: dict[str, Any] = field(default_factory=dict)  # reasoning_gym: generator options; verifiers: taskset config
+    options: dict[str, Any] = field(default_factory=dict)  # reasoning_gym/verifiers options; built-in: min_len, max_len
     num_train: int = 20000  # built-in, reasoning_gym, verifiers: size of the train split
     num_eval: int = 128  # size of the eval split
     seed: int = 0  # examples' seed (built-in, reasoning_gym: eval uses seed + 1; verifiers: the shuffle)
@@ -155,6 +160,7 @@ class OptimConfig:
     beta2: float = 0.98  # AdamW beta2
     weight_decay: float = 0.0  # AdamW weight decay
     warmup_steps: int = 10  # linear lr warmup
+    schedule: LrSchedule = LrSchedule.constant  # lr after warmup: constant | cosine (to 0 at max_steps)
     max_grad_norm: float = 1.0  # gradient clipping
 
 

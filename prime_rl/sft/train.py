@@ -6,7 +6,6 @@ normalised by their count. AdamW (0.9, 0.98), linear warmup then constant or cos
 """
 
 import logging
-import math
 import random
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from prime_rl.config.schema import WarmStartConfig
 from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.models.tiny import save_model
 from prime_rl.tasks.task import Example, Task
+from prime_rl.trainer.lr_schedule import decay_factor
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +46,8 @@ def nll(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
 def lr_at(step: int, ws: WarmStartConfig) -> float:
     if step < ws.warmup_steps:
         return ws.lr * (step + 1) / ws.warmup_steps
-    if ws.schedule == "cosine":
-        progress = (step - ws.warmup_steps) / max(1, ws.steps - ws.warmup_steps)
-        return ws.lr * 0.5 * (1 + math.cos(math.pi * progress))
-    if ws.schedule != "constant":
-        raise ValueError(f"unknown lr schedule {ws.schedule!r} (constant | cosine)")
-    return ws.lr
+    progress = (step - ws.warmup_steps) / max(1, ws.steps - ws.warmup_steps)
+    return ws.lr * decay_factor(ws.schedule, progress)
 
 
 def sft_train(model, tokenizer, examples: list[Example], ws: WarmStartConfig, out_dir: Path | None = None):

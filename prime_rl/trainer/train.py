@@ -27,6 +27,7 @@ from prime_rl.trainer.distributed import (
 )
 from prime_rl.trainer.logprobs import head_logprobs, token_logprobs
 from prime_rl.trainer.loss import distill_center, metric_means, rl_loss, sft_loss
+from prime_rl.trainer.lr_schedule import decay_factor
 from prime_rl.trainer.model import compute_dtype, decoder_and_head, head_is_plain, load_model
 from prime_rl.trainer.weights import export_merged, export_weights, prune_weights
 
@@ -79,7 +80,12 @@ def make_optimizer(cfg: Config, model):
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
     warmup = max(o.warmup_steps, 0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / (warmup + 1)))
+    decay_steps = max(1, cfg.max_steps - warmup)
+
+    def factor(step: int) -> float:
+        return min(1.0, (step + 1) / (warmup + 1)) * decay_factor(o.schedule.value, (step - warmup) / decay_steps)
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     return optimizer, scheduler
 
 
