@@ -39,6 +39,7 @@ CASES = [
     Case("unknown choice", "no such training mode", ("training_mode=ppo",), "[training_mode]"),
     Case("unknown choice", "no such teacher", ("teacher=openai",), "[teacher]"),
     Case("unknown choice", "no such task", ("task=addition",), "[task]"),
+    Case("unknown choice", "option the built-in task does not take", ("+task.options.length=5",), "[task.options]"),
     Case("syntax", "malformed override", ("max_steps==3",), "max_steps==3"),
     Case("out of range", "no steps", ("max_steps=0",), "[max_steps]"),
     Case(

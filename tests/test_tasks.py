@@ -28,6 +28,28 @@ def test_builtin_splits_are_deterministic_and_disjoint(name):
     assert load_task(TaskConfig(name=name, seed=4)).train[:10] != a.train[:10]
 
 
+def test_builtin_word_lengths_come_from_the_options():
+    task = load_task(TaskConfig(name="reverse", num_train=200, num_eval=20, options={"min_len": 48, "max_len": 64}))
+    lengths = {len(ex.answer) for ex in task.train + task.eval}
+    assert min(lengths) >= 48 and max(lengths) <= 64 and len(lengths) > 5
+    default, explicit = load_task(TaskConfig()), load_task(TaskConfig(options={"min_len": 3, "max_len": 8}))
+    assert default.train == explicit.train and default.eval == explicit.eval
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        ({"length": 5}, "take no option length"),
+        ({"min_len": 9, "max_len": 4}, "not a range"),
+        ({"min_len": 1, "max_len": 2}, "too few distinct words"),
+    ],
+)
+def test_builtin_option_mistakes_are_one_line(options, words):
+    with pytest.raises(TaskError) as e:
+        load_task(TaskConfig(name="sort", options=options))
+    assert e.value.keys[0] == "task.options" and words in str(e.value) and "\n" not in str(e.value)
+
+
 def test_rewards_are_partial_credit_in_unit_interval():
     task = load_task(TaskConfig(name="reverse", num_train=10, num_eval=2))
     ex = task.train[0]

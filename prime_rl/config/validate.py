@@ -271,6 +271,7 @@ def _task(cfg: Config, _: int) -> None:
     """The task builds as configured: its data reads and has the columns named, its generator takes the options,
     its verifier imports. Built here once, so a mistake is one line before anything starts."""
     from prime_rl.tasks import BUILTIN_TASKS, TaskError, load_task
+    from prime_rl.tasks.builtin import word_lengths
     from prime_rl.tasks.verifiers import answer_verifier
 
     task = cfg.task
@@ -297,6 +298,7 @@ def _task(cfg: Config, _: int) -> None:
             check(bool(src.env), [f"{key}.env"], "task=verifiers needs a taskset", f"set {key}.env=<taskset id>")
     try:
         if task.name in BUILTIN_TASKS:
+            word_lengths(task)
             answer_verifier(task.verifier)
         else:
             load_task(task)

@@ -7,6 +7,7 @@ complete, and two launchers building the same recipe at once build it once (the 
 import fcntl
 import json
 import logging
+import os
 import time
 from pathlib import Path
 
@@ -42,7 +43,8 @@ def _build(out: Path, tiny: TinyModelConfig, warm_start: WarmStartConfig, task_c
     from prime_rl.tasks.task import load_task
 
     disable_progress_bar()
-    torch.set_num_threads(1)  # fastest for a tiny model; more threads thrash on small shared CPUs
+    # one thread is fastest at the default widths (more thrash on small shared CPUs); wider models use every core
+    torch.set_num_threads(1 if tiny.hidden_size <= 128 else os.cpu_count() or 1)
     start = time.time()
     log.info("building tiny model (%d warm-start steps) in %s", warm_start.steps, out)
     task = load_task(task_cfg)
