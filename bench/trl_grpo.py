@@ -35,6 +35,7 @@ class EvalCallback(TrainerCallback):
 
     def __init__(self, model, tokenizer, examples, spec):
         self.model, self.tokenizer, self.examples, self.spec = model, tokenizer, examples, spec
+        self.generate = model.generate  # the untimed one: eval is not a rollout
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.evaluate(0)
@@ -55,7 +56,7 @@ class EvalCallback(TrainerCallback):
         self.model.eval()
         ids = [prompt_ids(self.tokenizer, ex.prompt) for ex in self.examples]
         batch = self.tokenizer.pad({"input_ids": ids}, padding=True, padding_side="left", return_tensors="pt")
-        out = self.model.generate(
+        out = self.generate(
             **batch,
             do_sample=True,
             temperature=self.spec["eval_temperature"],
@@ -68,6 +69,21 @@ class EvalCallback(TrainerCallback):
         rewards = [similarity(t, ex.answer) for t, ex in zip(texts, self.examples)]
         self.model.train(was_training)
         emit("eval", step=step, reward=sum(rewards) / len(rewards), eval_s=time.monotonic() - start)
+
+
+def time_generate(model, pad_token_id: int) -> None:
+    """TRL samples each step's rollouts with one model.generate call: report its seconds and new tokens (pads
+    excluded), the counterpart of our throughput/generate_tokens_per_s."""
+    generate = model.generate
+
+    def timed(*args, **kwargs):
+        start = time.monotonic()
+        out = generate(*args, **kwargs)
+        new = out[:, kwargs["input_ids"].shape[1] :]
+        emit("generate", s=time.monotonic() - start, tokens=int((new != pad_token_id).sum()))
+        return out
+
+    model.generate = timed
 
 
 def main(spec: dict) -> None:
@@ -83,6 +99,7 @@ def main(spec: dict) -> None:
         model=model, reward_funcs=reward_fn, args=config, train_dataset=train, processing_class=tokenizer
     )
     trainer.add_callback(EvalCallback(trainer.model, tokenizer, task.eval[: spec["eval_examples"]], spec))
+    time_generate(trainer.model, tokenizer.pad_token_id)
     emit("ready")
     trainer.train()
     emit("done")

@@ -26,6 +26,14 @@ TRL_PYTHON = REPO / "bench" / ".venv-trl" / "bin" / "python"
 Curve = list[tuple[float, int, float]]  # (seconds since the command started, step, eval reward)
 
 
+def require_trl() -> None:
+    if not TRL_PYTHON.exists():
+        raise SystemExit(
+            f"{TRL_PYTHON} missing; set it up: python3 -m venv bench/.venv-trl && "
+            "bench/.venv-trl/bin/pip install -r bench/requirements-trl.txt"
+        )
+
+
 def our_overrides(args, seed: int) -> list[str]:
     # W&B off on both sides (TRL: report_to="none"): neither pays for logging the other does not do.
     return [
@@ -118,7 +126,12 @@ def run_trl(cfg, student: Path, args, seed: int, out: Path) -> dict:
         print(f"  TRL run failed (exit {process.exit_code}); last lines:\n    {tail}", flush=True)
     curve = [(t, e["step"], e["reward"]) for t, e in events if e.get("event") == "eval"]
     step_times = [t for t, e in events if e.get("event") == "step"]
-    return side_stats(curve, step_times, process.duration_s, process.exit_code == 0, args.target)
+    stats = side_stats(curve, step_times, process.duration_s, process.exit_code == 0, args.target)
+    generated = [e for _, e in events if e.get("event") == "generate"][1:]  # the first one also warms up
+    seconds, tokens = sum(e["s"] for e in generated), sum(e["tokens"] for e in generated)
+    stats["generate_tokens_per_s"] = tokens / seconds if seconds else None
+    stats["completion_tokens"] = tokens / (len(generated) * cfg.orchestrator.batch_size) if generated else None
+    return stats
 
 
 def side_stats(curve: Curve, step_times: list[float], wall_s: float, ok: bool, target: float) -> dict:
@@ -181,11 +194,7 @@ def main() -> None:
     parser.add_argument("--trl-threads", type=int, default=1, help="torch threads of the TRL process")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per run and side")
     args = parser.parse_args()
-    if not TRL_PYTHON.exists():
-        raise SystemExit(
-            f"{TRL_PYTHON} missing; set it up: python3 -m venv bench/.venv-trl && "
-            "bench/.venv-trl/bin/pip install -r bench/requirements-trl.txt"
-        )
+    require_trl()
 
     from prime_rl.prepare import prepare_student
 
