@@ -23,6 +23,7 @@ from prime_rl.monitor.plots import write_plots
 from prime_rl.monitor.wandb_run import RUN_ID_FILE, WandbRun, logged_config, run_tags, wandb_mode
 from prime_rl.protocol.batch import Sample
 from prime_rl.report.__main__ import main as report_main
+from prime_rl.report.sweep import Job, label_of
 from tests.conftest import ROOT, launch_cmd, unused_port
 from tests.test_e2e_rl import launch, run_processes
 
@@ -256,6 +257,13 @@ def test_report_on_a_handmade_sweep(tmp_path, capsys):
     assert float(rows[2]["eval/reward_final"]) == pytest.approx(0.4 + 1e-2 * 400)  # from metrics.jsonl
     for name in ("report_eval_reward_final_vs_trainer_optim_lr.png", "report_reward_curves.png"):
         assert (tmp_path / name).stat().st_size > 5000
+
+
+def test_report_labels_name_a_key_by_its_last_part_when_unambiguous(tmp_path):
+    keys = ["trainer.optim.lr", "trainer.loss.teacher_tau", "orchestrator.eval.temperature", "teacher.temperature"]
+    job = Job(tmp_path, {"trainer.optim.lr": 3e-3, "orchestrator.eval.temperature": 0.5}, [], {}, True)
+    # teacher_tau is not set by this job (it runs the default): left out; "temperature" is ambiguous: in full
+    assert label_of(job, keys) == "lr=0.003, orchestrator.eval.temperature=0.5"
 
 
 def test_report_on_a_dir_without_jobs_exits_2(tmp_path, capsys):

@@ -54,10 +54,13 @@ def plot_noisy(ax, xs: Sequence, ys: Sequence[float], label: str, color=None) ->
 
 
 def save(fig: Figure, ax, path: Path) -> Path:
-    if ax.get_legend_handles_labels()[0]:
+    entries = len(ax.get_legend_handles_labels()[0])
+    if entries > 4:  # a sweep's many jobs: beside the axes, where it hides no curve
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1))
+    elif entries:
         ax.legend(fontsize="small")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     return path
 
 

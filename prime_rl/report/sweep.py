@@ -112,7 +112,10 @@ def plot_reward_curves(jobs: list[Job], swept: list[str], path: Path) -> Path:
 
 
 def label_of(job: Job, keys: list[str]) -> str:
-    return ", ".join(f"{k}={job.overrides.get(k)}" for k in keys)
+    """The job's values of `keys` it sets, each named by its last part when that is unambiguous (lr=0.003)."""
+    last = [k.rsplit(".", 1)[-1] for k in keys]
+    names = [short if last.count(short) == 1 else k for k, short in zip(keys, last)]
+    return ", ".join(f"{name}={job.overrides[k]}" for k, name in zip(keys, names) if k in job.overrides)
 
 
 def plot_name(key: str) -> str:
