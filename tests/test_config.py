@@ -1,6 +1,7 @@
 """Composition, validation rules and the dry-run plan (issue: foundation)."""
 
 import itertools
+import json
 import os
 import subprocess
 import time
@@ -209,6 +210,13 @@ RULES = {
     "known task": (["task=sort"], ["task.name=nope"], "task.name"),
     "model dir exists": ([], ["model.name=/nonexistent/model"], "model.name"),
     "jsonl needs a readable file": ([], ["task=jsonl", "task.path=/nonexistent.jsonl"], "task.path"),
+    "ckpt keeps >= 1": (["ckpt.keep=1"], ["ckpt.keep=0"], "ckpt.keep"),
+    "a step's prompts fit the train split": (["task.num_train=16"], ["task.num_train=15"], "task.num_train"),
+    "a step's prompts fit each source of a mix": (
+        ["task=mix", "task.mix=[{name:sort},{name:reverse,num_train:16}]"],
+        ["task=mix", "task.mix=[{name:sort},{name:reverse,num_train:15}]"],
+        "task.mix[1].num_train",
+    ),
     "trainer procs >= 1": (["trainer.num_procs=2"], ["trainer.num_procs=0"], "trainer.num_procs"),
     "lora trains in one process": (["lora=on"], ["lora=on", "trainer.num_procs=2"], "trainer.lora.enabled"),
     "cpu inference has no tp": (["inference.tp=1"], ["inference.tp=2"], "inference.tp"),
@@ -249,8 +257,11 @@ def test_gpu_rules_against_visible_devices():
 def test_local_model_dir_and_jsonl_task_are_accepted(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     data = tmp_path / "train.jsonl"
-    data.write_text('{"prompt": "hi", "answer": "ih"}\n{"prompt": "ab", "answer": "ba"}\n')
-    check([f"model.name={tmp_path}", "task=jsonl", f"task.path={data}"])
+    data.write_text("".join(json.dumps({"prompt": f"w{i}", "answer": f"{i}w"}) + "\n" for i in range(20)))
+    check([f"model.name={tmp_path}", "task=jsonl", f"task.path={data}", "task.num_eval=4"])  # 16 train rows
+    with pytest.raises(ConfigError, match="15 train prompts, fewer than the 16") as err:
+        check([f"model.name={tmp_path}", "task=jsonl", f"task.path={data}", "task.num_eval=5"])
+    assert err.value.keys == ["task.path", "orchestrator.batch_size"]
 
 
 def test_rejected_launch_exits_2_fast_and_starts_nothing(tmp_path):

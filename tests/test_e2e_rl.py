@@ -96,21 +96,24 @@ def test_resume_continues_from_the_latest_checkpoint(tmp_path):
     first = launch(run_dir, "max_steps=4", *common)
     assert first.returncode == 0, first.stderr[-3000:]
     assert (run_dir / "checkpoints" / "step_4" / "STABLE").exists()
-    second = launch(run_dir, "max_steps=8", "ckpt.resume=true", *common)
+    # resumed with completions capped at 2 tokens, shorter than every answer (a word and the end of turn)
+    second = launch(run_dir, "max_steps=8", "ckpt.resume=true", "orchestrator.sampling.max_tokens=2", *common)
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resuming from step 4" in second.stderr
     lines = rows(run_dir)
     assert [r["step"] for r in lines] == list(range(8))
     # the lr schedule continues where it stopped (warmup step 5 of 10), as restored from the checkpoint
     assert lines[4]["lr"] == pytest.approx(3e-4 * 5 / 11)
+    # counts "so far" go on from the first run's (128 rollouts scored per step, no evaluation)
+    assert [r["verifier/calls"] for r in lines] == [128 * (k + 1) for k in range(8)]
+    truncated = [r["seq_len/truncated"] for r in lines]
+    assert max(truncated[:4]) < 0.5 and min(truncated[4:]) > 0.9, truncated
 
 
 @pytest.mark.vllm
 def test_rl_on_the_tied_qwen3_family_keeps_the_server_on_the_trainers_weights(tmp_path):
     """model=tiny_qwen3 (q/k norm, tied embeddings, BPE): at max_async_level=0 every batch is sampled by the
-    weights the trainer holds, so mismatch_kl stays at float noise (with vLLM's own reload it grew to 1e-2). Its
-    longer prompts (a system turn) also put the seeded eval requests through the CPU engine's chunked-prefill
-    crash, had it not been turned off."""
+    weights the trainer holds, so mismatch_kl stays at float noise (with vLLM's own reload it grew to 1e-2)."""
     run_dir = tmp_path / "run"
     overrides = ["model=tiny_qwen3", "max_steps=4", "orchestrator.max_async_level=0", "trainer.optim.lr=1e-3"]
     schedule = ["trainer.optim.warmup_steps=0", "trainer.optim.schedule=cosine"]

@@ -246,8 +246,9 @@ def test_a_second_launcher_on_a_live_run_dir_is_refused(tmp_path):
 
 
 class FaultyEndpoint:
-    """A real HTTP server answering POSTs from a script of faults: "500", "garbage" (malformed JSON), "hang"
-    (accepts, never answers), then "ok" (a valid one-completion reply) once the script runs out."""
+    """A real HTTP server answering POSTs from a script of faults: an HTTP status ("500", "529"), "garbage"
+    (malformed JSON), "hang" (accepts, never answers), then "ok" (a valid one-completion reply) once the script
+    runs out."""
 
     OK = {
         "choices": [
@@ -273,12 +274,10 @@ class FaultyEndpoint:
                 if fault == "hang":
                     time.sleep(30)
                     return
-                body = {
-                    "500": b'{"error": "overloaded"}',
-                    "garbage": b'{"choices": [',
-                    "ok": json.dumps(endpoint.OK).encode(),
-                }[fault]
-                self.reply(500 if fault == "500" else 200, body)
+                if fault.isdigit():
+                    self.reply(int(fault), b'{"error": "overloaded"}')
+                    return
+                self.reply(200, b'{"choices": [' if fault == "garbage" else json.dumps(endpoint.OK).encode())
 
         self.server = serve_stub(Handler)
         self.url = stub_url(self.server) + "/v1"
@@ -306,13 +305,23 @@ def complete(url: str, **client_args):
 
 
 def test_transient_endpoint_faults_within_the_retry_budget_do_not_fail():
-    endpoint = FaultyEndpoint(["500", "garbage", "hang"])
+    endpoint = FaultyEndpoint(["500", "529", "408", "garbage", "hang"])  # 529: Anthropic's "overloaded"
     try:
-        result, _ = complete(endpoint.url, max_retries=3, timeout_s=1.0)
+        result, _ = complete(endpoint.url, max_retries=5, timeout_s=1.0)
     finally:
         endpoint.close()
-    assert endpoint.seen == ["500", "garbage", "hang", "ok"]
+    assert endpoint.seen == ["500", "529", "408", "garbage", "hang", "ok"]
     assert result[0][0].token_ids == [5]
+
+
+def test_a_client_error_fails_at_once():
+    endpoint = FaultyEndpoint(["404"])
+    try:
+        error, _ = complete(endpoint.url, max_retries=3, timeout_s=1.0)
+    finally:
+        endpoint.close()
+    assert isinstance(error, InferenceError) and error.status == 404, error
+    assert endpoint.seen == ["404"]
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,6 @@ from prime_rl.config.schema import Config, TrainingMode
 from prime_rl.config.store import compose_config
 
 ROOT = Path(__file__).resolve().parents[2]
-CONF = ROOT / "conf"
 README = ROOT / "README.md"
 PARAMETERS = ROOT / "docs" / "parameters.md"
 COMMAND = "python -m prime_rl.config.reference"

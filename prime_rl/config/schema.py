@@ -21,6 +21,16 @@ class TeacherKind(str, Enum):
     external = "external"  # any OpenAI-compatible endpoint at teacher.base_url
 
 
+class TinyArchitecture(str, Enum):
+    qwen2 = "qwen2"  # Qwen2: untied by default, no q/k norm
+    qwen3 = "qwen3"  # Qwen3: q/k norm
+
+
+class TinyTokenizer(str, Enum):
+    char = "char"  # one token per byte
+    bpe = "bpe"  # byte-level BPE trained on the task's chat text
+
+
 class LrSchedule(str, Enum):
     constant = "constant"  # the peak lr after warmup until the last step
     cosine = "cosine"  # cosine decay from the peak after warmup to 0 at max_steps
@@ -46,8 +56,8 @@ class WandbMode(str, Enum):
 
 @dataclass
 class TinyModelConfig:
-    architecture: str = "qwen2"  # qwen2 | qwen3 (q/k norm, as Qwen3 models)
-    tokenizer: str = "char"  # char (one token per byte) | bpe (byte-level BPE trained on the task's chat text)
+    architecture: TinyArchitecture = TinyArchitecture.qwen2  # qwen2 | qwen3 (q/k norm, as Qwen3 models)
+    tokenizer: TinyTokenizer = TinyTokenizer.char  # char (one token per byte) | bpe (trained on the task's chat text)
     tie_embeddings: bool = False  # the output layer shares the input embedding (as small Qwen and Llama models)
     hidden_size: int = 128  # model width
     num_layers: int = 2  # transformer blocks
@@ -64,7 +74,7 @@ class WarmStartConfig:
     batch_size: int = 64  # examples per SFT step
     lr: float = 1e-3  # peak learning rate
     warmup_steps: int = 20  # linear warmup steps
-    schedule: str = "constant"  # lr after warmup: constant | cosine
+    schedule: LrSchedule = LrSchedule.constant  # lr after warmup: constant | cosine (to 0 at the last step)
     seed: int = 0  # data order seed
 
 
@@ -89,15 +99,15 @@ class TaskSourceConfig:
     prompt_key: str = "prompt"  # hf: the column holding the user message
     answer_key: str = "answer"  # hf: the column holding the reference answer
     system_prompt: str | None = None  # a system message before every prompt (None: the chat template's default)
-    verifier: str = "similarity"  # hf: similarity | exact | contains | math | <module>:<function> (see README)
+    verifier: str = "similarity"  # similarity | exact | contains | math | <module>:<function> (see README)
     dataset: str | None = None  # reasoning_gym: the dataset's name, e.g. spell_backward
     env: str | None = None  # verifiers: the taskset id, an installed module exporting a verifiers.v1 Taskset
     options: dict[str, Any] = field(default_factory=dict)  # reasoning_gym/verifiers options; built-in: min_len, max_len
     num_train: int = 20000  # built-in, reasoning_gym, verifiers: size of the train split
     num_eval: int = 128  # size of the eval split
-    seed: int = 0  # examples' seed (built-in, reasoning_gym: eval uses seed + 1; verifiers: the shuffle)
+    seed: int = 0  # examples' seed (built-in: eval is one list's tail; reasoning_gym: eval seed+1; verifiers: shuffle)
     weight: float = 1.0  # in task.mix: this source's share of each step's prompts
-    label: str | None = None  # in task.mix: its name in the metrics, reward/<label> (None: dataset, file or task name)
+    label: str | None = None  # in task.mix: its metrics' name, reward/<label> (None: dataset, taskset, file, task)
 
 
 @dataclass
@@ -114,7 +124,7 @@ class SamplingConfig:
 
 @dataclass
 class VerificationConfig:
-    enabled: bool = True  # compute rewards with the verifier; on in rl, off only with trainer.loss.adv_tau=0
+    enabled: bool = True  # compute rewards with the verifier; rl, opd: off only with trainer.loss.adv_tau=0
     workers: int = 2  # verifier processes: rewards are computed off the orchestrator's event loop
     timeout_s: float = 10.0  # one reward call's limit: a slower or hanging verifier gives reward 0 (verifier/timeouts)
 
@@ -218,7 +228,7 @@ class TeacherConfig:
     revision: str | None = None  # local_vllm with a Hub id: branch, tag or commit (None: main)
     path: str | None = None  # set by the launcher: the local snapshot a Hub id resolved to
     warm_start: WarmStartConfig = field(
-        default_factory=lambda: WarmStartConfig(steps=500, lr=3e-3, schedule="cosine")
+        default_factory=lambda: WarmStartConfig(steps=500, lr=3e-3, schedule=LrSchedule.cosine)
     )  # recipe of the built-in tiny teacher
     base_url: str | None = None  # external: OpenAI-compatible base URL (…/v1); local_vllm: set by the multi-node plan
     api_key_env: str | None = None  # name of the env var holding the API key (the key never enters the config)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
-from prime_rl.config.schema import Config, TeacherKind, TrainingMode, node_gpus, num_nodes
+from prime_rl.config.schema import Config, TaskSourceConfig, TeacherKind, TrainingMode, node_gpus, num_nodes
 from prime_rl.models.hub import hub_model_problem, is_hub_id
 from prime_rl.protocol.servers import SERVER_KEY_ENV
 
@@ -84,6 +84,7 @@ def _ranges(cfg: Config, _: int) -> None:
         "use e.g. ratio_low=0.5 ratio_high=5",
     )
     check(cfg.ckpt.interval >= 0, ["ckpt.interval"], "must be >= 0", "use 0 to checkpoint only at the end")
+    check(cfg.ckpt.keep >= 1, ["ckpt.keep"], "must be >= 1 (the newest checkpoint is always kept)", "use e.g. 2")
     for key, port in (("inference.port", cfg.inference.port), ("teacher.port", cfg.teacher.port)):
         check(0 <= port <= 65535, [key], f"{port} is not a port", "use 0 to pick a free port")
 
@@ -300,10 +301,27 @@ def _task(cfg: Config, _: int) -> None:
         if task.name in BUILTIN_TASKS:
             word_lengths(task)
             answer_verifier(task.verifier)
+            train_sizes = {"task.num_train": task.num_train}
         else:
-            load_task(task)
+            built = load_task(task)
+            sizes = map(len, built.by_source.values()) if built.weights else [len(built.train)]
+            train_sizes = {_size_key(key, src): size for (key, src), size in zip(sources, sizes)}
     except TaskError as e:
         raise ConfigError(e.keys, e.problem, e.fix) from e
+    # a step draws its prompts without replacement, from one source in a mix (a step may draw all from one)
+    per_step = cfg.orchestrator.batch_size // cfg.orchestrator.rollouts_per_example
+    for key, size in train_sizes.items():
+        check(
+            size >= per_step,
+            [key, "orchestrator.batch_size"],
+            f"{size} train prompts, fewer than the {per_step} a step draws (batch_size / rollouts_per_example)",
+            "give the task more train prompts (more rows, or fewer held out by num_eval) or lower the batch_size",
+        )
+
+
+def _size_key(key: str, src: TaskSourceConfig) -> str:
+    """The knob that sets a source's train size: its data (hf, jsonl) or its num_train."""
+    return f"{key}.path" if src.name in ("hf", "jsonl") else f"{key}.num_train"
 
 
 def _model(name: str, revision: str | None, key: str, revision_key: str) -> None:

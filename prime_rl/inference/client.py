@@ -15,8 +15,17 @@ import httpx
 
 from prime_rl.protocol.servers import RELOAD_METHOD
 
-RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+RETRYABLE_4XX = {
+    408,
+    409,
+    425,
+    429,
+}  # timeout, conflict, too early, rate limit; every 5xx is retried too (529: overloaded)
 MAX_BACKOFF_S = 60.0
+
+
+def retryable(status: int) -> bool:
+    return status in RETRYABLE_4XX or status >= 500
 
 
 class InferenceError(RuntimeError):
@@ -65,8 +74,7 @@ def backoff_s(base_s: float, attempt: int) -> float:
 class Completion:
     token_ids: list[int]  # sampled completion tokens
     logprobs: list[float]  # the sampler's logprob of each sampled token
-    text: str
-    finish_reason: str | None
+    finish_reason: str | None  # "stop": ended by the model; "length": cut off by max_tokens
 
 
 @dataclass
@@ -148,7 +156,7 @@ class InferenceClient:
     async def post_url(
         self, url: str, payload: dict | None = None, params: dict | None = None, json_reply: bool = True
     ) -> dict:
-        """POST with retries on connection errors, timeouts, malformed JSON and 5xx/429; other errors fail at once.
+        """POST with retries on connection errors, timeouts, malformed JSON, 5xx and 408/409/425/429; other 4xx fail.
 
         A retryable answer with `Retry-After` (a rate limit) is waited out as asked, with jitter, and does not
         count as a retry: a rate-limited run slows down until `rate_limit_wait_s` of waiting is used up.
@@ -158,7 +166,7 @@ class InferenceClient:
             wait = None
             try:
                 resp = await self.send(url, payload, params)
-                if resp.status_code not in RETRYABLE_STATUS:
+                if not retryable(resp.status_code):
                     if resp.status_code >= 400:
                         raise InferenceError(
                             f"POST {url} -> HTTP {resp.status_code}: {resp.text[:300]}", resp.status_code
@@ -277,7 +285,6 @@ def parse_completions(data: dict) -> list[Completion]:
             Completion(
                 token_ids=list(c["token_ids"]),
                 logprobs=[float(x) for x in c["logprobs"]["token_logprobs"]],
-                text=c["text"],
                 finish_reason=c.get("finish_reason"),
             )
             for c in choices

@@ -62,8 +62,8 @@ def vllm_command(
         argv += ["--distributed-executor-backend", "uni", "--kv-cache-memory-bytes", str(inf.kv_cache_bytes)]
         # One engine process per server: fast start, and a process-group kill takes all of it.
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        # A seeded request (evaluation) whose prefill is split over engine steps crashes the CPU engine ("CPU
-        # Generator does not use offset": vLLM rewinds the request's generator, which CPU generators cannot do).
+        # A seeded request (the orchestrator sends none; a user's client may) whose prefill is split over engine
+        # steps crashes the CPU engine ("CPU Generator does not use offset": vLLM rewinds the request's generator).
         argv.append("--no-enable-chunked-prefill")
     if lora_rank:
         argv += ["--enable-lora", "--max-lora-rank", str(lora_rank)]

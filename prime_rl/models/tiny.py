@@ -14,9 +14,12 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from prime_rl.config.schema import TinyModelConfig
+from prime_rl.config.schema import TinyArchitecture, TinyModelConfig
 
-ARCHITECTURES = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}
+ARCHITECTURES = {
+    TinyArchitecture.qwen2: (Qwen2Config, Qwen2ForCausalLM),
+    TinyArchitecture.qwen3: (Qwen3Config, Qwen3ForCausalLM),
+}
 
 
 def build_tiny_model(tiny: TinyModelConfig, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:

@@ -37,7 +37,7 @@ async def run(cfg: Config) -> None:
     if ctx.teacher:
         # the launcher has probed an external endpoint already; run alone, the orchestrator probes it here
         ctx.answers = TeacherAnswers(cfg, ctx.teacher, ctx.teacher_model, await resolved_api(cfg))
-        resume_teacher_counts(ctx, start)
+    resume_counts(ctx, start)
     lora = cfg.trainer.lora
     policy = PolicySync(ctx.run_dir, ctx.student, lora.name if lora.enabled else None, cfg.step_timeout_s)
     try:
@@ -72,14 +72,19 @@ async def run(cfg: Config) -> None:
             await ctx.teacher.close()
 
 
-def resume_teacher_counts(ctx: Context, start: int) -> None:
-    """A resumed run goes on with the teacher's usage totals and with the next sample index of each prompt."""
+def resume_counts(ctx: Context, start: int) -> None:
+    """A resumed run goes on with the counts so far (verifier calls, the teacher's usage totals) and with the next
+    sample index of each prompt."""
     if not start:
         return
     rows = [r for r in read_rows(ctx.run_dir.metrics) if "loss" in r and r["step"] < start]
     if rows:
-        ctx.answers.totals = {k: v for k, v in rows[-1].items() if k.startswith("teacher/") and k.endswith("_total")}
-    if ctx.cfg.training_mode == TrainingMode.sft:
+        ctx.verification.resume(rows[-1])
+        if ctx.answers:
+            ctx.answers.totals = {
+                k: v for k, v in rows[-1].items() if k.startswith("teacher/") and k.endswith("_total")
+            }
+    if ctx.answers and ctx.cfg.training_mode == TrainingMode.sft:
         for step in range(start):
             for ex in step_prompts(ctx.cfg, ctx.task, step):
                 ctx.answers.skip(ex.messages, ctx.cfg.orchestrator.rollouts_per_example)
@@ -102,7 +107,7 @@ async def make_batch(ctx: Context, step: int, version: int) -> Batch:
         cut = [a.finish_reason == "length" for group in answers for a in group]
         metrics["teacher/truncated"] = sum(cut) / len(cut)
     else:
-        groups = await student_rollouts(ctx, examples)
+        groups, metrics["seq_len/truncated"] = await student_rollouts(ctx, examples)
     generate_s = time.monotonic() - start
     samples = [s for group in groups for s in group]
     metrics["time/generate"] = generate_s
@@ -118,15 +123,18 @@ async def make_batch(ctx: Context, step: int, version: int) -> Batch:
     return Batch(step=step, policy_version=version, samples=samples, metrics=metrics)
 
 
-async def student_rollouts(ctx: Context, examples: list[Example]) -> list[list[Sample]]:
-    """One group of rollouts_per_example samples per prompt, in orchestrator.requests_per_step requests."""
+async def student_rollouts(ctx: Context, examples: list[Example]) -> tuple[list[list[Sample]], float]:
+    """One group of rollouts_per_example samples per prompt, in orchestrator.requests_per_step requests; and the
+    fraction of them cut off by max_tokens."""
     o = ctx.cfg.orchestrator
     prompts = [prompt_ids(ctx.tokenizer, ex.messages) for ex in examples]
     # No per-request seed: vLLM would give every prompt of the request the same random stream.
     groups = await sample_groups(
         ctx.student, ctx.student_model, prompts, o.rollouts_per_example, sampling(ctx.cfg), o.requests_per_step
     )
-    return [[Sample(p, c.token_ids, c.logprobs) for c in group] for p, group in zip(prompts, groups)]
+    cut = [c.finish_reason == "length" for group in groups for c in group]
+    samples = [[Sample(p, c.token_ids, c.logprobs) for c in group] for p, group in zip(prompts, groups)]
+    return samples, sum(cut) / len(cut)
 
 
 async def teacher_answers(ctx: Context, ex: Example) -> list[ChatAnswer]:

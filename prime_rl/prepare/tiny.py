@@ -11,7 +11,7 @@ import os
 import time
 from pathlib import Path
 
-from prime_rl.config.schema import TaskConfig, TinyModelConfig, WarmStartConfig
+from prime_rl.config.schema import TaskConfig, TinyModelConfig, TinyTokenizer, WarmStartConfig
 from prime_rl.models.recipe import model_dir, recipe
 from prime_rl.protocol.atomic import is_complete, publish_dir
 
@@ -49,7 +49,9 @@ def _build(out: Path, tiny: TinyModelConfig, warm_start: WarmStartConfig, task_c
     log.info("building tiny model (%d warm-start steps) in %s", warm_start.steps, out)
     task = load_task(task_cfg)
     tokenizer = (
-        build_tokenizer() if tiny.tokenizer == "char" else build_bpe_tokenizer(conversations(task), tiny.vocab_size)
+        build_tokenizer()
+        if tiny.tokenizer == TinyTokenizer.char
+        else build_bpe_tokenizer(conversations(task), tiny.vocab_size)
     )
     model = sft_train(build_tiny_model(tiny, tokenizer), tokenizer, task.train, warm_start)
     save_model(model, tokenizer, out)

@@ -1,7 +1,7 @@
 """Plain SFT on (prompt, answer) pairs: the warm start of the tiny models and the `python -m prime_rl.sft` loop.
 
 Each step samples `batch_size` examples, renders the user prompt with the chat template (plus the
-generation prompt), appends the answer and the eos token, and minimises the NLL of the answer tokens
+generation prompt), appends the answer and the template's end-of-turn token, and minimises the NLL of the answer tokens
 normalised by their count. AdamW (0.9, 0.98), linear warmup then constant or cosine lr, grad clip 1.0.
 """
 

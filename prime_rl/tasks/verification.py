@@ -35,6 +35,7 @@ class Verification:
         self.task, self.cfg = task, cfg
         self.pool: ProcessPool | None = None  # started at the first call: pure distillation never starts it
         self.calls = self.errors = self.timeouts = 0
+        self.traceback_shown = False  # the first error's traceback goes to the log, once per process
 
     async def rewards(self, pairs: list[tuple[str, Example]]) -> list[float]:
         """The reward of each (completion, example), computed concurrently by the worker processes."""
@@ -52,7 +53,8 @@ class Verification:
             return 0.0
         if isinstance(result, BaseException):
             self.errors += 1
-            if self.errors == 1:
+            if not self.traceback_shown:
+                self.traceback_shown = True
                 trace = getattr(result, "traceback", None) or repr(result)
                 print(f"verifier error (reward 0; later ones are only counted):\n{trace}", file=sys.stderr, flush=True)
             return 0.0
@@ -61,6 +63,10 @@ class Verification:
     def metrics(self) -> dict[str, float]:
         """Counts over the run so far (a run without verification proves it by verifier/calls = 0)."""
         return {"verifier/calls": self.calls, "verifier/errors": self.errors, "verifier/timeouts": self.timeouts}
+
+    def resume(self, row: dict) -> None:
+        """Go on counting from a resumed run's last metrics row."""
+        self.calls, self.errors, self.timeouts = (int(row.get(k, 0)) for k in self.metrics())
 
     def close(self) -> None:
         if self.pool is not None:

@@ -83,7 +83,7 @@ def make_optimizer(cfg: Config, model):
     decay_steps = max(1, cfg.max_steps - warmup)
 
     def factor(step: int) -> float:
-        return min(1.0, (step + 1) / (warmup + 1)) * decay_factor(o.schedule.value, (step - warmup) / decay_steps)
+        return min(1.0, (step + 1) / (warmup + 1)) * decay_factor(o.schedule, (step - warmup) / decay_steps)
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     return optimizer, scheduler
