@@ -15,12 +15,8 @@ import httpx
 
 from prime_rl.protocol.servers import RELOAD_METHOD
 
-RETRYABLE_4XX = {
-    408,
-    409,
-    425,
-    429,
-}  # timeout, conflict, too early, rate limit; every 5xx is retried too (529: overloaded)
+# timeout, conflict, too early, rate limit; every 5xx is retried too (Anthropic's 529: overloaded)
+RETRYABLE_4XX = {408, 409, 425, 429}
 MAX_BACKOFF_S = 60.0
 
 
