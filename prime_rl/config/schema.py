@@ -124,7 +124,7 @@ class SamplingConfig:
 
 @dataclass
 class VerificationConfig:
-    enabled: bool = True  # compute rewards with the verifier; rl, opd: off only with trainer.loss.adv_tau=0
+    enabled: bool = True  # compute rewards with the verifier; on in rl; in opd off only with trainer.loss.adv_tau=0
     workers: int = 2  # verifier processes: rewards are computed off the orchestrator's event loop
     timeout_s: float = 10.0  # one reward call's limit: a slower or hanging verifier gives reward 0 (verifier/timeouts)
 
