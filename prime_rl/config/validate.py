@@ -301,19 +301,18 @@ def _task(cfg: Config, _: int) -> None:
         if task.name in BUILTIN_TASKS:
             word_lengths(task)
             answer_verifier(task.verifier)
-            train_sizes = {"task.num_train": task.num_train}
+            sizes = [task.num_train]
         else:
             built = load_task(task)
-            sizes = map(len, built.by_source.values()) if built.weights else [len(built.train)]
-            train_sizes = {_size_key(key, src): size for (key, src), size in zip(sources, sizes)}
+            sizes = [len(part) for part in built.by_source.values()] if built.weights else [len(built.train)]
     except TaskError as e:
         raise ConfigError(e.keys, e.problem, e.fix) from e
     # a step draws its prompts without replacement, from one source in a mix (a step may draw all from one)
     per_step = cfg.orchestrator.batch_size // cfg.orchestrator.rollouts_per_example
-    for key, size in train_sizes.items():
+    for (key, src), size in zip(sources, sizes):
         check(
             size >= per_step,
-            [key, "orchestrator.batch_size"],
+            [_size_key(key, src), "orchestrator.batch_size"],
             f"{size} train prompts, fewer than the {per_step} a step draws (batch_size / rollouts_per_example)",
             "give the task more train prompts (more rows, or fewer held out by num_eval) or lower the batch_size",
         )
