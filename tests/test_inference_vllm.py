@@ -1,6 +1,8 @@
 """The inference client against a real vLLM server: sampling with token ids, teacher scoring, weight reload."""
 
 import asyncio
+import json
+import shutil
 
 import pytest
 import torch
@@ -70,7 +72,14 @@ def test_reload_then_scoring_and_tempered_sampling_match_transformers(student, t
         await client.close()
         return before, after, ids, scores, sampled
 
-    with serve(path, tmp_path) as url:
+    # A hub model's sampling defaults (Qwen3 ships top_k 20, Qwen2.5 a repetition penalty too) must not reach the
+    # sampler: the trainer's pi knows only the temperature, so the logprobs checked below would differ.
+    served = tmp_path / "served"
+    shutil.copytree(path, served)
+    defaults = json.loads((served / "generation_config.json").read_text())
+    defaults |= {"top_k": 3, "min_p": 0.2, "repetition_penalty": 1.3}
+    (served / "generation_config.json").write_text(json.dumps(defaults))
+    with serve(served, tmp_path) as url:
         before, after, ids, scores, sampled = asyncio.run(scenario(url))
     expected = [hf_greedy(model, prompt_ids(tok, p)) for p in PROMPTS]
     assert after == expected  # the server now runs the exported weights
