@@ -59,6 +59,28 @@ def test_the_importance_ratio_is_bounded_on_both_sides():
     assert wide.item() == pytest.approx(-(150 + 0.4 + 1.0) / 3, rel=1e-4)  # unbounded, token 1 dominates
 
 
+def test_a_token_the_sampler_gave_no_probability_is_masked_not_a_nan_step():
+    # vLLM reports a -inf logprob as -9999: rho = e^9999 = inf, and inf * 0 made the whole step NaN (then skipped)
+    pi = [math.log(0.5), math.log(0.1)]  # in the probability band: the ratio mask must catch it
+    batch = one_sequence_batch([math.log(0.5), -9999.0], advantage=1.0)
+    logprobs = torch.tensor([[0.0, 0.0] + pi], requires_grad=True)
+    loss, sums = rl_loss(logprobs, batch, LossConfig(mask_band=0.2, kl_tau=0.1), total_tokens=2)
+    loss.backward()
+    assert loss.item() == pytest.approx(-1.0 / 2) and sums["masked/ratio"] == 1.0
+    assert logprobs.grad[0].tolist() == pytest.approx([0.0, 0.0, -1.0 / 2, 0.0])
+
+
+def test_a_teacher_logprob_of_minus_inf_is_floored_so_the_step_stays_finite():
+    sample = Sample([7], [9, 10], [-0.7, -0.7], teacher_logprobs=[-0.5, -math.inf])
+    batch = collate([sample], pad_id=0)
+    assert batch.teacher_logprobs[0].tolist() == [0.0, -0.5, -100.0]
+    logprobs = torch.tensor([[0.0, -0.7, -0.7]], requires_grad=True)
+    cfg = LossConfig(adv_tau=0.0, teacher_tau=1.0, teacher_adv_clip=0.0)
+    loss, _ = rl_loss(logprobs, batch, cfg, total_tokens=2, teacher_center=0.0)
+    loss.backward()
+    assert math.isfinite(loss.item()) and torch.isfinite(logprobs.grad).all()
+
+
 def test_reward_and_distillation_advantages_add_per_token():
     pi = [math.log(0.5), math.log(0.5)]
     teacher = [math.log(0.5) + 1.0, math.log(0.5) + 0.5]  # per-token distillation advantages 1.0 and 0.5

@@ -5,6 +5,10 @@ import torch
 from prime_rl.protocol.batch import Sample
 from prime_rl.trainer.loss import TokenBatch
 
+# vLLM sends a -inf logprob as -9999 (or -inf); floored at a probability of 4e-44, so that without
+# teacher_adv_clip one token the teacher rules out cannot outweigh the whole step.
+TEACHER_LOGPROB_FLOOR = -100.0
+
 
 def collate(samples: list[Sample], pad_id: int) -> TokenBatch:
     width = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
@@ -20,7 +24,7 @@ def collate(samples: list[Sample], pad_id: int) -> TokenBatch:
         if s.inference_logprobs:
             mu[i, p : p + c] = torch.tensor(s.inference_logprobs)
         if s.teacher_logprobs is not None:
-            teacher[i, p : p + c] = torch.tensor(s.teacher_logprobs)
+            teacher[i, p : p + c] = torch.tensor(s.teacher_logprobs).clamp(min=TEACHER_LOGPROB_FLOOR)
     has_teacher = samples[0].teacher_logprobs is not None
     advantages = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
     return TokenBatch(ids, attn, loss_mask, mu, advantages, teacher if has_teacher else None)

@@ -45,8 +45,11 @@ def rl_loss(
     adv = cfg.adv_tau * batch.advantages[:, None].expand_as(logprobs)
     if teacher_center is not None:
         adv = adv + cfg.teacher_tau * distill_advantage(logprobs, batch, cfg, teacher_center)
-    per_token = -adv.detach() * ratio + cfg.kl_tau * log_ratio**2
-    loss = (per_token * kept).sum() / total_tokens
+    # Selected, not multiplied by the mask: a masked token's ratio may be inf (a sampler logprob near -inf), and
+    # inf * 0 would make the loss and every gradient NaN, and the whole step would be skipped.
+    kept_log_ratio = torch.where(kept > 0, log_ratio, 0.0)
+    per_token = -adv.detach() * kept_log_ratio.exp() + cfg.kl_tau * kept_log_ratio**2
+    loss = torch.where(kept > 0, per_token, 0.0).sum() / total_tokens
     sums = {
         "mismatch_kl": ((ratio - 1 - log_ratio) * mask).sum().item(),
         "masked_fraction": (mask - kept).sum().item(),
