@@ -105,6 +105,12 @@ CASES = [
     ),
     Case("out of range", "LoRA of rank 0", ("lora=on", "trainer.lora.rank=0"), "[trainer.lora.rank]"),
     Case("mode conflict", "rl with a teacher", ("teacher=local_vllm",), "[training_mode, teacher]"),
+    Case(
+        "mode conflict",
+        "LoRA dropout in rl",
+        ("lora=on", "trainer.lora.dropout=0.1"),
+        "[trainer.lora.dropout, training_mode]",
+    ),
     Case("mode conflict", "opd without a teacher", ("training_mode=opd", "teacher=none"), "[training_mode, teacher]"),
     Case(
         "mode conflict",

@@ -5,6 +5,7 @@ import random
 
 import pytest
 import torch
+from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
 import prime_rl.trainer.logprobs as logprobs_module
 from prime_rl.config import compose_config
@@ -174,3 +175,20 @@ def test_the_lr_warms_up_then_follows_the_schedule_to_max_steps(schedule, want):
         optimizer.step()
         scheduler.step()
     assert lrs == pytest.approx([cfg.trainer.optim.lr * w for w in want])
+
+
+@pytest.mark.parametrize("mode", ["rl", "sft"])
+def test_rl_and_opd_train_without_the_models_dropout(tmp_path, mode):
+    """A hub model may ship dropout (GPT-2: resid/embd/attn_pdrop): in rl and opd two forward passes of the training
+    model must agree, as vLLM's sampler never drops out; sft keeps the model's regularisation."""
+    tokenizer = AutoTokenizer.from_pretrained(prepare_student(compose_config([])))
+    config = GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.5, attn_pdrop=0.5)
+    GPT2LMHeadModel(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    cfg = compose_config([f"training_mode={mode}", f"model.path={tmp_path}", "trainer.device=cpu"])
+    model, _ = load_model(cfg, torch.device("cpu"))
+    model.train()
+    ids = torch.arange(12)[None]
+    with torch.no_grad():
+        same = torch.equal(model(input_ids=ids).logits, model(input_ids=ids).logits)
+    assert same == (mode == "rl")

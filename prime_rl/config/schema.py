@@ -179,7 +179,7 @@ class LoraConfig:
     enabled: bool = False  # train a peft LoRA adapter instead of all weights
     rank: int = 8  # adapter rank (also vLLM's --max-lora-rank)
     alpha: int = 16  # LoRA scaling numerator
-    dropout: float = 0.0  # dropout on the adapter input
+    dropout: float = 0.0  # dropout on the adapter input (sft only: rl and opd must train the policy vLLM samples)
     target_modules: list[str] = field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )  # module names that get adapters

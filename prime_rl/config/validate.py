@@ -206,7 +206,7 @@ def _teacher(cfg: Config, _: int) -> None:
         not leaked,
         [f"teacher.headers.{h}" for h in leaked],
         "a credential in teacher.headers would be written to config dumps",
-        f"put its value in an env var and set teacher.header_envs.{leaked[0] if leaked else '<name>'}=<VAR>",
+        f"put its value in an env var and set +teacher.header_envs.{leaked[0] if leaked else '<name>'}=<VAR>",
     )
 
 
@@ -260,6 +260,12 @@ def _lora(cfg: Config, _: int) -> None:
     check(lora.rank >= 1, ["trainer.lora.rank"], "must be >= 1", "use e.g. 8")
     check(lora.alpha > 0, ["trainer.lora.alpha"], "must be > 0", "use e.g. 16")
     check(bool(lora.target_modules), ["trainer.lora.target_modules"], "is empty", "list modules, e.g. [q_proj,v_proj]")
+    check(
+        lora.dropout == 0 or cfg.training_mode == TrainingMode.sft,
+        ["trainer.lora.dropout", "training_mode"],
+        "must be 0 in rl and opd: with dropout the trainer's policy is not the one vLLM sampled from",
+        "set trainer.lora.dropout=0 (dropout regularises sft only)",
+    )
 
 
 def _paths(cfg: Config, _: int) -> None:

@@ -1,9 +1,9 @@
 """The trained model: transformers on CPU or CUDA, optionally wrapped in a peft LoRA adapter."""
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from prime_rl.config.schema import Config
+from prime_rl.config.schema import Config, TrainingMode
 from prime_rl.models import student_dir
 
 
@@ -24,7 +24,10 @@ def compute_dtype(cfg: Config, device: torch.device) -> torch.dtype:
 def load_model(cfg: Config, device: torch.device):
     """The model in float32: the master weights the optimizer updates, whatever the compute dtype."""
     path = student_dir(cfg)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
+    config = AutoConfig.from_pretrained(path)
+    if cfg.training_mode != TrainingMode.sft:
+        without_dropout(config)
+    model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=torch.float32).to(device)
     if cfg.trainer.activation_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.trainer.lora.enabled:
@@ -42,6 +45,15 @@ def load_model(cfg: Config, device: torch.device):
             ),
         )
     return model, AutoTokenizer.from_pretrained(path)
+
+
+def without_dropout(config) -> None:
+    """Every dropout probability of a model's config (attention_dropout, resid_pdrop, …) set to 0: in rl and opd
+    the trainer must compute the policy vLLM sampled from, and vLLM never drops out."""
+    for part in (config, config.get_text_config()):
+        for name, value in vars(part).items():
+            if isinstance(value, float) and ("dropout" in name or "pdrop" in name):
+                setattr(part, name, 0.0)
 
 
 def decoder_and_head(model) -> tuple[torch.nn.Module, torch.nn.Module]:
