@@ -8,10 +8,12 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from prime_rl.config import compose_config
-from prime_rl.models.chat import answer_ids, end_of_turn_id, prompt_ids
+from prime_rl.models.chat import answer_ids, end_of_turn_id, final_answer, prompt_ids, student_tokenizer
 from prime_rl.models.tokenizer import build_bpe_tokenizer, build_tokenizer
 from prime_rl.prepare.tiny import conversations
+from prime_rl.sft.train import sft_batch
 from prime_rl.tasks import load_task
+from prime_rl.tasks.task import Example
 
 ANSWERS = ["pqibny", "the answer is here", " leading space", "two  spaces\nand a line"]
 PROMPT = "reverse: ynbiqp"
@@ -81,3 +83,46 @@ def test_the_end_of_turn_comes_from_the_template_not_the_eos(bpe):
     assert base.eos_token_id != bpe.convert_tokens_to_ids("<|im_end|>")
     assert end_of_turn_id(base) == bpe.convert_tokens_to_ids("<|im_end|>")
     assert answer_ids(base, PROMPT, "abc")[-1] == bpe.convert_tokens_to_ids("<|im_end|>")
+
+
+def test_a_tokenizer_without_a_pad_token_still_batches():
+    # Mistral's and Llama 3's tokenizers define no pad token: batches pad with any id, masked out
+    tok = sentencepiece_style()
+    assert tok.pad_token_id is None
+    batch = sft_batch(tok, [Example(PROMPT, answer) for answer in ANSWERS])
+    padded = batch["attention_mask"] == 0
+    assert padded.any() and (batch["labels"][padded] == -100).all()
+
+
+# Qwen3's way, cut down: an assistant turn in the conversation opens with a (here empty) reasoning block, and
+# `enable_thinking=false` puts that empty block in the generation prompt instead
+THINKING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['role'] == 'assistant' %}<think>\n\n</think>\n\n{% endif %}{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}"
+)
+
+
+def test_chat_template_args_reach_every_render_and_verifiers_skip_the_reasoning(bpe, tmp_path):
+    bpe.save_pretrained(tmp_path)
+    tok = PreTrainedTokenizerFast.from_pretrained(tmp_path)  # a copy: the module's tokenizer stays as it is
+    tok.chat_template = THINKING_TEMPLATE
+    tok.save_pretrained(tmp_path)
+    thinking = student_tokenizer(compose_config([f"model.path={tmp_path}"]))
+    quiet = student_tokenizer(
+        compose_config([f"model.path={tmp_path}", "+model.chat_template_args.enable_thinking=false"])
+    )
+    answer = "pqibny"
+    # thinking on: the student learns to open with the empty block, and the verifier looks past it
+    taught = thinking.decode(answer_ids(thinking, PROMPT, answer), skip_special_tokens=True)
+    assert taught.startswith("<think>") and final_answer(taught) == answer
+    # thinking off: the block is part of the prompt, the answer is the answer alone
+    assert quiet.decode(prompt_ids(quiet, PROMPT)).endswith("<think>\n\n</think>\n\n")
+    assert quiet.decode(answer_ids(quiet, PROMPT, answer)) == answer + "<|im_end|>"
+
+
+def test_final_answer_drops_a_leading_reasoning_block_only():
+    assert final_answer("<think>\nlet me see\n</think>\n\n42") == "42"
+    assert final_answer("<think>\ncut off by the token lim") == ""  # nothing answered yet
+    assert final_answer("42 <think>x</think>") == "42 <think>x</think>"

@@ -86,6 +86,7 @@ class ModelConfig:
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)  # architecture of the built-in model
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)  # SFT that turns the tiny model into a student
     cache_dir: str | None = None  # cache of built models, keyed by recipe (None: $PRIME_RL_CACHE or ~/.cache/prime_rl)
+    chat_template_args: dict[str, Any] = field(default_factory=dict)  # chat template variables, e.g. enable_thinking
 
 
 @dataclass

@@ -6,8 +6,16 @@ template closes an assistant turn with (which is also where sampling stops), unl
 """
 
 import functools
+import re
+
+from transformers import AutoTokenizer
+
+from prime_rl.config.schema import Config
+from prime_rl.models.recipe import student_dir
 
 SENTINEL = "\x00answer\x00"  # stands in for an answer while the template is rendered around it
+# a reasoning block at the start of a text (Qwen3, DeepSeek-R1), maybe unclosed: cut off by the token limit
+THINK_BLOCK = re.compile(r"^\s*<think>.*?(</think>\s*|$)", re.DOTALL)
 
 
 def as_messages(prompt: str | list[dict]) -> list[dict]:
@@ -49,3 +57,25 @@ def end_of_turn_id(tokenizer) -> int:
     if not following or following[0] not in tokenizer.added_tokens_decoder:
         raise ValueError(f"the chat template ends an assistant turn with {after[:20]!r}, not a special token")
     return following[0]
+
+
+def padding_id(tokenizer) -> int:
+    """The id batches are padded with: any works, padding is masked out (Llama 3 and Mistral define no pad token)."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+
+def final_answer(text: str) -> str:
+    """The text after a leading <think>…</think> block: what a verifier scores (nothing if the thinking was cut
+    off). A thinking template (Qwen3's) opens every answer with one, empty when thinking is off."""
+    return THINK_BLOCK.sub("", text, count=1)
+
+
+def student_tokenizer(cfg: Config):
+    """The student's tokenizer, its chat template rendered with `model.chat_template_args` everywhere (Qwen3's
+    enable_thinking: false makes every prompt end with an empty <think></think> block)."""
+    tokenizer = AutoTokenizer.from_pretrained(student_dir(cfg))
+    if cfg.model.chat_template_args:
+        # bound to the instance, so every render (prompt, answer, end of turn) sees the same variables
+        render = functools.partial(tokenizer.apply_chat_template, **cfg.model.chat_template_args)
+        tokenizer.apply_chat_template = render
+    return tokenizer

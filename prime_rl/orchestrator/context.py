@@ -2,11 +2,9 @@
 
 from dataclasses import dataclass
 
-from transformers import AutoTokenizer
-
 from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.inference.client import InferenceClient, Sampling
-from prime_rl.models import student_dir
+from prime_rl.models.chat import final_answer, student_tokenizer
 from prime_rl.orchestrator.students import StudentServers, student_client
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.protocol.servers import STUDENT_MODEL_NAME
@@ -38,7 +36,7 @@ def make_context(cfg: Config) -> Context:
         run_dir=RunDir(cfg.run_dir),
         task=load_task(cfg.task),
         verification=Verification(cfg.task, cfg.orchestrator.verification),
-        tokenizer=AutoTokenizer.from_pretrained(student_dir(cfg)),
+        tokenizer=student_tokenizer(cfg),
         student=student_client(cfg),
         student_model=lora.name if lora.enabled else STUDENT_MODEL_NAME,
         teacher=teacher,
@@ -55,4 +53,5 @@ def sampling(cfg: Config, temperature: float | None = None) -> Sampling:
 
 
 def completion_text(ctx: Context, completion_ids: list[int]) -> str:
-    return ctx.tokenizer.decode(completion_ids, skip_special_tokens=True)
+    """What the verifier scores: the completion's text after any leading reasoning block."""
+    return final_answer(ctx.tokenizer.decode(completion_ids, skip_special_tokens=True))

@@ -13,7 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prime_rl.config.schema import WarmStartConfig
-from prime_rl.models.chat import answer_ids, prompt_ids
+from prime_rl.models.chat import answer_ids, padding_id, prompt_ids
 from prime_rl.models.tiny import save_model
 from prime_rl.tasks.task import Example, Task
 from prime_rl.trainer.lr_schedule import decay_factor
@@ -26,7 +26,7 @@ def sft_batch(tokenizer, examples: list[Example]) -> dict[str, torch.Tensor]:
     prompts = [prompt_ids(tokenizer, e.messages) for e in examples]
     answers = [answer_ids(tokenizer, e.messages, e.answer) for e in examples]
     width = max(len(p) + len(a) for p, a in zip(prompts, answers))
-    ids = torch.full((len(examples), width), tokenizer.pad_token_id)
+    ids = torch.full((len(examples), width), padding_id(tokenizer))
     labels = torch.full((len(examples), width), -100)
     mask = torch.zeros((len(examples), width), dtype=torch.long)
     for row, (p, a) in enumerate(zip(prompts, answers)):
@@ -84,7 +84,7 @@ def generate(
     ids = [prompt_ids(tokenizer, p) for p in prompts]
     width = max(map(len, ids))
     # Left padding so every row's generation starts right after its prompt.
-    input_ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in ids])
+    input_ids = torch.tensor([[padding_id(tokenizer)] * (width - len(p)) + p for p in ids])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in ids])
     sampling = {"temperature": temperature, "top_k": 0, "top_p": 1.0} if temperature > 0 else {}
     torch.manual_seed(seed)
@@ -93,7 +93,7 @@ def generate(
         attention_mask=mask.to(model.device),
         max_new_tokens=max_tokens,
         do_sample=temperature > 0,
-        pad_token_id=tokenizer.pad_token_id,
+        pad_token_id=padding_id(tokenizer),
         eos_token_id=tokenizer.eos_token_id,
         **sampling,
     )

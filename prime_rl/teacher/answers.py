@@ -3,17 +3,14 @@ else from the endpoint in requests it accepts, with usage and cost counted per s
 
 import asyncio
 import json
-import re
 from collections import Counter
 
 from prime_rl.config.schema import Config, ReasoningMode, TeacherApiConfig
 from prime_rl.inference.client import ChatAnswer, InferenceClient, InferenceError, Sampling
+from prime_rl.models.chat import final_answer
 from prime_rl.teacher.cache import TeacherCache
 from prime_rl.teacher.chat_api import chat_payload
 from prime_rl.teacher.usage import Usage, run_totals
-
-# a reasoning block an endpoint without a reasoning parser leaves at the start of the answer (maybe unclosed)
-THINK_BLOCK = re.compile(r"^\s*<think>.*?(</think>\s*|$)", re.DOTALL)
 
 
 class TeacherAnswers:
@@ -96,7 +93,7 @@ def trained_text(answer: ChatAnswer, reasoning: ReasoningMode) -> str:
     """What the student learns from an answer. drop: the answer alone (a <think> block left at the start of the
     content is cut too); keep: the reasoning before the answer, as <think>…</think> (Qwen3, DeepSeek-R1)."""
     if reasoning == ReasoningMode.drop:
-        return THINK_BLOCK.sub("", answer.text, count=1)
+        return final_answer(answer.text)
     if answer.reasoning:
         return f"<think>\n{answer.reasoning.strip()}\n</think>\n\n{answer.text}"
     return answer.text

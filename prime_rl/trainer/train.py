@@ -8,6 +8,7 @@ import torch
 from transformers.utils.logging import disable_progress_bar
 
 from prime_rl.config.schema import Config, TrainingMode
+from prime_rl.models.chat import padding_id
 from prime_rl.monitor.wandb_run import WandbRun
 from prime_rl.protocol.batch import Batch, read_batch
 from prime_rl.protocol.metrics import append_row
@@ -50,10 +51,11 @@ def train(cfg: Config) -> None:
     export_weights(model, tokenizer, run_dir, start, world)
     # W&B after the export (the orchestrator samples meanwhile), and from rank 0 alone: one writer per run.
     wandb_run = WandbRun(cfg, resumed=start > 0) if world.main else None
+    pad_id = padding_id(tokenizer)
     last = time.monotonic()
     for step in range(start, cfg.max_steps):
         batch = wait_for_batch(run_dir, step, timeout_s=cfg.step_timeout_s)
-        metrics = train_step(cfg, model, optimizer, scheduler, batch, tokenizer.pad_token_id, device, world, fused)
+        metrics = train_step(cfg, model, optimizer, scheduler, batch, pad_id, device, world, fused)
         export_weights(model, tokenizer, run_dir, step + 1, world)
         if world.main:  # every rank has read the batch: the step's all-reduces waited for all of them
             # the orchestrator is past step `step` now; one step of margin for a reload still in flight
