@@ -3,6 +3,7 @@
 import asyncio
 import json
 import shutil
+from dataclasses import replace
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from prime_rl.config import compose_config
 from prime_rl.config.schema import Config
 from prime_rl.inference.client import InferenceClient, InferenceError, Sampling
-from prime_rl.models.chat import prompt_ids
+from prime_rl.models.chat import prompt_ids, turn_end_ids
 from prime_rl.prepare import prepare_student
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.trainer.weights import export_weights
@@ -34,7 +35,8 @@ def hf_greedy(model, ids):
 
 
 async def vllm_greedy(client, tok):
-    groups = await client.complete("student", [prompt_ids(tok, p) for p in PROMPTS], 1, GREEDY)
+    greedy = replace(GREEDY, stop_token_ids=turn_end_ids(tok))  # as the orchestrator samples the student
+    groups = await client.complete("student", [prompt_ids(tok, p) for p in PROMPTS], 1, greedy)
     return [g[0].token_ids for g in groups]
 
 
@@ -67,22 +69,31 @@ def test_reload_then_scoring_and_tempered_sampling_match_transformers(student, t
         assert all(c["finish_reason"] == "length" for c in (await running)["choices"])
         ids = prompt_ids(tok, PROMPTS[0]) + after[0]
         [scores] = await client.prompt_logprobs("student", [ids])
-        warm = Sampling(temperature=0.7, top_p=1.0, max_tokens=16)
+        warm = Sampling(temperature=0.7, top_p=1.0, max_tokens=16, stop_token_ids=turn_end_ids(tok))
         sampled = await client.complete("student", [prompt_ids(tok, p) for p in PROMPTS[:4]], 2, warm)
         await client.close()
         return before, after, ids, scores, sampled
 
     # A hub model's sampling defaults (Qwen3 ships top_k 20, Qwen2.5 a repetition penalty too) must not reach the
-    # sampler: the trainer's pi knows only the temperature, so the logprobs checked below would differ.
+    # sampler: the trainer's pi knows only the temperature, so the logprobs checked below would differ. And like a
+    # base model's, its eos is <|endoftext|>, not the <|im_end|> that ends its turns: sampling must stop there too.
     served = tmp_path / "served"
     shutil.copytree(path, served)
     defaults = json.loads((served / "generation_config.json").read_text())
-    defaults |= {"top_k": 3, "min_p": 0.2, "repetition_penalty": 1.3}
+    defaults |= {
+        "top_k": 3,
+        "min_p": 0.2,
+        "repetition_penalty": 1.3,
+        "eos_token_id": tok.convert_tokens_to_ids("<|endoftext|>"),
+    }
     (served / "generation_config.json").write_text(json.dumps(defaults))
+    tokenizer_config = json.loads((served / "tokenizer_config.json").read_text())
+    (served / "tokenizer_config.json").write_text(json.dumps(tokenizer_config | {"eos_token": "<|endoftext|>"}))
     with serve(served, tmp_path) as url:
         before, after, ids, scores, sampled = asyncio.run(scenario(url))
     expected = [hf_greedy(model, prompt_ids(tok, p)) for p in PROMPTS]
     assert after == expected  # the server now runs the exported weights
+    assert any(out[-1] in turn_end_ids(tok) for out in after)  # stopped at <|im_end|>, which is kept
     assert before != after  # ... and they differ from the ones it started with
     with torch.no_grad():
         hf = model(torch.tensor([ids])).logits[0].log_softmax(-1)

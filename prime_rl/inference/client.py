@@ -91,6 +91,7 @@ class Sampling:
     temperature: float
     top_p: float
     max_tokens: int
+    stop_token_ids: tuple[int, ...] = ()  # besides the model's eos; kept in the completion like an eos
 
 
 class InferenceClient:
@@ -214,6 +215,8 @@ class InferenceClient:
             "logprobs": 0,
             "return_token_ids": True,
         }
+        if sampling.stop_token_ids:
+            payload["stop_token_ids"] = list(sampling.stop_token_ids)
         flat = parse_completions(await self.post("/completions", payload))
         if len(flat) != n * len(prompts):
             raise InferenceError(f"asked for {n} x {len(prompts)} completions, got {len(flat)}")

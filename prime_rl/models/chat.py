@@ -59,6 +59,16 @@ def end_of_turn_id(tokenizer) -> int:
     return following[0]
 
 
+@functools.cache
+def turn_end_ids(tokenizer) -> tuple[int, ...]:
+    """The end-of-turn token as a tuple, or none for a template that ends a turn with plain text (only rl can
+    train such a model: the eos alone stops it)."""
+    try:
+        return (end_of_turn_id(tokenizer),)
+    except ValueError:
+        return ()
+
+
 def padding_id(tokenizer) -> int:
     """The id batches are padded with: any works, padding is masked out (Llama 3 and Mistral define no pad token)."""
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0

@@ -1,10 +1,10 @@
 """What every part of an orchestrator step works with: the config, the task, the tokenizer, the clients."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.inference.client import InferenceClient, Sampling
-from prime_rl.models.chat import final_answer, student_tokenizer
+from prime_rl.models.chat import final_answer, student_tokenizer, turn_end_ids
 from prime_rl.orchestrator.students import StudentServers, student_client
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.protocol.servers import STUDENT_MODEL_NAME
@@ -50,6 +50,12 @@ def sampling(cfg: Config, temperature: float | None = None) -> Sampling:
     return Sampling(
         temperature=s.temperature if temperature is None else temperature, top_p=s.top_p, max_tokens=s.max_tokens
     )
+
+
+def student_sampling(ctx: Context, temperature: float | None = None) -> Sampling:
+    """Sampling for the student, which also stops at its template's end of turn: sft teaches that token as the
+    end of an answer, and a base model's eos is another one (Qwen2.5's is <|endoftext|>, its turns end <|im_end|>)."""
+    return replace(sampling(ctx.cfg, temperature), stop_token_ids=turn_end_ids(ctx.tokenizer))
 
 
 def completion_text(ctx: Context, completion_ids: list[int]) -> str:

@@ -7,7 +7,7 @@ import statistics
 
 from prime_rl.config.schema import ReasoningMode
 from prime_rl.models.chat import prompt_ids
-from prime_rl.orchestrator.context import Context, completion_text, sampling
+from prime_rl.orchestrator.context import Context, completion_text, sampling, student_sampling
 from prime_rl.orchestrator.students import sample_groups
 from prime_rl.teacher.answers import trained_text
 
@@ -24,7 +24,7 @@ async def evaluate(ctx: Context) -> dict[str, float]:
         ctx.student_model,
         prompts,
         e.samples_per_prompt,
-        sampling(cfg, temperature=e.temperature),
+        student_sampling(ctx, temperature=e.temperature),
         cfg.orchestrator.requests_per_step,
     )
     pairs = [(completion_text(ctx, c.token_ids), ex) for ex, group in zip(examples, groups) for c in group]

@@ -12,7 +12,7 @@ from prime_rl.inference.client import ChatAnswer
 from prime_rl.models import teacher_dir
 from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.orchestrator.advantages import grpo_advantages
-from prime_rl.orchestrator.context import Context, completion_text, make_context, sampling
+from prime_rl.orchestrator.context import Context, completion_text, make_context, sampling, student_sampling
 from prime_rl.orchestrator.evaluation import evaluate, evaluate_teacher
 from prime_rl.orchestrator.policy import PolicySync
 from prime_rl.orchestrator.server_urls import locate_servers
@@ -130,7 +130,7 @@ async def student_rollouts(ctx: Context, examples: list[Example]) -> tuple[list[
     prompts = [prompt_ids(ctx.tokenizer, ex.messages) for ex in examples]
     # No per-request seed: vLLM would give every prompt of the request the same random stream.
     groups = await sample_groups(
-        ctx.student, ctx.student_model, prompts, o.rollouts_per_example, sampling(ctx.cfg), o.requests_per_step
+        ctx.student, ctx.student_model, prompts, o.rollouts_per_example, student_sampling(ctx), o.requests_per_step
     )
     cut = [c.finish_reason == "length" for group in groups for c in group]
     samples = [[Sample(p, c.token_ids, c.logprobs) for c in group] for p, group in zip(prompts, groups)]
