@@ -20,7 +20,7 @@ from prime_rl.models.chat import prompt_ids
 from prime_rl.models.tiny import build_tiny_model, save_model
 from prime_rl.models.tokenizer import build_tokenizer
 from prime_rl.prepare import prepare_model, prepare_student, prepare_teacher, tiny
-from prime_rl.protocol.atomic import COMPLETE
+from prime_rl.protocol.atomic import STABLE_MARKER
 from prime_rl.sft.train import eval_reward, sft_batch, sft_train
 from prime_rl.tasks import Example, load_task
 from tests.conftest import unused_port
@@ -78,8 +78,8 @@ def test_prepare_model_builds_once_then_reuses(tmp_path, monkeypatch):
     [t.join() for t in threads]
     assert len(builds) == 1 and results[0] == results[1]
     path = results[0]
-    done_mtime = (path / COMPLETE).stat().st_mtime_ns
-    assert prepare_model(*args) == path and (path / COMPLETE).stat().st_mtime_ns == done_mtime
+    done_mtime = (path / STABLE_MARKER).stat().st_mtime_ns
+    assert prepare_model(*args) == path and (path / STABLE_MARKER).stat().st_mtime_ns == done_mtime
     assert json.loads((path / "recipe.json").read_text())["warm_start"]["steps"] == QUICK.steps
     assert AutoModelForCausalLM.from_pretrained(path).num_parameters() == 377_984
     assert not list((tmp_path / "models").glob("*.tmp"))  # no leftover of the build

@@ -12,7 +12,7 @@ import pytest
 from prime_rl.config.schema import TaskConfig, VerificationConfig
 from prime_rl.orchestrator.evaluation import eval_metrics, pass_at_k
 from prime_rl.tasks import Example, TaskError, load_task
-from prime_rl.tasks.verification import Verification
+from prime_rl.tasks.verification import Verification, VerifierFailed
 from tests.conftest import ROOT
 
 ROWS = [{"question": f"{a}+{a}", "solution": str(2 * a), "id": a} for a in range(10)]
@@ -214,10 +214,12 @@ def test_rewards_run_off_the_loop_with_a_time_limit_and_errors_count_as_zero(tmp
         rewards, ticks = asyncio.run(score())
         elapsed = time.monotonic() - start
         again = asyncio.run(verification.rewards([("ba", ex)]))  # the hung worker was replaced
+        with pytest.raises(VerifierFailed, match="every one of 2 verifier calls failed.*no such thing"):
+            asyncio.run(verification.rewards([("boom", ex), ("hang", ex)]))  # a broken verifier stops the run
     finally:
         verification.close()
     assert rewards == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0] and again == [1.0]
-    assert verification.metrics() == {"verifier/calls": 8, "verifier/errors": 3, "verifier/timeouts": 1}
+    assert verification.metrics() == {"verifier/calls": 10, "verifier/errors": 4, "verifier/timeouts": 2}
     assert elapsed < 30 and ticks >= 5  # the loop kept running while the verifiers worked
     err = capfd.readouterr().err
     assert err.count("verifier error") == 1 and "KeyError: 'no such thing'" in err

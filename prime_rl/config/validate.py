@@ -2,7 +2,7 @@
 their rules"; docs/architecture.md, "Validation").
 
 A broken rule raises ConfigError, whose one-line message names the offending keys and the fix;
-`launch.py` prints it and exits with code 2.
+the launcher (launcher/validation.py) prints it and exits with code 2.
 """
 
 import os

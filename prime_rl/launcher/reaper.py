@@ -32,7 +32,7 @@ def start_reaper(marker: str, grace_s: float, lock_fds: list[int]) -> subprocess
 
 
 def wait_for_exit(pid: int) -> None:
-    """Block until `pid` ends (Linux pidfd, like the /proc scans of processes.py: no polling)."""
+    """Block until `pid` ends (a Linux pidfd: no polling)."""
     try:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:

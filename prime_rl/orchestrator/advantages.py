@@ -1,9 +1,9 @@
-"""GRPO advantages: each rollout's reward minus the mean of its prompt's group."""
+"""GRPO advantages: each rollout's reward minus the mean of its prompt's group, optionally over the group's std."""
 
 import torch
 
 
-def grpo_advantages(rewards: list[float], group_size: int, std_normalize: bool = False) -> list[float]:
+def grpo_advantages(rewards: list[float], group_size: int, std_normalize: bool) -> list[float]:
     r = torch.tensor(rewards, dtype=torch.float64).view(-1, group_size)
     adv = r - r.mean(dim=1, keepdim=True)
     if std_normalize:

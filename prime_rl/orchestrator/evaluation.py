@@ -5,11 +5,9 @@ import asyncio
 import math
 import statistics
 
-from prime_rl.config.schema import ReasoningMode
-from prime_rl.models.chat import prompt_ids
+from prime_rl.models.chat import final_answer, prompt_ids
 from prime_rl.orchestrator.context import Context, completion_text, sampling, student_sampling
 from prime_rl.orchestrator.students import sample_groups
-from prime_rl.teacher.answers import trained_text
 
 
 async def evaluate(ctx: Context) -> dict[str, float]:
@@ -76,6 +74,6 @@ async def evaluate_teacher(ctx: Context) -> dict[str, float]:
     examples = ctx.task.eval[: cfg.orchestrator.eval.num_examples]
     eval_sampling = sampling(cfg, temperature=cfg.orchestrator.eval.temperature)
     answers = await asyncio.gather(*(ctx.answers.answers_at(ex.messages, [0], eval_sampling) for ex in examples))
-    pairs = [(trained_text(a, ReasoningMode.drop), ex) for [a], ex in zip(answers, examples)]
+    pairs = [(final_answer(a.text), ex) for [a], ex in zip(answers, examples)]
     rewards = await ctx.verification.rewards(pairs)
     return {"eval/teacher_reward": sum(rewards) / len(rewards)}

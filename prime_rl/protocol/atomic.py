@@ -1,7 +1,7 @@
 """Whole or not at all: everything one process writes and another reads appears under its final name complete.
 
 A file is written under a temporary name and renamed (rename is atomic on POSIX file systems, NFS included).
-A directory is filled under a temporary name, marked complete with `COMPLETE`, then renamed; readers look for
+A directory is filled under a temporary name, marked complete with a `STABLE` file, then renamed; readers look for
 the marker, so a leftover from a killed writer never counts. Temporary names carry host and pid: the nodes of a
 multi-node job share the run dir and may write the same file at once.
 """
@@ -12,7 +12,7 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
-COMPLETE = "STABLE"  # the last file of a published directory: weights, checkpoints, built models
+STABLE_MARKER = "STABLE"  # the last file of a published directory: weights, checkpoints, built models
 
 
 def temp_path(path: Path) -> Path:
@@ -36,14 +36,14 @@ def write_text(path: Path, text: str) -> None:
 
 
 def publish_dir(path: Path, fill: Callable[[Path], object]) -> None:
-    """`fill(tmp)` writes the directory's files; `path` then appears with all of them and the COMPLETE marker,
+    """`fill(tmp)` writes the directory's files; `path` then appears with all of them and the STABLE marker,
     replacing an older directory of that name."""
     tmp = temp_path(path)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
         fill(tmp)
-        (tmp / COMPLETE).touch()
+        (tmp / STABLE_MARKER).touch()
         shutil.rmtree(path, ignore_errors=True)
         tmp.rename(path)
     finally:
@@ -51,7 +51,7 @@ def publish_dir(path: Path, fill: Callable[[Path], object]) -> None:
 
 
 def is_complete(path: Path) -> bool:
-    return (path / COMPLETE).exists()
+    return (path / STABLE_MARKER).exists()
 
 
 def write_once(path: Path, text: str, mode: int = 0o644) -> str:

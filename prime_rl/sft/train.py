@@ -13,7 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prime_rl.config.schema import WarmStartConfig
-from prime_rl.models.chat import answer_ids, padding_id, prompt_ids
+from prime_rl.models.chat import answer_ids, final_answer, padding_id, prompt_ids
 from prime_rl.models.tiny import save_model
 from prime_rl.tasks.task import Example, Task
 from prime_rl.trainer.lr_schedule import decay_factor
@@ -104,4 +104,4 @@ def eval_reward(model, tokenizer, task: Task, temperature: float = 0.0, num: int
     """Mean task reward over (the first `num` of) the eval split."""
     examples = task.eval[:num]
     completions = generate(model, tokenizer, [e.messages for e in examples], temperature=temperature)
-    return sum(task.reward(c, e) for c, e in zip(completions, examples)) / len(examples)
+    return sum(task.reward(final_answer(c), e) for c, e in zip(completions, examples)) / len(examples)

@@ -27,7 +27,7 @@ class Task:
     name: str
     train: list[Example]
     eval: list[Example]
-    verify: Callable  # (completion, example) -> reward; the orchestrator runs it in processes (verification.py)
+    verify: Callable  # (completion, example) -> reward, in process; the orchestrator's workers build their own
     weights: dict[str, float] = field(default_factory=dict)  # a mix: each source's label and weight
     by_source: dict[str, list[Example]] = field(init=False, repr=False)  # a mix: the train split of each source
 

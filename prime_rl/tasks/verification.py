@@ -1,7 +1,8 @@
 """Rewards off the orchestrator's event loop: every verifier call runs in a worker process with a time limit
 (pebble kills and replaces a worker that overruns it), so a slow or hanging verifier costs its sample a reward
 of 0, not the run. A verifier that raises also gives 0; both are counted (`verifier/timeouts`,
-`verifier/errors`), and the first traceback goes to the orchestrator's log. Processes, not threads: a hung
+`verifier/errors`), and the first traceback goes to the orchestrator's log. A batch in which no call succeeds
+stops the run: a broken verifier would otherwise train on all-zero rewards and finish. Processes, not threads: a hung
 thread cannot be stopped, and math-verify's own time limits use signals, which work only in a main thread."""
 
 import asyncio
@@ -30,6 +31,10 @@ def reward_in_worker(completion: str, example: Example) -> float:
     return reward
 
 
+class VerifierFailed(RuntimeError):
+    pass
+
+
 class Verification:
     def __init__(self, task: TaskConfig, cfg: VerificationConfig):
         self.task, self.cfg = task, cfg
@@ -44,7 +49,10 @@ class Verification:
             self.pool = ProcessPool(self.cfg.workers, initializer=start_worker, initargs=(self.task,), context=spawn)
         futures = [self.pool.schedule(reward_in_worker, (c, ex), timeout=self.cfg.timeout_s) for c, ex in pairs]
         results = await asyncio.gather(*(asyncio.wrap_future(f) for f in futures), return_exceptions=True)
-        return [self.outcome(r) for r in results]
+        rewards = [self.outcome(r) for r in results]
+        if results and all(isinstance(r, BaseException) for r in results):
+            raise VerifierFailed(f"every one of {len(results)} verifier calls failed, the first with: {results[0]!r}")
+        return rewards
 
     def outcome(self, result: float | BaseException) -> float:
         self.calls += 1
