@@ -104,6 +104,18 @@ CASES = [
         "[task.num_train, orchestrator.batch_size]",
     ),
     Case("out of range", "LoRA of rank 0", ("lora=on", "trainer.lora.rank=0"), "[trainer.lora.rank]"),
+    Case(
+        "out of range",
+        "a negative eval temperature",
+        ("orchestrator.eval.temperature=-1",),
+        "[orchestrator.eval.temperature]",
+    ),
+    Case(
+        "out of range",
+        "tiny heads that do not divide the width",
+        ("model.tiny.num_heads=3",),
+        "[model.tiny.hidden_size, model.tiny.num_heads, model.tiny.num_kv_heads]",
+    ),
     Case("mode conflict", "rl with a teacher", ("teacher=local_vllm",), "[training_mode, teacher]"),
     Case(
         "mode conflict",

@@ -87,6 +87,50 @@ def _ranges(cfg: Config, _: int) -> None:
     check(cfg.ckpt.keep >= 1, ["ckpt.keep"], "must be >= 1 (the newest checkpoint is always kept)", "use e.g. 2")
     for key, port in (("inference.port", cfg.inference.port), ("teacher.port", cfg.teacher.port)):
         check(0 <= port <= 65535, [key], f"{port} is not a port", "use 0 to pick a free port")
+    _more_ranges(cfg)
+
+
+def _more_ranges(cfg: Config) -> None:
+    """Knobs with a simple range: a wrong value would otherwise fail deep in a process, mid-run."""
+    o, t, inf, teacher, ws = cfg.orchestrator, cfg.trainer, cfg.inference, cfg.teacher, cfg.model.warm_start
+    ranges = [  # (key, value, holds, what it must be, an example)
+        ("orchestrator.eval.temperature", o.eval.temperature, o.eval.temperature >= 0, ">= 0", "0 (greedy) or 1.0"),
+        ("orchestrator.request_timeout_s", o.request_timeout_s, o.request_timeout_s > 0, "> 0", "120"),
+        ("orchestrator.max_retries", o.max_retries, o.max_retries >= 0, ">= 0", "3"),
+        ("teacher.request_timeout_s", teacher.request_timeout_s, teacher.request_timeout_s > 0, "> 0", "120"),
+        ("teacher.max_retries", teacher.max_retries, teacher.max_retries >= 0, ">= 0", "5"),
+        ("teacher.max_concurrency", teacher.max_concurrency, teacher.max_concurrency >= 1, ">= 1", "32"),
+        ("trainer.optim.beta1", t.optim.beta1, 0 <= t.optim.beta1 < 1, "in [0, 1)", "0.9"),
+        ("trainer.optim.beta2", t.optim.beta2, 0 <= t.optim.beta2 < 1, "in [0, 1)", "0.98"),
+        ("trainer.optim.warmup_steps", t.optim.warmup_steps, t.optim.warmup_steps >= 0, ">= 0", "10"),
+        ("inference.kv_cache_bytes", inf.kv_cache_bytes, inf.kv_cache_bytes > 0, "> 0", "67108864"),
+        (
+            "inference.gpu_memory_utilization",
+            inf.gpu_memory_utilization,
+            0 < inf.gpu_memory_utilization <= 1,
+            "in (0, 1]",
+            "0.9",
+        ),
+        ("model.warm_start.steps", ws.steps, ws.steps >= 0, ">= 0 (0 = random init)", "80"),
+        ("model.warm_start.batch_size", ws.batch_size, ws.batch_size >= 1, ">= 1", "64"),
+        ("model.warm_start.warmup_steps", ws.warmup_steps, ws.warmup_steps >= 0, ">= 0", "20"),
+        ("monitor.samples_interval", cfg.monitor.samples_interval, cfg.monitor.samples_interval >= 0, ">= 0", "10"),
+        ("monitor.num_samples", cfg.monitor.num_samples, cfg.monitor.num_samples >= 0, ">= 0", "16"),
+        ("launcher.ready_timeout_s", cfg.launcher.ready_timeout_s, cfg.launcher.ready_timeout_s > 0, "> 0", "300"),
+        ("launcher.stop_grace_s", cfg.launcher.stop_grace_s, cfg.launcher.stop_grace_s >= 0, ">= 0", "5"),
+    ]
+    for key, value, holds, must, example in ranges:
+        check(holds, [key], f"must be {must}, got {value}", f"use e.g. {example}")
+    tiny = cfg.model.tiny
+    sizes = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size")
+    for name in sizes:
+        check(getattr(tiny, name) >= 1, [f"model.tiny.{name}"], "must be >= 1", "use the default or a larger value")
+    check(
+        tiny.hidden_size % tiny.num_heads == 0 and tiny.num_heads % tiny.num_kv_heads == 0,
+        ["model.tiny.hidden_size", "model.tiny.num_heads", "model.tiny.num_kv_heads"],
+        "hidden_size must be a multiple of num_heads, and num_heads of num_kv_heads",
+        "use e.g. hidden_size=128 num_heads=4 num_kv_heads=2",
+    )
 
 
 def _mode(cfg: Config, _: int) -> None:

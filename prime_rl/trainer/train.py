@@ -81,7 +81,7 @@ def make_optimizer(cfg: Config, model):
     o = cfg.trainer.optim
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
-    warmup = max(o.warmup_steps, 0)
+    warmup = o.warmup_steps
     decay_steps = max(1, cfg.max_steps - warmup)
 
     def factor(step: int) -> float:
