@@ -12,8 +12,10 @@ from dataclasses import replace
 import httpx
 import pytest
 import torch
+from omegaconf import OmegaConf
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from prime_rl.config import compose_config
 from prime_rl.config.schema import Config, TaskConfig, TinyModelConfig, WarmStartConfig
 from prime_rl.models import student_dir, teacher_dir
 from prime_rl.models.chat import prompt_ids
@@ -23,7 +25,7 @@ from prime_rl.prepare import prepare_model, prepare_student, prepare_teacher, ti
 from prime_rl.protocol.atomic import STABLE_MARKER
 from prime_rl.sft.train import eval_reward, sft_batch, sft_train
 from prime_rl.tasks import Example, load_task
-from tests.conftest import unused_port
+from tests.conftest import ROOT, unused_port
 
 torch.set_num_threads(1)  # one thread is fastest on small shared CPUs
 QUICK = WarmStartConfig(steps=2, batch_size=8, warmup_steps=1)
@@ -208,3 +210,23 @@ def test_launcher_prepare_only_runs_plain_sft_on_a_jsonl_task(tmp_path):
     assert (built / "STABLE").exists() and json.loads((built / "recipe.json").read_text())["task"]["path"] == str(data)
     assert f"student: {built}" in proc.stderr.replace("\n", "")
     assert not (tmp_path / "run" / "logs").exists()  # no process was started
+
+
+@pytest.mark.parametrize("role", ["prime_rl.orchestrator", "prime_rl.sft"])
+def test_a_role_run_by_hand_reports_a_users_mistake_in_one_line(tmp_path, role):
+    """Run alone, a role meets mistakes the launcher would have caught first (here: a data file that is not
+    there): one `error:` line and exit code 2, no traceback."""
+    missing = tmp_path / "no_such.jsonl"
+    if role == "prime_rl.sft":
+        args = ["--data", str(missing), "--model", "tiny", "--out", str(tmp_path / "out")]
+        args += ["--steps", "1", "--batch-size", "1", "--lr", "1e-3"]
+    else:  # a fixed server port: the orchestrator does not wait for the launcher to publish one
+        cfg = compose_config(["task=jsonl", f"task.path={missing}", "inference.port=8000", "monitor=off"])
+        cfg.run_dir = str(tmp_path / "run")
+        config = tmp_path / "orchestrator.yaml"
+        config.write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+        args = ["--config", str(config)]
+    done = subprocess.run([sys.executable, "-m", role, *args], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert lines[-1].startswith("error: ") and str(missing) in lines[-1]

@@ -11,6 +11,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from prime_rl.config.schema import Config, TaskSourceConfig, TeacherKind, TrainingMode, node_gpus, num_nodes
+from prime_rl.config.user_error import UserError
 from prime_rl.models.hub import hub_model_problem, is_hub_id
 from prime_rl.protocol.servers import SERVER_KEY_ENV
 
@@ -21,7 +22,7 @@ SECRET_HEADER_WORDS = ("auth", "key", "token", "secret", "cookie", "session", "p
 CHAT_FIELDS = ("model", "messages", "n", "max_tokens", "max_completion_tokens", "temperature", "top_p", "stream")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     def __init__(self, keys: Sequence[str], problem: str, fix: str):
         self.keys = list(keys)
         super().__init__(f"invalid config [{', '.join(keys)}]: {problem}; fix: {fix}")

@@ -20,13 +20,14 @@ from huggingface_hub.errors import (
 )
 
 from prime_rl.config.schema import Config, TeacherKind
+from prime_rl.config.user_error import UserError
 
 # What vLLM and transformers load: config, weights, tokenizer and chat template; not a repo's .bin/.pth/ONNX copies.
 MODEL_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.jinja"]
 PROBE_TIMEOUT_S = 10.0
 
 
-class HubModelError(Exception):
+class HubModelError(UserError):
     """A hub model that cannot be had; the message is one line."""
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 
 from prime_rl.config.schema import Config, WandbMode
+from prime_rl.config.user_error import UserError
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 PROBE_TIMEOUT_S = 3.0
@@ -38,8 +39,8 @@ def reachable(url: str) -> bool:
     return True
 
 
-class WandbUnreachable(RuntimeError):
-    pass
+class WandbUnreachable(UserError, RuntimeError):
+    """W&B's server cannot be reached and the run asked for online logging."""
 
 
 def settle_wandb_mode(cfg: Config, run_dir: Path, warn) -> Config:

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from prime_rl.config.schema import LrSchedule, TaskConfig, TinyModelConfig, WarmStartConfig
+from prime_rl.config.user_error import run_or_exit
 from prime_rl.models.tiny import build_tiny_model
 from prime_rl.models.tokenizer import build_tokenizer
 from prime_rl.sft.train import sft_train
@@ -40,6 +41,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    run_or_exit(lambda: sft(args))
+
+
+def sft(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     torch.set_num_threads(args.threads)
     ws = WarmStartConfig(args.steps, args.batch_size, args.lr, args.warmup_steps, LrSchedule(args.schedule), args.seed)

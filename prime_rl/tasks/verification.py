@@ -13,6 +13,7 @@ import sys
 from pebble import ProcessPool
 
 from prime_rl.config.schema import TaskConfig, VerificationConfig
+from prime_rl.config.user_error import UserError
 from prime_rl.tasks.task import Example
 from prime_rl.tasks.verifiers import make_verifier
 
@@ -31,8 +32,8 @@ def reward_in_worker(completion: str, example: Example) -> float:
     return reward
 
 
-class VerifierFailed(RuntimeError):
-    pass
+class VerifierFailed(UserError, RuntimeError):
+    """No verifier call of a batch succeeded: the verifier is broken."""
 
 
 class Verification:

@@ -8,9 +8,10 @@ import importlib
 from collections.abc import Callable
 
 from prime_rl.config.schema import TaskConfig
+from prime_rl.config.user_error import UserError
 
 
-class TaskError(ValueError):
+class TaskError(UserError, ValueError):
     """A task that cannot be built as configured: what is wrong, the keys that say so, and the fix."""
 
     def __init__(self, keys: list[str], problem: str, fix: str):

@@ -3,11 +3,12 @@
 import os
 
 from prime_rl.config.schema import Config, TeacherKind
+from prime_rl.config.user_error import UserError
 from prime_rl.inference.client import InferenceClient
 from prime_rl.protocol.servers import SERVER_KEY_ENV, TEACHER_MODEL_NAME
 
 
-class TeacherError(RuntimeError):
+class TeacherError(UserError, RuntimeError):
     """The teacher cannot serve this run as configured: one line for the user, no traceback."""
 
 

@@ -3,13 +3,15 @@
 import argparse
 
 from prime_rl.config import load_config
+from prime_rl.config.user_error import run_or_exit
 from prime_rl.trainer.train import train
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", required=True, help="role config written by the launcher")
-    train(load_config(parser.parse_args().config))
+    path = parser.parse_args().config
+    run_or_exit(lambda: train(load_config(path)))
 
 
 if __name__ == "__main__":
