@@ -32,7 +32,8 @@ def vllm_command(
         "--dtype",
         inf.dtype if inf.dtype != "auto" else ("bfloat16" if on_gpu else "float32"),
         "--max-model-len",
-        str(inf.max_model_len),
+        # the teacher scores whole student sequences (up to max_model_len) with a request for one more token
+        str(inf.max_model_len + (served_name != STUDENT_MODEL_NAME)),
         "--seed",
         str(cfg.seed),
     ]

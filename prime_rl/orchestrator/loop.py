@@ -192,6 +192,7 @@ async def preflight_opd(ctx: Context) -> None:
     """Before the first step: same tokenizer as the student, and an endpoint that returns prompt logprobs."""
     example = ctx.task.train[0]
     probe = prompt_ids(ctx.tokenizer, example.messages) + answer_ids(ctx.tokenizer, example.messages, example.answer)
+    probe = probe[: ctx.cfg.inference.max_model_len]  # no longer than a rollout can be
     if ctx.cfg.teacher.kind == TeacherKind.local_vllm:
         check_same_tokenizer(ctx.tokenizer, teacher_dir(ctx.cfg))
     else:
