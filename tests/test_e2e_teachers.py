@@ -50,9 +50,9 @@ def test_pure_distillation_never_calls_the_verifier(tmp_path, teacher_dir):
 
 @pytest.mark.vllm
 def test_opd_scores_rollouts_that_fill_the_context(tmp_path, teacher_dir):
-    """Prompts of 10-15 tokens and answers of 4-9 in a 16-token context: vLLM cuts rollouts at the context's end,
+    """Prompts of 10-15 tokens and answers of 4-9 in a 17-token context: vLLM cuts rollouts at the context's end,
     and the teacher still scores them (its request for a token more than the sequence must fit too)."""
-    fill = ["inference.max_model_len=16", "orchestrator.sampling.max_tokens=8", "orchestrator.eval.interval=0"]
+    fill = ["inference.max_model_len=17", "orchestrator.sampling.max_tokens=8", "orchestrator.eval.interval=0"]
     run = launch(tmp_path / "run", "experiment=opd", "max_steps=2", *fill)
     assert run.returncode == 0, run.stderr[-3000:]
     train = [r for r in rows(tmp_path / "run") if "loss" in r]

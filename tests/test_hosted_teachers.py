@@ -41,7 +41,12 @@ def test_sft_finishes_against_each_providers_rules(tmp_path, upstream, monkeypat
         run = launch(
             tmp_path / "run",
             *sft_through(
-                api, "orchestrator.rollouts_per_example=4", "max_steps=2", "orchestrator.eval.interval=0", "monitor=off"
+                api,
+                "orchestrator.rollouts_per_example=4",
+                "max_steps=2",
+                "orchestrator.eval.interval=0",
+                "monitor=off",
+                "teacher.max_tokens=24",  # a reasoning model's answers get their own length cap
             ),
         )
     finally:
@@ -59,7 +64,7 @@ def test_sft_finishes_against_each_providers_rules(tmp_path, upstream, monkeypat
         assert all(b.get("n", 1) == 1 for b in bodies)
         assert [r["teacher/requests"] - r["teacher/rate_limited"] for r in train] == [128, 128]  # fanned out
     if rules.completion_tokens_only:
-        assert all("max_tokens" not in b and b["max_completion_tokens"] == 16 for b in bodies)
+        assert all("max_tokens" not in b and b["max_completion_tokens"] == 24 for b in bodies)
     if rules.rate_limit_every:
         assert sum(r["teacher/rate_limited"] for r in train) >= 1
         assert all(r["teacher/rate_limit_wait_s"] >= r["teacher/rate_limited"] * rules.retry_after_s for r in train)

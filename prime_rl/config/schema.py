@@ -205,7 +205,7 @@ class InferenceConfig:
     host: str = "127.0.0.1"  # bind address of the vLLM servers
     port: int = 0  # student server port; 0 = one the kernel picks when the server binds (no races)
     dtype: str = "auto"  # vLLM --dtype; auto = float32 on CPU, bfloat16 on GPU
-    max_model_len: int = 512  # vLLM --max-model-len
+    max_model_len: int = 512  # vLLM --max-model-len (opd: the student server one less, so the teacher can score)
     kv_cache_bytes: int = 67108864  # CPU: vLLM --kv-cache-memory-bytes
     gpu_memory_utilization: float = 0.9  # GPU: vLLM --gpu-memory-utilization
     enforce_eager: bool = True  # vLLM --enforce-eager (fast start; no CUDA graphs)
@@ -243,6 +243,7 @@ class TeacherConfig:
     api: TeacherApiConfig = field(default_factory=TeacherApiConfig)  # what the chat endpoint accepts
     extra_body: dict[str, Any] = field(default_factory=dict)  # provider fields added to each chat request (no secrets)
     reasoning: ReasoningMode = ReasoningMode.drop  # sft: drop | keep the teacher's reasoning in what the student learns
+    max_tokens: int | None = None  # sft: the teacher's answer length cap, thinking included (None: sampling's)
     price_per_mtok_in: float = 0.0  # USD per million prompt tokens (with _out: logs teacher/cost_usd)
     price_per_mtok_out: float = 0.0  # USD per million completion tokens, reasoning tokens included
     cache_dir: str | None = None  # store teacher answers here and reuse them across runs (None: no cache)

@@ -101,6 +101,7 @@ def _more_ranges(cfg: Config) -> None:
         ("teacher.request_timeout_s", teacher.request_timeout_s, teacher.request_timeout_s > 0, "> 0", "120"),
         ("teacher.max_retries", teacher.max_retries, teacher.max_retries >= 0, ">= 0", "5"),
         ("teacher.max_concurrency", teacher.max_concurrency, teacher.max_concurrency >= 1, ">= 1", "32"),
+        ("teacher.max_tokens", teacher.max_tokens, (teacher.max_tokens or 1) >= 1, ">= 1 or null", "1024"),
         ("trainer.optim.beta1", t.optim.beta1, 0 <= t.optim.beta1 < 1, "in [0, 1)", "0.9"),
         ("trainer.optim.beta2", t.optim.beta2, 0 <= t.optim.beta2 < 1, "in [0, 1)", "0.98"),
         ("trainer.optim.warmup_steps", t.optim.warmup_steps, t.optim.warmup_steps >= 0, ">= 0", "10"),

@@ -3,7 +3,7 @@
 import sys
 from pathlib import Path
 
-from prime_rl.config.schema import Config
+from prime_rl.config.schema import Config, TrainingMode
 from prime_rl.inference.server_auth import MIDDLEWARE
 from prime_rl.protocol.servers import STUDENT_MODEL_NAME
 
@@ -17,6 +17,9 @@ def vllm_command(
     """(argv, env additions) of one vLLM server; `gpus` empty means the CPU build."""
     inf = cfg.inference
     on_gpu = bool(gpus)
+    # opd's teacher scores a whole student sequence in a request for one more token, which must fit its context
+    # (max_model_len, often the model's own limit): the student's sequences stay a token shorter.
+    scored_by_teacher = cfg.training_mode == TrainingMode.opd and served_name == STUDENT_MODEL_NAME
     argv = [
         sys.executable,
         "-m",
@@ -32,8 +35,7 @@ def vllm_command(
         "--dtype",
         inf.dtype if inf.dtype != "auto" else ("bfloat16" if on_gpu else "float32"),
         "--max-model-len",
-        # the teacher scores whole student sequences (up to max_model_len) with a request for one more token
-        str(inf.max_model_len + (served_name != STUDENT_MODEL_NAME)),
+        str(inf.max_model_len - 1 if scored_by_teacher else inf.max_model_len),
         "--seed",
         str(cfg.seed),
     ]

@@ -52,6 +52,13 @@ def sampling(cfg: Config, temperature: float | None = None) -> Sampling:
     )
 
 
+def teacher_sampling(cfg: Config, temperature: float | None = None) -> Sampling:
+    """Sampling for the teacher's answers: a reasoning model thinks within its length cap (teacher.max_tokens)."""
+    return replace(
+        sampling(cfg, temperature), max_tokens=cfg.teacher.max_tokens or cfg.orchestrator.sampling.max_tokens
+    )
+
+
 def student_sampling(ctx: Context, temperature: float | None = None) -> Sampling:
     """Sampling for the student, which also stops at its template's end of turn: sft teaches that token as the
     end of an answer, and a base model's eos is another one (Qwen2.5's is <|endoftext|>, its turns end <|im_end|>)."""

@@ -6,7 +6,7 @@ import math
 import statistics
 
 from prime_rl.models.chat import final_answer, prompt_ids
-from prime_rl.orchestrator.context import Context, completion_text, sampling, student_sampling
+from prime_rl.orchestrator.context import Context, completion_text, student_sampling, teacher_sampling
 from prime_rl.orchestrator.students import sample_groups
 
 
@@ -72,7 +72,7 @@ async def evaluate_teacher(ctx: Context) -> dict[str, float]:
     """The teacher's eval reward under the same sampling, one answer per prompt: the level distilled toward."""
     cfg = ctx.cfg
     examples = ctx.task.eval[: cfg.orchestrator.eval.num_examples]
-    eval_sampling = sampling(cfg, temperature=cfg.orchestrator.eval.temperature)
+    eval_sampling = teacher_sampling(cfg, temperature=cfg.orchestrator.eval.temperature)
     answers = await asyncio.gather(*(ctx.answers.answers_at(ex.messages, [0], eval_sampling) for ex in examples))
     pairs = [(final_answer(a.text), ex) for [a], ex in zip(answers, examples)]
     rewards = await ctx.verification.rewards(pairs)

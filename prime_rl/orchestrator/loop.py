@@ -12,7 +12,7 @@ from prime_rl.inference.client import ChatAnswer
 from prime_rl.models import teacher_dir
 from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.orchestrator.advantages import grpo_advantages
-from prime_rl.orchestrator.context import Context, completion_text, make_context, sampling, student_sampling
+from prime_rl.orchestrator.context import Context, completion_text, make_context, student_sampling, teacher_sampling
 from prime_rl.orchestrator.evaluation import evaluate, evaluate_teacher
 from prime_rl.orchestrator.policy import PolicySync
 from prime_rl.orchestrator.server_urls import locate_servers
@@ -139,7 +139,7 @@ async def student_rollouts(ctx: Context, examples: list[Example]) -> tuple[list[
 
 async def teacher_answers(ctx: Context, ex: Example) -> list[ChatAnswer]:
     n = ctx.cfg.orchestrator.rollouts_per_example
-    return await ctx.answers.sample(ex.messages, n, sampling(ctx.cfg))
+    return await ctx.answers.sample(ex.messages, n, teacher_sampling(ctx.cfg))
 
 
 def teacher_sample(ctx: Context, ex: Example, answer: ChatAnswer) -> Sample:
@@ -192,7 +192,7 @@ async def preflight_opd(ctx: Context) -> None:
     """Before the first step: same tokenizer as the student, and an endpoint that returns prompt logprobs."""
     example = ctx.task.train[0]
     probe = prompt_ids(ctx.tokenizer, example.messages) + answer_ids(ctx.tokenizer, example.messages, example.answer)
-    probe = probe[: ctx.cfg.inference.max_model_len]  # no longer than a rollout can be
+    probe = probe[: ctx.cfg.inference.max_model_len - 1]  # no longer than a rollout can be
     if ctx.cfg.teacher.kind == TeacherKind.local_vllm:
         check_same_tokenizer(ctx.tokenizer, teacher_dir(ctx.cfg))
     else:
