@@ -71,14 +71,16 @@ def test_a_token_the_sampler_gave_no_probability_is_masked_not_a_nan_step():
 
 
 def test_a_teacher_logprob_of_minus_inf_is_floored_so_the_step_stays_finite():
-    sample = Sample([7], [9, 10], [-0.7, -0.7], teacher_logprobs=[-0.5, -math.inf])
+    sample = Sample([7], [9, 10], [-0.7, -9999.0], teacher_logprobs=[-0.5, -math.inf])
     batch = collate([sample], pad_id=0)
     assert batch.teacher_logprobs[0].tolist() == [0.0, -0.5, -100.0]
+    assert batch.inference_logprobs[0].tolist() == pytest.approx([0.0, -0.7, -100.0])
     logprobs = torch.tensor([[0.0, -0.7, -0.7]], requires_grad=True)
     cfg = LossConfig(adv_tau=0.0, teacher_tau=1.0, teacher_adv_clip=0.0)
     loss, _ = rl_loss(logprobs, batch, cfg, total_tokens=2, teacher_center=0.0)
     loss.backward()
     assert math.isfinite(loss.item()) and torch.isfinite(logprobs.grad).all()
+    assert math.isfinite(distill_center(batch.teacher_logprobs, batch.inference_logprobs, batch.loss_mask, cfg))
 
 
 def test_reward_and_distillation_advantages_add_per_token():

@@ -243,7 +243,7 @@ class TeacherConfig:
     api: TeacherApiConfig = field(default_factory=TeacherApiConfig)  # what the chat endpoint accepts
     extra_body: dict[str, Any] = field(default_factory=dict)  # provider fields added to each chat request (no secrets)
     reasoning: ReasoningMode = ReasoningMode.drop  # sft: drop | keep the teacher's reasoning in what the student learns
-    max_tokens: int | None = None  # sft: the teacher's answer length cap, thinking included (None: sampling's)
+    max_tokens: int | None = None  # length cap of the teacher's chat answers, thinking included (None: sampling's)
     price_per_mtok_in: float = 0.0  # USD per million prompt tokens (with _out: logs teacher/cost_usd)
     price_per_mtok_out: float = 0.0  # USD per million completion tokens, reasoning tokens included
     cache_dir: str | None = None  # store teacher answers here and reuse them across runs (None: no cache)

@@ -60,6 +60,12 @@ def _ranges(cfg: Config, _: int) -> None:
         "max_tokens must be positive and below max_model_len",
         "lower max_tokens or raise inference.max_model_len",
     )
+    check(
+        cfg.teacher.kind != TeacherKind.local_vllm or (cfg.teacher.max_tokens or 1) < cfg.inference.max_model_len,
+        ["teacher.max_tokens", "inference.max_model_len"],
+        "a local teacher's answers must fit its context: max_tokens must be below max_model_len",
+        "lower teacher.max_tokens or raise inference.max_model_len",
+    )
     check(o.eval.interval >= 0, ["orchestrator.eval.interval"], "must be >= 0", "use 0 to disable eval")
     check(o.eval.num_examples >= 1, ["orchestrator.eval.num_examples"], "must be >= 1", "use e.g. 64")
     check(o.eval.samples_per_prompt >= 1, ["orchestrator.eval.samples_per_prompt"], "must be >= 1", "use e.g. 4")
@@ -101,7 +107,13 @@ def _more_ranges(cfg: Config) -> None:
         ("teacher.request_timeout_s", teacher.request_timeout_s, teacher.request_timeout_s > 0, "> 0", "120"),
         ("teacher.max_retries", teacher.max_retries, teacher.max_retries >= 0, ">= 0", "5"),
         ("teacher.max_concurrency", teacher.max_concurrency, teacher.max_concurrency >= 1, ">= 1", "32"),
-        ("teacher.max_tokens", teacher.max_tokens, (teacher.max_tokens or 1) >= 1, ">= 1 or null", "1024"),
+        (
+            "teacher.max_tokens",
+            teacher.max_tokens,
+            teacher.max_tokens is None or teacher.max_tokens >= 1,
+            ">= 1",
+            "256",
+        ),
         ("trainer.optim.beta1", t.optim.beta1, 0 <= t.optim.beta1 < 1, "in [0, 1)", "0.9"),
         ("trainer.optim.beta2", t.optim.beta2, 0 <= t.optim.beta2 < 1, "in [0, 1)", "0.98"),
         ("trainer.optim.warmup_steps", t.optim.warmup_steps, t.optim.warmup_steps >= 0, ">= 0", "10"),

@@ -48,9 +48,11 @@ def vllm_command(
     argv += ["--worker-extension-cls", WEIGHT_RELOAD]
     # Sampled tokens' logprobs as the sampler saw them (after temperature), the policy the trainer computes.
     argv += ["--logprobs-mode", "processed_logprobs"]
-    # Nothing but orchestrator.sampling shapes it: by default vLLM applies a model's generation_config.json (top_k,
-    # min_p, repetition penalty; Qwen3 ships top_k 20), a policy the trainer would not reproduce.
-    argv += ["--generation-config", "vllm"]
+    if served_name == STUDENT_MODEL_NAME:
+        # Nothing but orchestrator.sampling shapes the student: by default vLLM applies a model's
+        # generation_config.json (top_k, min_p, repetition penalty; Qwen3 ships top_k 20), a policy the trainer
+        # would not reproduce. A teacher samples as its model's config recommends.
+        argv += ["--generation-config", "vllm"]
     env = {"VLLM_SERVER_DEV_MODE": "1"}
     if on_gpu:
         # inference.tp/dp shape the student server; the teacher spreads over its own GPUs by tensor parallelism.

@@ -192,9 +192,9 @@ async def preflight_opd(ctx: Context) -> None:
     """Before the first step: same tokenizer as the student, and an endpoint that returns prompt logprobs."""
     example = ctx.task.train[0]
     probe = prompt_ids(ctx.tokenizer, example.messages) + answer_ids(ctx.tokenizer, example.messages, example.answer)
-    probe = probe[: ctx.cfg.inference.max_model_len - 1]  # no longer than a rollout can be
     if ctx.cfg.teacher.kind == TeacherKind.local_vllm:
         check_same_tokenizer(ctx.tokenizer, teacher_dir(ctx.cfg))
     else:
         await check_same_tokenization(ctx.teacher, ctx.teacher_model, ctx.tokenizer, ctx.tokenizer.decode(probe))
-    await probe_prompt_logprobs(ctx.teacher, ctx.teacher_model, probe)
+    longest = ctx.cfg.inference.max_model_len - 1  # a rollout's length at most
+    await probe_prompt_logprobs(ctx.teacher, ctx.teacher_model, probe[:longest])

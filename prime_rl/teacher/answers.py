@@ -50,7 +50,7 @@ class TeacherAnswers:
         return {
             "model": self.model,
             "messages": messages,
-            "sampling": sampling.__dict__,
+            "sampling": {k: getattr(sampling, k) for k in ("temperature", "top_p", "max_tokens")},  # what is sent
             "extra": extra,
             "index": index,
         }

@@ -5,9 +5,9 @@ import torch
 from prime_rl.protocol.batch import Sample
 from prime_rl.trainer.loss import TokenBatch
 
-# vLLM sends a -inf logprob as -9999 (or -inf); floored at a probability of 4e-44, so that without
-# teacher_adv_clip one token the teacher rules out cannot outweigh the whole step.
-TEACHER_LOGPROB_FLOOR = -100.0
+# vLLM sends a -inf logprob as -9999 (or -inf); floored at a probability of 4e-44, so that one such token
+# cannot outweigh the whole step (an unclamped distillation advantage, the step's centre of it).
+LOGPROB_FLOOR = -100.0
 
 
 def collate(samples: list[Sample], pad_id: int) -> TokenBatch:
@@ -22,9 +22,9 @@ def collate(samples: list[Sample], pad_id: int) -> TokenBatch:
         attn[i, : p + c] = 1
         loss_mask[i, p : p + c] = 1
         if s.inference_logprobs:
-            mu[i, p : p + c] = torch.tensor(s.inference_logprobs)
+            mu[i, p : p + c] = torch.tensor(s.inference_logprobs).clamp(min=LOGPROB_FLOOR)
         if s.teacher_logprobs is not None:
-            teacher[i, p : p + c] = torch.tensor(s.teacher_logprobs).clamp(min=TEACHER_LOGPROB_FLOOR)
+            teacher[i, p : p + c] = torch.tensor(s.teacher_logprobs).clamp(min=LOGPROB_FLOOR)
     has_teacher = samples[0].teacher_logprobs is not None
     advantages = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
     return TokenBatch(ids, attn, loss_mask, mu, advantages, teacher if has_teacher else None)

@@ -50,8 +50,9 @@ def rl_loss(
     kept_log_ratio = torch.where(kept > 0, log_ratio, 0.0)
     per_token = -adv.detach() * kept_log_ratio.exp() + cfg.kl_tau * kept_log_ratio**2
     loss = torch.where(kept > 0, per_token, 0.0).sum() / total_tokens
+    seen = log_ratio.detach().clamp(max=20)  # for the metric: a runaway token reads large, not inf
     sums = {
-        "mismatch_kl": ((ratio - 1 - log_ratio) * mask).sum().item(),
+        "mismatch_kl": ((seen.exp() - 1 - seen) * mask).sum().item(),
         "masked_fraction": (mask - kept).sum().item(),
         "masked/prob_band": off_band.sum().item(),  # |pi - mu| > mask_band
         "masked/ratio": off_ratio.sum().item(),  # in the band, but pi/mu outside [ratio_low, ratio_high]
