@@ -1,17 +1,35 @@
 """Mistakes a user can fix (a config, data, a verifier, an endpoint, a model): one line, no traceback."""
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 
 class UserError(Exception):
     """Its message says what is wrong and how to fix it, on one line."""
 
 
+class ConfigError(UserError, ValueError):
+    """A run that cannot go as configured: the keys that say so, what is wrong, and the fix."""
+
+    def __init__(self, keys: Sequence[str], problem: str, fix: str):
+        self.keys, self.problem, self.fix = list(keys), problem, fix
+        super().__init__(f"invalid config [{', '.join(self.keys)}]: {problem}; fix: {fix}")
+
+
+def check(ok: bool, keys: Sequence[str], problem: str, fix: str) -> None:
+    if not ok:
+        raise ConfigError(keys, problem, fix)
+
+
+def exit_with(message: str) -> None:
+    """The one way a process ends on a user's mistake: one `error:` line on stderr, exit code 2."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
 def run_or_exit(main: Callable[[], None]) -> None:
-    """`main()`; a UserError ends the process with its one line on stderr and exit code 2."""
+    """`main()`; a UserError ends the process with its one line (exit_with)."""
     try:
         main()
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        sys.exit(2)
+        exit_with(str(e))

@@ -6,12 +6,12 @@ the launcher (launcher/validation.py) prints it and exits with code 2.
 """
 
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
-from prime_rl.config.schema import Config, TaskSourceConfig, TeacherKind, TrainingMode, node_gpus, num_nodes
-from prime_rl.config.user_error import UserError
+from prime_rl.config.modes import mode_of
+from prime_rl.config.schema import Config, TaskSourceConfig, TeacherKind, node_gpus, num_nodes
+from prime_rl.config.user_error import ConfigError, check
 from prime_rl.models.hub import hub_model_problem, is_hub_id
 from prime_rl.protocol.servers import SERVER_KEY_ENV
 
@@ -20,17 +20,6 @@ from prime_rl.protocol.servers import SERVER_KEY_ENV
 SECRET_HEADER_WORDS = ("auth", "key", "token", "secret", "cookie", "session", "password", "credential")
 # Chat request fields the orchestrator sets itself (teacher/chat_api.py): teacher.extra_body may not override them.
 CHAT_FIELDS = ("model", "messages", "n", "max_tokens", "max_completion_tokens", "temperature", "top_p", "stream")
-
-
-class ConfigError(UserError, ValueError):
-    def __init__(self, keys: Sequence[str], problem: str, fix: str):
-        self.keys = list(keys)
-        super().__init__(f"invalid config [{', '.join(keys)}]: {problem}; fix: {fix}")
-
-
-def check(ok: bool, keys: Sequence[str], problem: str, fix: str) -> None:
-    if not ok:
-        raise ConfigError(keys, problem, fix)
 
 
 def validate(cfg: Config, visible_gpus: int = 0) -> None:
@@ -148,28 +137,30 @@ def _more_ranges(cfg: Config) -> None:
 
 
 def _mode(cfg: Config, _: int) -> None:
-    mode, loss, teacher = cfg.training_mode, cfg.trainer.loss, cfg.teacher.kind
-    if mode != TrainingMode.sft:
+    """The rules a mode's facts (config/modes.py) imply for the rest of the config."""
+    mode, loss, teacher = mode_of(cfg), cfg.trainer.loss, cfg.teacher.kind
+    name, verification = mode.name.value, cfg.orchestrator.verification.enabled
+    if mode.trains_sampled_policy:
         _sampling_policy(cfg)
-    if mode == TrainingMode.rl:
-        check(
-            teacher == TeacherKind.none,
-            ["training_mode", "teacher"],
-            f"rl takes no teacher, got teacher={teacher.value}",
-            "use teacher=none, or training_mode=opd|sft to learn from a teacher",
-        )
-    else:
+    if mode.teacher:
         check(
             teacher != TeacherKind.none,
             ["training_mode", "teacher"],
-            f"{mode.value} needs a teacher",
+            f"{name} needs a teacher",
             "add teacher=local_vllm or teacher=external",
         )
-    if mode == TrainingMode.opd:
+    else:
+        check(
+            teacher == TeacherKind.none,
+            ["training_mode", "teacher"],
+            f"{name} takes no teacher, got teacher={teacher.value}",
+            "use teacher=none, or training_mode=opd|sft to learn from a teacher",
+        )
+    if mode.teacher_term:
         check(
             loss.teacher_tau > 0,
             ["trainer.loss.teacher_tau"],
-            "opd needs teacher_tau > 0",
+            f"{name} needs teacher_tau > 0",
             "set trainer.loss.teacher_tau=1.0",
         )
     else:
@@ -179,25 +170,26 @@ def _mode(cfg: Config, _: int) -> None:
             f"teacher_tau={loss.teacher_tau} only applies in opd",
             "set trainer.loss.teacher_tau=0 or training_mode=opd",
         )
-    if mode == TrainingMode.rl:
+    if mode.needs_rewards:
         check(
-            cfg.orchestrator.verification.enabled,
+            verification,
             ["orchestrator.verification.enabled", "training_mode"],
-            "rl learns from rewards, so verification must be on",
+            f"{name} learns from rewards, so verification must be on",
             "set orchestrator.verification.enabled=true",
         )
-    check(
-        cfg.orchestrator.verification.enabled or loss.adv_tau == 0 or mode == TrainingMode.sft,
-        ["trainer.loss.adv_tau", "orchestrator.verification.enabled"],
-        f"adv_tau={loss.adv_tau} needs rewards but verification is off",
-        "set trainer.loss.adv_tau=0 (pure distillation) or orchestrator.verification.enabled=true",
-    )
-    check(
-        loss.adv_tau == 0 or mode == TrainingMode.sft or cfg.orchestrator.rollouts_per_example > 1,
-        ["trainer.loss.adv_tau", "orchestrator.rollouts_per_example"],
-        f"adv_tau={loss.adv_tau} weighs GRPO advantages, which are always 0 with one rollout per prompt",
-        "set orchestrator.rollouts_per_example=2 or more, or trainer.loss.adv_tau=0 (pure distillation)",
-    )
+    if mode.uses_advantages:
+        check(
+            verification or loss.adv_tau == 0,
+            ["trainer.loss.adv_tau", "orchestrator.verification.enabled"],
+            f"adv_tau={loss.adv_tau} needs rewards but verification is off",
+            "set trainer.loss.adv_tau=0 (pure distillation) or orchestrator.verification.enabled=true",
+        )
+        check(
+            loss.adv_tau == 0 or cfg.orchestrator.rollouts_per_example > 1,
+            ["trainer.loss.adv_tau", "orchestrator.rollouts_per_example"],
+            f"adv_tau={loss.adv_tau} weighs GRPO advantages, which are always 0 with one rollout per prompt",
+            "set orchestrator.rollouts_per_example=2 or more, or trainer.loss.adv_tau=0 (pure distillation)",
+        )
 
 
 def _sampling_policy(cfg: Config) -> None:
@@ -319,7 +311,7 @@ def _lora(cfg: Config, _: int) -> None:
     check(lora.alpha > 0, ["trainer.lora.alpha"], "must be > 0", "use e.g. 16")
     check(bool(lora.target_modules), ["trainer.lora.target_modules"], "is empty", "list modules, e.g. [q_proj,v_proj]")
     check(
-        lora.dropout == 0 or cfg.training_mode == TrainingMode.sft,
+        lora.dropout == 0 or not mode_of(cfg).trains_sampled_policy,
         ["trainer.lora.dropout", "training_mode"],
         "must be 0 in rl and opd: with dropout the trainer's policy is not the one vLLM sampled from",
         "set trainer.lora.dropout=0 (dropout regularises sft only)",

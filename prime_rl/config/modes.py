@@ -1,0 +1,82 @@
+"""What a training mode is, in one place: who writes the rollouts, whether a teacher takes part and how, whether
+rewards are needed, which loss trains the student.
+
+Every process reads these facts instead of branching on the mode's name: validation states its rules from them
+(config/validate.py), the orchestrator picks the mode's step (orchestrator/algo/), the trainer its objective
+(trainer/objective.py), the launcher the servers' settings. A new mode is one `Mode` here plus one file in
+orchestrator/algo/ (docs/architecture.md, "Adding a mode"). Choosing a mode per task source later means looking it
+up per source instead of per run: nothing here depends on the run's other settings.
+"""
+
+from dataclasses import dataclass
+from enum import Enum
+
+from prime_rl.config.schema import Config, TrainingMode
+
+
+class RolloutSource(str, Enum):
+    student = "student"  # the student's vLLM server samples them (the trainer then reproduces its policy)
+    teacher = "teacher"  # the teacher's chat endpoint writes them (the student's tokenizer re-tokenizes them)
+
+
+class Loss(str, Enum):
+    policy = "policy"  # importance-weighted policy gradient on the per-token advantage (trainer/loss.py rl_loss)
+    nll = "nll"  # negative log-likelihood of the completion tokens (trainer/loss.py sft_loss)
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: TrainingMode  # the user-facing training_mode
+    rollouts: RolloutSource  # who writes the rollouts
+    teacher: bool  # a teacher is required (True) or refused (False)
+    needs_rewards: bool  # the loss learns from task rewards: verification must be on
+    teacher_term: bool  # per-token teacher advantage teacher_tau * (log p_T - log pi): teacher_tau > 0 exactly here
+    loss: Loss  # what the trainer minimises
+
+    @property
+    def trains_sampled_policy(self) -> bool:
+        """The trainer recomputes the policy that sampled: the same temperature, no truncation (top_p), no dropout
+        (vLLM never drops out). Teacher rollouts are plain targets: sft keeps dropout as a regulariser."""
+        return self.rollouts == RolloutSource.student
+
+    @property
+    def uses_advantages(self) -> bool:
+        """GRPO advantages (weighted by adv_tau) enter the loss."""
+        return self.loss == Loss.policy
+
+    @property
+    def context_margin(self) -> int:
+        """Tokens the student's server keeps free of its max_model_len: opd's teacher scores a whole student
+        sequence in a request for one more token, which must still fit the teacher's context."""
+        return 1 if self.teacher_term else 0
+
+MODES: dict[TrainingMode, Mode] = {
+    TrainingMode.rl: Mode(
+        TrainingMode.rl,
+        RolloutSource.student,
+        teacher=False,
+        needs_rewards=True,
+        teacher_term=False,
+        loss=Loss.policy,
+    ),
+    TrainingMode.opd: Mode(
+        TrainingMode.opd,
+        RolloutSource.student,
+        teacher=True,
+        needs_rewards=False,
+        teacher_term=True,
+        loss=Loss.policy,
+    ),
+    TrainingMode.sft: Mode(
+        TrainingMode.sft,
+        RolloutSource.teacher,
+        teacher=True,
+        needs_rewards=False,
+        teacher_term=False,
+        loss=Loss.nll,
+    ),
+}
+
+
+def mode_of(cfg: Config) -> Mode:
+    return MODES[cfg.training_mode]
