@@ -46,7 +46,7 @@ def server_alone(env: dict[str, str], log) -> dict[str, float]:
 
     cfg = compose([])
     port = free_port()
-    argv, extra_env = vllm_command(cfg, prepare_student(cfg), "student", port, [], 0)
+    argv, extra_env = vllm_command(cfg, prepare_student(cfg), "student", port, [], 0, student=True)
     started = time.monotonic()
     ready: list[float] = []
 

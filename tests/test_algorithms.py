@@ -8,10 +8,10 @@ import torch
 from prime_rl.config.schema import LossConfig
 from prime_rl.inference.client import InferenceError, parse_completions, parse_prompt_logprobs
 from prime_rl.orchestrator.advantages import grpo_advantages
-from prime_rl.protocol.batch import Batch, Sample, read_batch, write_batch
-from prime_rl.trainer.data import collate
+from prime_rl.protocol.batch import TEACHER_LOGPROBS, Batch, BatchFormatError, Sample, read_batch, write_batch
+from prime_rl.trainer.data import TokenBatch, collate
 from prime_rl.trainer.logprobs import token_logprobs
-from prime_rl.trainer.loss import TokenBatch, distill_center, rl_loss, sft_loss
+from prime_rl.trainer.loss import distill_center, rl_loss, sft_loss
 
 
 def one_sequence_batch(mu, advantage=1.0, teacher=None):
@@ -25,7 +25,8 @@ def one_sequence_batch(mu, advantage=1.0, teacher=None):
         loss_mask=loss_mask,
         inference_logprobs=pad(mu),
         advantages=torch.tensor([advantage]),
-        teacher_logprobs=pad(teacher) if teacher is not None else None,
+        streams={TEACHER_LOGPROBS: pad(teacher)} if teacher is not None else {},
+        has_stream={TEACHER_LOGPROBS: torch.tensor([True])} if teacher is not None else {},
     )
 
 
@@ -71,16 +72,16 @@ def test_a_token_the_sampler_gave_no_probability_is_masked_not_a_nan_step():
 
 
 def test_a_teacher_logprob_of_minus_inf_is_floored_so_the_step_stays_finite():
-    sample = Sample([7], [9, 10], [-0.7, -9999.0], teacher_logprobs=[-0.5, -math.inf])
+    sample = Sample([7], [9, 10], [-0.7, -9999.0], streams={TEACHER_LOGPROBS: [-0.5, -math.inf]})
     batch = collate([sample], pad_id=0)
-    assert batch.teacher_logprobs[0].tolist() == [0.0, -0.5, -100.0]
+    assert batch.streams[TEACHER_LOGPROBS][0].tolist() == [0.0, -0.5, -100.0]
     assert batch.inference_logprobs[0].tolist() == pytest.approx([0.0, -0.7, -100.0])
     logprobs = torch.tensor([[0.0, -0.7, -0.7]], requires_grad=True)
     cfg = LossConfig(adv_tau=0.0, teacher_tau=1.0, teacher_adv_clip=0.0)
     loss, _ = rl_loss(logprobs, batch, cfg, total_tokens=2, teacher_center=0.0)
     loss.backward()
     assert math.isfinite(loss.item()) and torch.isfinite(logprobs.grad).all()
-    assert math.isfinite(distill_center(batch.teacher_logprobs, batch.inference_logprobs, batch.loss_mask, cfg))
+    assert math.isfinite(distill_center([batch], cfg))
 
 
 def test_reward_and_distillation_advantages_add_per_token():
@@ -110,7 +111,7 @@ def test_distillation_advantage_is_clamped_centered_and_weighted():
     batch = one_sequence_batch(pi, advantage=0.0, teacher=teacher)
     logprobs = torch.tensor([[0.0, 0.0] + pi])
     cfg = LossConfig(adv_tau=0.0, teacher_tau=0.5, teacher_adv_clip=2.0)
-    center = distill_center(batch.teacher_logprobs, batch.inference_logprobs, batch.loss_mask.float(), cfg)
+    center = distill_center([batch], cfg)
     assert center == pytest.approx((-2.0 + 1.0) / 2)
     loss, sums = rl_loss(logprobs, batch, cfg, total_tokens=2, teacher_center=center)
     # clamped (-2, +1), centered (-1.5, +1.5), weighted by 0.5 -> sum 0: loss 0; teacher_kl = mean(pi - pT)
@@ -143,8 +144,8 @@ def test_grpo_advantages_subtract_the_group_mean():
 
 def test_batch_file_round_trip(tmp_path):
     samples = [
-        Sample([1, 2], [3, 4, 5], [-0.1, -0.2, -0.3], advantage=0.5, reward=0.75, teacher_logprobs=[-1.0, -2.0, -3.0]),
-        Sample([1], [6], [-0.4], advantage=-0.5, reward=0.25, teacher_logprobs=[-0.5]),
+        Sample([1, 2], [3, 4, 5], [-0.1, -0.2, -0.3], 0.5, 0.75, streams={TEACHER_LOGPROBS: [-1.0, -2.0, -3.0]}),
+        Sample([1], [6], [-0.4], -0.5, 0.25, loss_mask=[False], mode="opd", teacher="teacher"),
     ]
     path = tmp_path / "rollouts" / "step_3.bin"
     write_batch(Batch(3, 2, samples, {"reward/mean": 0.5}), path)
@@ -154,12 +155,35 @@ def test_batch_file_round_trip(tmp_path):
     assert not list(path.parent.glob("*.tmp"))
 
 
+def test_a_batch_file_of_another_format_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "step_0.bin"
+    torch.save({"step": 0, "policy_version": 0, "samples": [], "metrics": {}}, path)  # format 1: no version field
+    with pytest.raises(BatchFormatError, match="batch of format 1, this trainer reads format 2; fix: "):
+        read_batch(path)
+
+
 def test_collate_aligns_completion_logprobs_with_the_loss_mask():
     tb = collate([Sample([7, 8], [9, 10], [-0.1, -0.2], advantage=1.0), Sample([7], [9], [-0.3])], pad_id=0)
     assert tb.input_ids.tolist() == [[7, 8, 9, 10], [7, 9, 0, 0]]
     assert tb.loss_mask.tolist() == [[0, 0, 1, 1], [0, 1, 0, 0]]
     assert tb.inference_logprobs[0].tolist() == pytest.approx([0, 0, -0.1, -0.2])
-    assert tb.teacher_logprobs is None
+    assert tb.streams == {} and tb.has_stream == {}
+
+
+def test_collate_decides_per_sample_the_trained_tokens_and_the_teacher_term():
+    scored = Sample([7], [9, 10], [-0.1, -0.2], loss_mask=[True, False], streams={TEACHER_LOGPROBS: [-1.0, -2.0]})
+    tb = collate([scored, Sample([7], [9], [-0.3])], pad_id=0)
+    assert tb.loss_mask.tolist() == [[0, 1, 0], [0, 1, 0]]
+    assert tb.has_stream[TEACHER_LOGPROBS].tolist() == [True, False]
+    assert tb.streams[TEACHER_LOGPROBS].tolist() == [[0.0, -1.0, -2.0], [0.0, 0.0, 0.0]]
+    # teacher advantage log p_T - log pi = -1 on the one scored, trained token; the unscored sample gets none
+    logprobs = torch.zeros(2, 3, requires_grad=True)
+    cfg = LossConfig(adv_tau=0.0, teacher_tau=1.0, teacher_adv_clip=0.0, mask_band=2.0, ratio_high=1e9)
+    assert distill_center([tb], cfg) == pytest.approx(-1.0 - (-0.1))  # estimated with mu, on the scored token
+    loss, sums = rl_loss(logprobs, tb, cfg, total_tokens=2, teacher_center=0.0)
+    loss.backward()
+    assert logprobs.grad.flatten().tolist() == pytest.approx([0.0, 1.0 / 2 * math.exp(0.1), 0.0, 0.0, 0.0, 0.0])
+    assert sums["teacher_kl"] == pytest.approx(1.0)
 
 
 def test_parse_completions_reads_token_ids_and_logprobs():

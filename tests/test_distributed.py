@@ -16,7 +16,7 @@ from prime_rl.config import compose_config
 from prime_rl.launcher.plan import build_plan, write_role_configs
 from prime_rl.models.tiny import build_tiny_model, save_model
 from prime_rl.models.tokenizer import build_tokenizer
-from prime_rl.protocol.batch import Batch, Sample, write_batch
+from prime_rl.protocol.batch import TEACHER_LOGPROBS, Batch, Sample, write_batch
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.trainer.checkpoint import load_checkpoint
 from prime_rl.trainer.distributed import World, rank_micro_batches
@@ -42,7 +42,7 @@ def make_samples(seed: int, n: int = 5) -> list:
                 [-5.77 + rng.uniform(-0.3, 0.3) for _ in completion],
                 advantage=rng.uniform(-1, 1),
                 reward=0.5,
-                teacher_logprobs=[rng.uniform(-8, -1) for _ in completion],
+                streams={TEACHER_LOGPROBS: [rng.uniform(-8, -1) for _ in completion]},
             )
         )
     return samples

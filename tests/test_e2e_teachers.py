@@ -101,7 +101,7 @@ def test_a_cut_off_teacher_answer_gets_no_end_of_turn_token(teacher_dir):
 
     from prime_rl.inference.client import ChatAnswer
     from prime_rl.models.chat import end_of_turn_id
-    from prime_rl.orchestrator.loop import teacher_sample
+    from prime_rl.orchestrator.algo.sft import teacher_sample
     from prime_rl.tasks import Example
 
     ctx = SimpleNamespace(tokenizer=AutoTokenizer.from_pretrained(teacher_dir), cfg=Config())

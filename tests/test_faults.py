@@ -462,7 +462,7 @@ def test_secrets_and_server_keys_never_leave_the_processes(tmp_path, monkeypatch
     monkeypatch.setenv(TEAM_TOKEN_ENV, header_secret)
     teacher = prepare_teacher(compose_config(["training_mode=opd"]))
     run_dir = tmp_path / "run"
-    with serve(teacher, tmp_path, served_name="tiny-teacher", extra_args=["--api-key", secret]) as url:
+    with serve(teacher, tmp_path, served_name="tiny-teacher", extra_args=["--api-key", secret], student=False) as url:
         proxy = FlakyProxy(url, faults=3)
         cmd = launch_cmd(
             "experiment=sft_external",

@@ -17,7 +17,7 @@ PRICE_IN, PRICE_OUT = 1.1, 4.4  # USD per million tokens
 def upstream(tmp_path_factory):
     """The built-in tiny teacher in a vLLM server, shared by the module's hosted endpoints."""
     teacher = prepare_teacher(compose_config(["training_mode=sft"]))
-    with serve(teacher, tmp_path_factory.mktemp("upstream"), served_name="tiny-teacher") as url:
+    with serve(teacher, tmp_path_factory.mktemp("upstream"), served_name="tiny-teacher", student=False) as url:
         yield url
 
 

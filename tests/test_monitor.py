@@ -21,7 +21,7 @@ from prime_rl.config.schema import Config, MonitorConfig, WandbConfig, WandbMode
 from prime_rl.launcher.job import with_sweep_names
 from prime_rl.monitor.plots import write_plots
 from prime_rl.monitor.wandb_run import RUN_ID_FILE, WandbRun, logged_config, run_tags, wandb_mode
-from prime_rl.protocol.batch import Sample
+from prime_rl.protocol.batch import TEACHER_LOGPROBS, Sample
 from prime_rl.report.__main__ import main as report_main
 from prime_rl.report.sweep import Job, label_of
 from tests.conftest import ROOT, launch_cmd, unused_port
@@ -110,7 +110,7 @@ def offline_cfg(run_dir: Path, **wandb) -> Config:
 
 def opd_samples(n: int) -> list[Sample]:
     return [
-        Sample([0, 1], [2, 3], [-0.5, -1.5], advantage=0.1 * i, reward=0.5, teacher_logprobs=[-1.0, -2.0])
+        Sample([0, 1], [2, 3], [-0.5, -1.5], 0.1 * i, 0.5, streams={TEACHER_LOGPROBS: [-1.0, -2.0]})
         for i in range(n)
     ]
 

@@ -13,11 +13,14 @@ from prime_rl.launcher.processes import log_tail, spawn, stop_children
 
 
 @contextlib.contextmanager
-def serve(model: Path, log_dir: Path, served_name: str = "student", lora_rank: int = 0, extra_args=()):
-    """Yields the base URL of a ready server; stops its whole process group afterwards."""
+def serve(
+    model: Path, log_dir: Path, served_name: str = "student", lora_rank: int = 0, extra_args=(), student: bool = True
+):
+    """Yields the base URL of a ready server (the student's, or with student=False a teacher's); stops its whole
+    process group afterwards."""
     cfg = Config()
     cfg.inference.extra_args = list(extra_args)
-    command, env = vllm_command(cfg, model, served_name, 0, gpus=[], lora_rank=lora_rank)
+    command, env = vllm_command(cfg, model, served_name, 0, gpus=[], lora_rank=lora_rank, student=student)
     log = log_dir / f"vllm-{served_name}-{time.monotonic_ns()}.log"
     role = Role(name=served_name, command=command, env=env, gpus=[], log_file=log, config_file=log, port=0)
     child = spawn(role, {})

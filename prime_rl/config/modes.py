@@ -50,6 +50,7 @@ class Mode:
         sequence in a request for one more token, which must still fit the teacher's context."""
         return 1 if self.teacher_term else 0
 
+
 MODES: dict[TrainingMode, Mode] = {
     TrainingMode.rl: Mode(
         TrainingMode.rl,

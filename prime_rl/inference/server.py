@@ -3,23 +3,22 @@
 import sys
 from pathlib import Path
 
-from prime_rl.config.schema import Config, TrainingMode
+from prime_rl.config.modes import mode_of
+from prime_rl.config.schema import Config
 from prime_rl.inference.server_auth import MIDDLEWARE
-from prime_rl.protocol.servers import STUDENT_MODEL_NAME
 
 # vLLM's --worker-extension-cls: a path, so that the launcher does not import vLLM to name it
 WEIGHT_RELOAD = "prime_rl.inference.weight_reload.WeightReload"
 
 
 def vllm_command(
-    cfg: Config, model: Path, served_name: str, port: int, gpus: list[str], lora_rank: int
+    cfg: Config, model: Path, served_name: str, port: int, gpus: list[str], lora_rank: int, student: bool
 ) -> tuple[list[str], dict[str, str]]:
-    """(argv, env additions) of one vLLM server; `gpus` empty means the CPU build."""
+    """(argv, env additions) of one vLLM server, the student's or a teacher's; `gpus` empty means the CPU build."""
     inf = cfg.inference
     on_gpu = bool(gpus)
-    # opd's teacher scores a whole student sequence in a request for one more token, which must fit its context
-    # (max_model_len, often the model's own limit): the student's sequences stay a token shorter.
-    scored_by_teacher = cfg.training_mode == TrainingMode.opd and served_name == STUDENT_MODEL_NAME
+    # the mode may keep the student's sequences shorter than the context (opd: the teacher scores one more token)
+    margin = mode_of(cfg).context_margin if student else 0
     argv = [
         sys.executable,
         "-m",
@@ -35,7 +34,7 @@ def vllm_command(
         "--dtype",
         inf.dtype if inf.dtype != "auto" else ("bfloat16" if on_gpu else "float32"),
         "--max-model-len",
-        str(inf.max_model_len - 1 if scored_by_teacher else inf.max_model_len),
+        str(inf.max_model_len - margin),
         "--seed",
         str(cfg.seed),
     ]
@@ -48,7 +47,7 @@ def vllm_command(
     argv += ["--worker-extension-cls", WEIGHT_RELOAD]
     # Sampled tokens' logprobs as the sampler saw them (after temperature), the policy the trainer computes.
     argv += ["--logprobs-mode", "processed_logprobs"]
-    if served_name == STUDENT_MODEL_NAME:
+    if student:
         # Nothing but orchestrator.sampling shapes the student: by default vLLM applies a model's
         # generation_config.json (top_k, min_p, repetition penalty; Qwen3 ships top_k 20), a policy the trainer
         # would not reproduce. A teacher samples as its model's config recommends.
@@ -56,7 +55,7 @@ def vllm_command(
     env = {"VLLM_SERVER_DEV_MODE": "1"}
     if on_gpu:
         # inference.tp/dp shape the student server; the teacher spreads over its own GPUs by tensor parallelism.
-        tp, dp = (inf.tp, inf.dp) if served_name == STUDENT_MODEL_NAME else (len(gpus), 1)
+        tp, dp = (inf.tp, inf.dp) if student else (len(gpus), 1)
         argv += [
             "--tensor-parallel-size",
             str(tp),

@@ -171,7 +171,7 @@ def _module_command(cfg: Config, name: str, config_file: Path, node: Node) -> li
 def _vllm_role(
     plan: Plan, name: str, model: Path, served_name: str, port: int, gpus: list[str], lora_rank: int
 ) -> Role:
-    command, env = vllm_command(plan.config, model, served_name, port, gpus, lora_rank)
+    command, env = vllm_command(plan.config, model, served_name, port, gpus, lora_rank, student=name == "inference")
     return Role(
         name=name,
         command=command,

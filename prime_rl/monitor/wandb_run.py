@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from prime_rl.config.schema import Config
 from prime_rl.monitor.wandb_mode import wandb_mode
-from prime_rl.protocol.batch import Sample
+from prime_rl.protocol.batch import TEACHER_LOGPROBS, Sample
 from prime_rl.protocol.metrics import due_for_eval, read_rows
 from prime_rl.protocol.run_dir import RunDir
 
@@ -114,7 +114,7 @@ def wait_for_row(path: Path, step: int, timeout_s: float) -> dict | None:
 def samples_table(samples: list[Sample], tokenizer) -> wandb.Table:
     """Rollouts as text with their reward and advantage; in opd also how likely the teacher found them."""
     columns = ["prompt", "completion", "reward", "advantage", "logprob_mean"]
-    with_teacher = any(s.teacher_logprobs for s in samples)
+    with_teacher = any(s.streams.get(TEACHER_LOGPROBS) for s in samples)
     if with_teacher:
         columns.append("teacher_logprob_mean")
     table = wandb.Table(columns=columns)
@@ -126,7 +126,7 @@ def samples_table(samples: list[Sample], tokenizer) -> wandb.Table:
             s.advantage,
             mean(s.inference_logprobs),
         ]
-        table.add_data(*row, *([mean(s.teacher_logprobs)] if with_teacher else []))
+        table.add_data(*row, *([mean(s.streams.get(TEACHER_LOGPROBS))] if with_teacher else []))
     return table
 
 

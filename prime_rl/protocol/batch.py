@@ -1,4 +1,9 @@
-"""The file the orchestrator hands the trainer each step: samples plus the step's orchestrator metrics."""
+"""The file the orchestrator hands the trainer each step: samples plus the step's orchestrator metrics.
+
+This module owns the format: the orchestrator builds `Sample`s, only `write_batch` and `read_batch` touch the file,
+and the trainer collates what they return sample by sample. FORMAT counts changes of meaning: a file of another
+format (a run dir written by older code) is refused in one line, never misread.
+"""
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -7,15 +12,21 @@ import torch
 
 from prime_rl.protocol.atomic import write_file
 
+FORMAT = 2  # 2: per-token loss mask, named per-token streams, each sample's mode and teacher
+TEACHER_LOGPROBS = "teacher_logprobs"  # stream: the teacher's log p_T of each completion token (opd)
+
 
 @dataclass
 class Sample:
     prompt_ids: list[int]
     completion_ids: list[int]
-    inference_logprobs: list[float]  # mu: the sampler's logprob of each completion token (rl/opd)
+    inference_logprobs: list[float]  # mu: the sampler's logprob of each completion token (student rollouts)
     advantage: float = 0.0  # sequence-level advantage (GRPO)
     reward: float | None = None  # task reward (None when verification is off)
-    teacher_logprobs: list[float] | None = None  # opd: log p_T of each completion token
+    loss_mask: list[bool] | None = None  # per completion token: whether it trains (None: every one does)
+    streams: dict[str, list[float]] = field(default_factory=dict)  # named per-token values, e.g. teacher_logprobs
+    mode: str = ""  # the training mode whose objective trains it: rl | opd | sft
+    teacher: str | None = None  # the model name of the teacher that scored or wrote it (None: no teacher)
 
 
 @dataclass
@@ -26,8 +37,13 @@ class Batch:
     metrics: dict[str, float] = field(default_factory=dict)  # orchestrator metrics of this step
 
 
+class BatchFormatError(ValueError):
+    """A batch file of another format than this code's."""
+
+
 def write_batch(batch: Batch, path: Path) -> None:
     raw = {
+        "format": FORMAT,
         "step": batch.step,
         "policy_version": batch.policy_version,
         "samples": [asdict(s) for s in batch.samples],
@@ -38,4 +54,10 @@ def write_batch(batch: Batch, path: Path) -> None:
 
 def read_batch(path: Path) -> Batch:
     raw = torch.load(path, weights_only=True)
+    found = raw.get("format", 1)  # format 1 had no version field
+    if found != FORMAT:
+        raise BatchFormatError(
+            f"{path} is a batch of format {found}, this trainer reads format {FORMAT}; "
+            "fix: start the run in a new run dir (ckpt.resume cannot continue a run written by other code)"
+        )
     return Batch(raw["step"], raw["policy_version"], [Sample(**s) for s in raw["samples"]], raw["metrics"])

@@ -6,7 +6,8 @@ learns what the endpoint accepts; `teacher.api.*` the user set are taken as give
 import asyncio
 from dataclasses import replace
 
-from prime_rl.config.schema import Config, TeacherApiConfig, TeacherKind, TokenLimitField, TrainingMode
+from prime_rl.config.modes import RolloutSource, mode_of
+from prime_rl.config.schema import Config, TeacherApiConfig, TeacherKind, TokenLimitField
 from prime_rl.inference.client import ChatReply, InferenceClient, InferenceError, Sampling
 from prime_rl.protocol.metrics import due_for_eval
 from prime_rl.teacher.cache import TeacherCache
@@ -103,7 +104,8 @@ def samplings(cfg: Config) -> list[tuple[str, float]]:
 
 def chat_n(cfg: Config) -> int:
     """The most answers one prompt needs from the teacher at once: sft's group; opd asks for one (its eval)."""
-    return cfg.orchestrator.rollouts_per_example if cfg.training_mode == TrainingMode.sft else 1
+    writes_rollouts = mode_of(cfg).rollouts == RolloutSource.teacher
+    return cfg.orchestrator.rollouts_per_example if writes_rollouts else 1
 
 
 async def probe(cfg: Config, client: InferenceClient, model: str) -> TeacherApiConfig:

@@ -22,8 +22,7 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from prime_rl.protocol.batch import Sample
-from prime_rl.trainer.data import collate
-from prime_rl.trainer.loss import TokenBatch
+from prime_rl.trainer.data import TokenBatch, collate
 from prime_rl.trainer.model import pick_device
 
 # Gathered state is moved to CPU as it arrives: the full model never has to fit on one GPU next to its shard.
@@ -94,8 +93,7 @@ def rank_micro_batches(samples: list[Sample], size: int, pad_id: int, world: Wor
 
 def _no_loss(sample: Sample) -> Sample:
     """A stand-in that joins the collectives and contributes no tokens (a rank whose share ran out)."""
-    teacher = [] if sample.teacher_logprobs is not None else None
-    return replace(sample, completion_ids=[], inference_logprobs=[], teacher_logprobs=teacher)
+    return replace(sample, completion_ids=[], inference_logprobs=[], loss_mask=None, streams={})
 
 
 def all_sum(values: dict[str, float], world: World) -> dict[str, float]:

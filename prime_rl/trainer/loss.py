@@ -4,29 +4,31 @@ Sums are divided by the token count of the whole step (`total_tokens`), not the 
 gradient accumulation over micro-batches gives the same gradient as one big batch.
 """
 
-from dataclasses import dataclass
-
 import torch
 
 from prime_rl.config.schema import LossConfig
+from prime_rl.protocol.batch import TEACHER_LOGPROBS
+from prime_rl.trainer.data import TokenBatch
 
 
-@dataclass
-class TokenBatch:
-    input_ids: torch.Tensor  # [B, T] prompt + completion, right-padded
-    attention_mask: torch.Tensor  # [B, T]
-    loss_mask: torch.Tensor  # [B, T] 1 where the token is a completion token (predicted from position t-1)
-    inference_logprobs: torch.Tensor  # [B, T] mu at completion positions, 0 elsewhere
-    advantages: torch.Tensor  # [B] sequence-level advantages
-    teacher_logprobs: torch.Tensor | None = None  # [B, T] log p_T at completion positions (opd)
+def teacher_logprobs(batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """([B, T] log p_T, [B, T] 1 at the completion tokens a teacher scored): decided sample by sample, so a
+    micro-batch may mix scored and unscored samples, or hold none (a rank's stand-in)."""
+    if TEACHER_LOGPROBS not in batch.streams:
+        nothing = torch.zeros_like(batch.inference_logprobs)
+        return nothing, nothing
+    scored = batch.loss_mask.float() * batch.has_stream[TEACHER_LOGPROBS][:, None]
+    return batch.streams[TEACHER_LOGPROBS], scored
 
 
 def distill_advantage(logprobs: torch.Tensor, batch: TokenBatch, cfg: LossConfig, center: float) -> torch.Tensor:
-    """Per-token log p_T - log pi (no gradient), clamped to +-teacher_adv_clip, minus the step's mean `center`."""
-    adv = (batch.teacher_logprobs - logprobs).detach()
+    """Per-token log p_T - log pi (no gradient), clamped to +-teacher_adv_clip, minus the step's mean `center`;
+    0 where no teacher scored."""
+    teacher, scored = teacher_logprobs(batch)
+    adv = (teacher - logprobs).detach()
     if cfg.teacher_adv_clip > 0:
         adv = adv.clamp(-cfg.teacher_adv_clip, cfg.teacher_adv_clip)
-    return adv - center
+    return (adv - center) * scored
 
 
 def rl_loss(
@@ -58,7 +60,8 @@ def rl_loss(
         "masked/ratio": off_ratio.sum().item(),  # in the band, but pi/mu outside [ratio_low, ratio_high]
     }
     if teacher_center is not None:
-        sums["teacher_kl"] = ((logprobs - batch.teacher_logprobs).detach() * mask).sum().item()
+        teacher, scored = teacher_logprobs(batch)
+        sums["teacher_kl"] = ((logprobs - teacher).detach() * scored).sum().item()
     return loss, sums
 
 
@@ -67,11 +70,14 @@ def sft_loss(logprobs: torch.Tensor, batch: TokenBatch, total_tokens: int):
     return -(logprobs * batch.loss_mask.float()).sum() / total_tokens, {}
 
 
-def distill_center(batch_teacher: torch.Tensor, batch_mu: torch.Tensor, mask: torch.Tensor, cfg: LossConfig) -> float:
-    """The step's mean distillation advantage, estimated with the sampler's logprobs (mu ~ pi, known up front)."""
+def distill_center(mbs: list[TokenBatch], cfg: LossConfig) -> float:
+    """The step's mean distillation advantage over the tokens a teacher scored, estimated with the sampler's
+    logprobs (mu ~ pi, known before the first forward pass)."""
     if not cfg.teacher_adv_center:
         return 0.0
-    adv = batch_teacher - batch_mu
+    pairs = [teacher_logprobs(mb) for mb in mbs]
+    adv = torch.cat([(teacher - mb.inference_logprobs).flatten() for (teacher, _), mb in zip(pairs, mbs)])
+    mask = torch.cat([scored.flatten() for _, scored in pairs])
     if cfg.teacher_adv_clip > 0:
         adv = adv.clamp(-cfg.teacher_adv_clip, cfg.teacher_adv_clip)
     return ((adv * mask).sum() / mask.sum().clamp(min=1)).item()

@@ -3,7 +3,8 @@
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from prime_rl.config.schema import Config, TrainingMode
+from prime_rl.config.modes import mode_of
+from prime_rl.config.schema import Config
 from prime_rl.models import student_dir
 
 
@@ -25,7 +26,7 @@ def load_model(cfg: Config, device: torch.device):
     """The model in float32: the master weights the optimizer updates, whatever the compute dtype."""
     path = student_dir(cfg)
     config = AutoConfig.from_pretrained(path)
-    if cfg.training_mode != TrainingMode.sft:
+    if mode_of(cfg).trains_sampled_policy:
         without_dropout(config)
     model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=torch.float32).to(device)
     if cfg.trainer.activation_checkpointing:

@@ -7,15 +7,16 @@ import time
 import torch
 from transformers.utils.logging import disable_progress_bar
 
-from prime_rl.config.schema import Config, TrainingMode
+from prime_rl.config.schema import Config
+from prime_rl.config.user_error import UserError
 from prime_rl.models.chat import padding_id
 from prime_rl.monitor.wandb_run import WandbRun
-from prime_rl.protocol.batch import Batch, read_batch
+from prime_rl.protocol.batch import Batch, BatchFormatError, read_batch
 from prime_rl.protocol.metrics import append_row
 from prime_rl.protocol.policy import policy_window
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.trainer.checkpoint import load_checkpoint, save_checkpoint
-from prime_rl.trainer.data import micro_batches
+from prime_rl.trainer.data import micro_batches, to_device
 from prime_rl.trainer.distributed import (
     SINGLE,
     World,
@@ -27,9 +28,10 @@ from prime_rl.trainer.distributed import (
     shard_model,
 )
 from prime_rl.trainer.logprobs import head_logprobs, token_logprobs
-from prime_rl.trainer.loss import distill_center, metric_means, rl_loss, sft_loss
+from prime_rl.trainer.loss import metric_means
 from prime_rl.trainer.lr_schedule import decay_factor
 from prime_rl.trainer.model import compute_dtype, decoder_and_head, head_is_plain, load_model
+from prime_rl.trainer.objective import Objective
 from prime_rl.trainer.weights import export_merged, export_weights, prune_weights
 
 
@@ -52,10 +54,11 @@ def train(cfg: Config) -> None:
     # W&B after the export (the orchestrator samples meanwhile), and from rank 0 alone: one writer per run.
     wandb_run = WandbRun(cfg, resumed=start > 0) if world.main else None
     pad_id = padding_id(tokenizer)
+    objective = Objective(cfg)
     last = time.monotonic()
     for step in range(start, cfg.max_steps):
         batch = wait_for_batch(run_dir, step, timeout_s=cfg.step_timeout_s)
-        metrics = train_step(cfg, model, optimizer, scheduler, batch, pad_id, device, world, fused)
+        metrics = train_step(cfg, model, optimizer, scheduler, batch, pad_id, device, world, fused, objective)
         export_weights(model, tokenizer, run_dir, step + 1, world)
         if world.main:  # every rank has read the batch: the step's all-reduces waited for all of them
             # the orchestrator is past step `step` now; one step of margin for a reload still in flight
@@ -99,7 +102,10 @@ def wait_for_batch(run_dir: RunDir, step: int, timeout_s: float) -> Batch:
                 f"no batch for step {step} after {timeout_s:.0f}s (step_timeout_s); is the orchestrator alive?"
             )
         time.sleep(0.02)
-    return read_batch(path)
+    try:
+        return read_batch(path)
+    except BatchFormatError as e:
+        raise UserError(str(e)) from e
 
 
 def train_step(
@@ -112,19 +118,16 @@ def train_step(
     device,
     world: World = SINGLE,
     fused_head: bool = False,
+    objective: Objective | None = None,
 ) -> dict:
     """One optimizer step on the batch. `fused_head`: the logprobs come straight from the final hidden states and
-    the output layer (one process, a plain output layer: see policy_logprobs)."""
+    the output layer (one process, a plain output layer: see policy_logprobs). `objective`: the run's loss (made
+    from `cfg` when not given)."""
     start = time.monotonic()
     model.train()
-    loss_cfg = cfg.trainer.loss
+    objective = objective or Objective(cfg)
     mbs = micro_batches(batch.samples, cfg.trainer.micro_batch_size, pad_id)
-    mode = cfg.training_mode
-    # opd: the distillation advantage is centred on the mean of the whole step, before it is split by rank
-    teacher_center = batch_distill_center(mbs, loss_cfg) if mode == TrainingMode.opd else None
-    # rl, opd: pi is the policy that sampled, at the sampling temperature (vLLM reports mu the same way,
-    # --logprobs-mode processed_logprobs); sft: plain NLL of the teacher's tokens
-    temperature = 1.0 if mode == TrainingMode.sft else cfg.orchestrator.sampling.temperature
+    step_loss = objective.for_step(mbs)  # sees the whole step, before it is split by rank
     if world.size > 1:
         mbs = rank_micro_batches(batch.samples, cfg.trainer.micro_batch_size, pad_id, world)
     # Divide by the step's tokens on all ranks: the summed gradients then equal one process's gradient.
@@ -133,11 +136,8 @@ def train_step(
     compute = compute_dtype(cfg, device)
     for mb in mbs:
         mb = to_device(mb, device)
-        logprobs, entropy = policy_logprobs(model, mb, temperature, compute, fused_head)
-        if mode == TrainingMode.sft:
-            loss, extra = sft_loss(logprobs, mb, total_tokens)
-        else:
-            loss, extra = rl_loss(logprobs, mb, loss_cfg, total_tokens, teacher_center)
+        logprobs, entropy = policy_logprobs(model, mb, objective.temperature, compute, fused_head)
+        loss, extra = step_loss(logprobs, mb, total_tokens=total_tokens)
         loss.backward()
         sums["loss"] += loss.item() * total_tokens
         sums["entropy"] += (entropy * mb.loss_mask).sum().item()
@@ -178,18 +178,6 @@ def policy_logprobs(model, mb, temperature: float, compute: torch.dtype, fused_h
     with autocast:
         logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
     return token_logprobs(logits, mb.input_ids, temperature)
-
-
-def batch_distill_center(mbs, loss_cfg) -> float:
-    teacher = torch.cat([mb.teacher_logprobs.flatten() for mb in mbs])
-    mu = torch.cat([mb.inference_logprobs.flatten() for mb in mbs])
-    mask = torch.cat([mb.loss_mask.flatten().float() for mb in mbs])
-    return distill_center(teacher, mu, mask, loss_cfg)
-
-
-def to_device(mb, device):
-    fields = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in vars(mb).items()}
-    return type(mb)(**fields)
 
 
 def log_metrics(run_dir: RunDir, metrics: dict) -> None:

@@ -1,0 +1,45 @@
+"""opd: the student samples the rollouts as in rl; the teacher scores every sampled token (prompt logprobs), which
+the trainer turns into the per-token advantage teacher_tau * (log p_T - log pi)."""
+
+import asyncio
+import time
+
+from prime_rl.config.schema import TeacherKind
+from prime_rl.models import teacher_dir
+from prime_rl.models.chat import answer_ids, prompt_ids
+from prime_rl.orchestrator.algo.rl import RL
+from prime_rl.orchestrator.context import Context
+from prime_rl.orchestrator.students import even_shares
+from prime_rl.protocol.batch import TEACHER_LOGPROBS, Sample
+from prime_rl.teacher.scoring import (
+    check_same_tokenization,
+    check_same_tokenizer,
+    probe_prompt_logprobs,
+    teacher_logprobs,
+)
+
+
+class OPD(RL):
+    async def preflight(self, ctx: Context) -> None:
+        """The teacher tokenizes like the student, and its endpoint returns prompt logprobs."""
+        example = ctx.task.train[0]
+        probe = prompt_ids(ctx.tokenizer, example.messages) + answer_ids(
+            ctx.tokenizer, example.messages, example.answer
+        )
+        if ctx.cfg.teacher.kind == TeacherKind.local_vllm:
+            check_same_tokenizer(ctx.tokenizer, teacher_dir(ctx.cfg))
+        else:
+            await check_same_tokenization(ctx.teacher, ctx.teacher_model, ctx.tokenizer, ctx.tokenizer.decode(probe))
+        longest = ctx.cfg.inference.max_model_len - 1  # a rollout's length at most
+        await probe_prompt_logprobs(ctx.teacher, ctx.teacher_model, probe[:longest])
+
+    async def teacher_signal(self, ctx: Context, samples: list[Sample]) -> dict[str, float]:
+        """The teacher scores the step's samples in orchestrator.requests_per_step requests, each retried alone."""
+        start = time.monotonic()
+        pairs = [(s.prompt_ids, s.completion_ids) for s in samples]
+        shares = even_shares(pairs, ctx.cfg.orchestrator.requests_per_step)
+        replies = await asyncio.gather(*(teacher_logprobs(ctx.teacher, ctx.teacher_model, share) for share in shares))
+        for s, logprobs in zip(samples, (lp for reply in replies for lp in reply)):
+            s.streams[TEACHER_LOGPROBS] = logprobs
+            s.teacher = ctx.teacher_model
+        return {"time/teacher": time.monotonic() - start}
