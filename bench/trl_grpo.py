@@ -17,7 +17,7 @@ from trl import GRPOConfig, GRPOTrainer
 from prime_rl.config.schema import TaskConfig
 from prime_rl.models.chat import prompt_ids
 from prime_rl.tasks import load_task
-from prime_rl.tasks.verifiers import similarity
+from prime_rl.tasks.rewards import similarity
 
 
 def emit(event: str, **fields) -> None:

@@ -10,9 +10,10 @@ import time
 import pytest
 
 from prime_rl.config.schema import TaskConfig, VerificationConfig
+from prime_rl.config.user_error import ConfigError
 from prime_rl.orchestrator.evaluation import eval_metrics, pass_at_k
-from prime_rl.tasks import Example, TaskError, load_task
-from prime_rl.tasks.verification import Verification, VerifierFailed
+from prime_rl.tasks import Example, load_task
+from prime_rl.tasks.reward_workers import Verification, VerifierFailed
 from tests.conftest import ROOT
 
 ROWS = [{"question": f"{a}+{a}", "solution": str(2 * a), "id": a} for a in range(10)]
@@ -45,7 +46,7 @@ def test_builtin_word_lengths_come_from_the_options():
     ],
 )
 def test_builtin_option_mistakes_are_one_line(options, words):
-    with pytest.raises(TaskError) as e:
+    with pytest.raises(ConfigError) as e:
         load_task(TaskConfig(name="sort", options=options))
     assert e.value.keys[0] == "task.options" and words in str(e.value) and "\n" not in str(e.value)
 
@@ -142,7 +143,7 @@ def base_env() -> dict[str, str]:
 )
 def test_hf_task_mistakes_are_one_line_naming_the_key(tmp_path, fields, keys, words):
     path = write_files(tmp_path)["jsonl"]
-    with pytest.raises(TaskError) as e:
+    with pytest.raises(ConfigError) as e:
         load_task(hf(path, **fields))
     assert e.value.keys == keys and words in str(e.value) and "\n" not in str(e.value)
 
@@ -168,9 +169,9 @@ def test_reasoning_gym_task_holds_out_its_eval_questions_and_scores_with_the_dat
     ex = task.eval[0]
     assert ex.prompt.startswith("Spell this word backward") and 3 <= len(ex.answer) <= 5
     assert task.reward(ex.answer, ex) == 1.0 and task.reward(ex.answer + "x", ex) < 1.0
-    with pytest.raises(TaskError, match="spell_bakward"):
+    with pytest.raises(ConfigError, match="spell_bakward"):
         load_task(TaskConfig(name="reasoning_gym", dataset="spell_bakward"))
-    with pytest.raises(TaskError) as e:
+    with pytest.raises(ConfigError) as e:
         load_task(TaskConfig(name="reasoning_gym", dataset="spell_backward", options={"word_length": 3}))
     assert e.value.keys == ["task.dataset", "task.options"]
 

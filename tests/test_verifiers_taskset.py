@@ -7,8 +7,9 @@ import textwrap
 import pytest
 
 from prime_rl.config.schema import TaskConfig, VerificationConfig
-from prime_rl.tasks import TaskError, load_task
-from prime_rl.tasks.verification import Verification
+from prime_rl.config.user_error import ConfigError
+from prime_rl.tasks import load_task
+from prime_rl.tasks.reward_workers import Verification
 
 TASKSET = """
 import verifiers.v1 as vf
@@ -105,6 +106,6 @@ def test_taskset_mistakes_are_one_line(tmp_path, monkeypatch, env, extra, option
     if extra:  # the taskset yields the task whose only reward needs a sandbox
         text = (tmp_path / f"{env}.py").read_text().replace("yield QuizTask(", "yield RuntimeTask(")
         (tmp_path / f"{env}.py").write_text(text)
-    with pytest.raises(TaskError) as e:
+    with pytest.raises(ConfigError) as e:
         load_task(TaskConfig(name="verifiers", env=env, options=options))
     assert e.value.keys == keys and words in str(e.value) and "\n" not in str(e.value)

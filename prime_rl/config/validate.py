@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 
 from prime_rl.config.modes import mode_of
 from prime_rl.config.schema import Config, TaskSourceConfig, TeacherKind, node_gpus, num_nodes
-from prime_rl.config.user_error import ConfigError, check
+from prime_rl.config.user_error import ConfigError, check  # noqa: F401 (prime_rl.config imports ConfigError from here)
 from prime_rl.models.hub import hub_model_problem, is_hub_id
 from prime_rl.protocol.servers import SERVER_KEY_ENV
 
@@ -327,42 +327,24 @@ def _paths(cfg: Config, _: int) -> None:
 def _task(cfg: Config, _: int) -> None:
     """The task builds as configured: its data reads and has the columns named, its generator takes the options,
     its verifier imports. Built here once, so a mistake is one line before anything starts."""
-    from prime_rl.tasks import BUILTIN_TASKS, TaskError, load_task
-    from prime_rl.tasks.builtin import word_lengths
-    from prime_rl.tasks.verifiers import answer_verifier
+    from prime_rl.tasks.registry import MIX, SOURCE_KINDS, TASK_KINDS, check_data_key, train_sizes
 
     task = cfg.task
-    single = [*BUILTIN_TASKS, "hf", "jsonl", "reasoning_gym", "verifiers"]
-    known = [*single, "mix"]
-    check(task.name in known, ["task.name"], f"unknown task {task.name!r}", f"use task={' | task='.join(known)}")
-    sources = [(f"task.mix[{i}]", src) for i, src in enumerate(task.mix)] if task.name == "mix" else [("task", task)]
+    check(
+        task.name in TASK_KINDS, ["task.name"], f"unknown task {task.name!r}", f"use task={' | task='.join(TASK_KINDS)}"
+    )
+    sources = [(f"task.mix[{i}]", src) for i, src in enumerate(task.mix)] if task.name == MIX else [("task", task)]
     check(bool(sources), ["task.mix"], "task=mix has no sources", "list them: task.mix=[{name:reverse},{name:sort}]")
     for key, src in sources:
-        check(src.name in single, [f"{key}.name"], f"unknown task {src.name!r}", f"use one of {', '.join(single)}")
+        check(
+            src.name in SOURCE_KINDS,
+            [f"{key}.name"],
+            f"unknown task {src.name!r}",
+            f"use one of {', '.join(SOURCE_KINDS)}",
+        )
         check(src.weight > 0, [f"{key}.weight"], "must be > 0", "give each source a positive weight")
-        if src.name in ("hf", "jsonl"):
-            check(
-                bool(src.path),
-                [f"{key}.path"],
-                f"task={src.name} needs its data",
-                f"set {key}.path=<file, dir or Hub id>",
-            )
-        if src.name == "reasoning_gym":
-            check(
-                bool(src.dataset), [f"{key}.dataset"], "task=reasoning_gym needs a dataset", f"set {key}.dataset=<name>"
-            )
-        if src.name == "verifiers":
-            check(bool(src.env), [f"{key}.env"], "task=verifiers needs a taskset", f"set {key}.env=<taskset id>")
-    try:
-        if task.name in BUILTIN_TASKS:
-            word_lengths(task)
-            answer_verifier(task.verifier)
-            sizes = [task.num_train]
-        else:
-            built = load_task(task)
-            sizes = [len(part) for part in built.by_source.values()] if built.weights else [len(built.train)]
-    except TaskError as e:
-        raise ConfigError(e.keys, e.problem, e.fix) from e
+        check_data_key(key, src)
+    sizes = train_sizes(task)
     # a step draws its prompts without replacement, from one source in a mix (a step may draw all from one)
     per_step = cfg.orchestrator.batch_size // cfg.orchestrator.rollouts_per_example
     for (key, src), size in zip(sources, sizes):

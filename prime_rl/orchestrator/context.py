@@ -9,7 +9,7 @@ from prime_rl.orchestrator.students import StudentServers, student_client
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.protocol.servers import STUDENT_MODEL_NAME
 from prime_rl.tasks import Task, load_task
-from prime_rl.tasks.verification import Verification
+from prime_rl.tasks.reward_workers import Verification
 from prime_rl.teacher.answers import TeacherAnswers
 from prime_rl.teacher.client import teacher_client
 

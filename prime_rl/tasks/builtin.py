@@ -5,8 +5,9 @@ import string
 from collections.abc import Callable
 
 from prime_rl.config.schema import TaskConfig
+from prime_rl.config.user_error import ConfigError
+from prime_rl.tasks.rewards import answer_scorer, answer_verifier
 from prime_rl.tasks.task import Example, Task
-from prime_rl.tasks.verifiers import TaskError, make_verifier
 
 WORD_LENGTHS = {"min_len": 3, "max_len": 8}  # task.options of the built-in tasks: the words' length range
 
@@ -15,19 +16,25 @@ def word_lengths(cfg: TaskConfig) -> tuple[int, int]:
     """(min_len, max_len) from task.options; a range too narrow for the splits' distinct words is refused."""
     unknown = sorted(set(cfg.options) - set(WORD_LENGTHS))
     if unknown:
-        raise TaskError(
+        raise ConfigError(
             ["task.options"], f"the built-in tasks take no option {', '.join(unknown)}", "use min_len, max_len"
         )
     lo, hi = ({**WORD_LENGTHS, **cfg.options}[k] for k in WORD_LENGTHS)
     if not (isinstance(lo, int) and isinstance(hi, int) and 1 <= lo <= hi):
-        raise TaskError(["task.options"], f"word lengths {lo}..{hi} are not a range", "give 1 <= min_len <= max_len")
+        raise ConfigError(["task.options"], f"word lengths {lo}..{hi} are not a range", "give 1 <= min_len <= max_len")
     if sum(26 ** min(n, 6) for n in range(lo, min(hi, lo + 6) + 1)) < 2 * (cfg.num_train + cfg.num_eval):
-        raise TaskError(
+        raise ConfigError(
             ["task.options", "task.num_train"],
             f"too few distinct words of length {lo}..{hi} for {cfg.num_train + cfg.num_eval} examples",
             "raise max_len or lower task.num_train",
         )
     return lo, hi
+
+
+def check_builtin(cfg: TaskConfig) -> None:
+    """What building a built-in task could refuse (its options, its verifier), checked without generating it."""
+    word_lengths(cfg)
+    answer_verifier(cfg.verifier)
 
 
 def _words(seed: int, count: int, min_len: int, max_len: int) -> list[str]:
@@ -44,7 +51,7 @@ def _words(seed: int, count: int, min_len: int, max_len: int) -> list[str]:
 def _split(cfg: TaskConfig, make: Callable[[str], Example], name: str) -> Task:
     words = _words(cfg.seed, cfg.num_train + cfg.num_eval, *word_lengths(cfg))
     examples = [make(w) for w in words]
-    return Task(name, examples[: cfg.num_train], examples[cfg.num_train :], make_verifier(cfg))
+    return Task(name, examples[: cfg.num_train], examples[cfg.num_train :], answer_scorer(cfg))
 
 
 def reverse_task(cfg: TaskConfig) -> Task:
@@ -55,6 +62,3 @@ def reverse_task(cfg: TaskConfig) -> Task:
 def sort_task(cfg: TaskConfig) -> Task:
     """`sort: dbca` -> `abcd` (an easy smoke task: it saturates quickly)."""
     return _split(cfg, lambda w: Example(f"sort: {w}", "".join(sorted(w)), cfg.system_prompt), "sort")
-
-
-BUILTIN_TASKS: dict[str, Callable[[TaskConfig], Task]] = {"reverse": reverse_task, "sort": sort_task}

@@ -4,9 +4,10 @@
 from pathlib import Path
 
 from prime_rl.config.schema import TaskConfig
+from prime_rl.config.user_error import ConfigError
 from prime_rl.models.hub import is_hub_id
+from prime_rl.tasks.rewards import answer_scorer
 from prime_rl.tasks.task import Example, Task
-from prime_rl.tasks.verifiers import TaskError, make_verifier
 
 FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 
@@ -22,12 +23,12 @@ def load_hf_task(cfg: TaskConfig) -> Task:
         cut = max(1, len(train) - cfg.num_eval)
         train, evals = train[:cut], train[cut:]
     if not train or not evals:
-        raise TaskError(
+        raise ConfigError(
             ["task.path", "task.num_eval"],
             f"{cfg.path} has too few rows for a train and an eval split",
             "add rows, set task.eval_split or task.eval_path, or lower task.num_eval",
         )
-    return Task(cfg.name, train, evals[: cfg.num_eval], make_verifier(cfg))
+    return Task(cfg.name, train, evals[: cfg.num_eval], answer_scorer(cfg))
 
 
 def read_examples(cfg: TaskConfig, path: str, split: str) -> list[Example]:
@@ -35,7 +36,7 @@ def read_examples(cfg: TaskConfig, path: str, split: str) -> list[Example]:
     missing = [k for k in (cfg.prompt_key, cfg.answer_key) if k not in rows.column_names]
     if missing:
         keys = [f"task.{'prompt' if k == cfg.prompt_key else 'answer'}_key" for k in missing]
-        raise TaskError(
+        raise ConfigError(
             keys,
             f"{path} ({split}) has no column {', '.join(missing)}",
             f"name one of its columns: {', '.join(rows.column_names)}",
@@ -49,7 +50,7 @@ def hub_snapshot(dataset_id: str) -> str:
     from huggingface_hub import snapshot_download
 
     if not is_hub_id(dataset_id) or Path(dataset_id).suffix in FILE_BUILDERS:
-        raise TaskError(
+        raise ConfigError(
             ["task.path"],
             f"{dataset_id} does not exist (and is no Hub dataset id)",
             "point it at a .jsonl/.json/.csv/.parquet file, a data dir or a Hub dataset id (org/name)",
@@ -66,9 +67,9 @@ def load_rows(path: str, split: str, subset: str | None = None):
         if local.is_file():
             builder = FILE_BUILDERS.get(local.suffix)
             if builder is None:
-                raise TaskError(["task.path"], f"{path}: unknown data file type", f"use {', '.join(FILE_BUILDERS)}")
+                raise ConfigError(["task.path"], f"{path}: unknown data file type", f"use {', '.join(FILE_BUILDERS)}")
             if split != "train":
-                raise TaskError(
+                raise ConfigError(
                     ["task.split", "task.eval_split"],
                     f"{path} is one file, whose only split is train, not {split!r}",
                     "give eval data in task.eval_path, or leave task.eval_split unset to hold out num_eval rows",
@@ -78,10 +79,10 @@ def load_rows(path: str, split: str, subset: str | None = None):
             saved = datasets.load_from_disk(str(local))  # a dataset written by save_to_disk
             return saved[split] if isinstance(saved, datasets.DatasetDict) else saved
         return datasets.load_dataset(str(local) if local.is_dir() else hub_snapshot(path), subset, split=split)
-    except TaskError:
+    except ConfigError:
         raise
     except Exception as e:  # datasets raises many types: missing files, unknown splits, no network, bad rows
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise TaskError(
+        raise ConfigError(
             ["task.path", "task.split"], f"cannot read {path} ({split}): {first}", "point task.path at readable data"
         ) from e

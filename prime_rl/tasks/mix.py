@@ -1,14 +1,16 @@
 """Several tasks in one run (`task=mix`, sources in `task.mix`): each step draws its prompts' sources by weight,
 each source keeps its own verifier, and the metrics carry each source's label (reward/<label>,
-eval/<label>/…)."""
+eval/<label>/…). The registry passes in how a source is loaded and scored, so this module imports no loader."""
 
+import functools
 import itertools
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from prime_rl.config.schema import TaskConfig, TaskSourceConfig
-from prime_rl.tasks.task import Task, load_task
-from prime_rl.tasks.verifiers import TaskError, make_verifier
+from prime_rl.config.user_error import ConfigError
+from prime_rl.tasks.task import Example, Task
 
 
 def mix_sources(cfg: TaskConfig) -> list[tuple[str, TaskSourceConfig]]:
@@ -21,15 +23,26 @@ def mix_sources(cfg: TaskConfig) -> list[tuple[str, TaskSourceConfig]]:
     return labelled
 
 
-def load_mix(cfg: TaskConfig) -> Task:
+def load_mix(cfg: TaskConfig, load_source: Callable[[TaskSourceConfig], Task]) -> Task:
+    """The sources' splits, each example labelled with its source, scored by its source's verifier."""
     parts = []
     for i, (label, src) in enumerate(mix_sources(cfg)):
         try:
-            parts.append((label, src.weight, load_task(src)))
-        except TaskError as e:
-            raise TaskError([k.replace("task.", f"task.mix[{i}].", 1) for k in e.keys], e.problem, e.fix) from e
+            parts.append((label, src.weight, load_source(src)))
+        except ConfigError as e:
+            raise ConfigError([k.replace("task.", f"task.mix[{i}].", 1) for k in e.keys], e.problem, e.fix) from e
     train = [replace(ex, source=label) for label, _, part in parts for ex in part.train]
     # interleaved, so the first orchestrator.eval.num_examples cover every source alike
     labelled_evals = [[replace(ex, source=label) for ex in part.eval] for label, _, part in parts]
     evals = [ex for row in itertools.zip_longest(*labelled_evals) for ex in row if ex is not None]
-    return Task("mix", train, evals, make_verifier(cfg), weights={label: weight for label, weight, _ in parts})
+    verify = functools.partial(score_source, {label: part.verify for label, _, part in parts})
+    return Task("mix", train, evals, verify, weights={label: weight for label, weight, _ in parts})
+
+
+def mix_scorer(cfg: TaskConfig, source_scorer: Callable[[TaskSourceConfig], Callable]) -> Callable:
+    """(completion, example) -> the reward of the example's source's scorer, each built by `source_scorer`."""
+    return functools.partial(score_source, {label: source_scorer(src) for label, src in mix_sources(cfg)})
+
+
+def score_source(scorers: dict[str, Callable], completion: str, example: Example) -> float:
+    return scorers[example.source](completion, example)

@@ -1,11 +1,9 @@
-"""A task is a train split, an eval split and a verifier."""
+"""A task is a train split, an eval split and a verifier (the loader of each kind: tasks/registry.py)."""
 
 import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-from prime_rl.config.schema import TaskConfig
 
 
 @dataclass(frozen=True)
@@ -44,21 +42,3 @@ class Task:
         labels = list(self.weights)
         counts = Counter(rng.choices(labels, weights=[self.weights[label] for label in labels], k=n))
         return [ex for label in labels for ex in rng.sample(self.by_source[label], counts[label])]
-
-
-def load_task(cfg: TaskConfig) -> Task:
-    from prime_rl.tasks.builtin import BUILTIN_TASKS
-    from prime_rl.tasks.hf import load_hf_task
-    from prime_rl.tasks.mix import load_mix
-    from prime_rl.tasks.reasoning_gym_task import load_reasoning_gym_task
-    from prime_rl.tasks.verifiers_taskset import load_verifiers_task
-
-    if cfg.name == "mix":
-        return load_mix(cfg)
-    if cfg.name in ("hf", "jsonl"):
-        return load_hf_task(cfg)
-    if cfg.name == "reasoning_gym":
-        return load_reasoning_gym_task(cfg)
-    if cfg.name == "verifiers":
-        return load_verifiers_task(cfg)
-    return BUILTIN_TASKS[cfg.name](cfg)

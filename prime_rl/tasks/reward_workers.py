@@ -14,8 +14,8 @@ from pebble import ProcessPool
 
 from prime_rl.config.schema import TaskConfig, VerificationConfig
 from prime_rl.config.user_error import UserError
+from prime_rl.tasks.registry import make_verifier
 from prime_rl.tasks.task import Example
-from prime_rl.tasks.verifiers import make_verifier
 
 _verify = None  # the worker's verifier, built once per worker process
 

@@ -11,8 +11,8 @@ import itertools
 import random
 
 from prime_rl.config.schema import TaskConfig
+from prime_rl.config.user_error import ConfigError
 from prime_rl.tasks.task import Example, Task
-from prime_rl.tasks.verifiers import TaskError
 
 INSTALL = "pip install -e '.[verifiers]' (the version this adapter is built against)"
 
@@ -24,9 +24,9 @@ def load_verifiers_task(cfg: TaskConfig) -> Task:
         tasks = list(itertools.islice(taskset, cfg.num_train + cfg.num_eval))
     except Exception as e:  # the taskset's own load() failed: its message says why
         problem = f"taskset {cfg.env!r} failed to load: {e!r}"
-        raise TaskError(["task.env", "task.options"], problem, "fix the taskset or its options") from e
+        raise ConfigError(["task.env", "task.options"], problem, "fix the taskset or its options") from e
     if len(tasks) < 2:
-        raise TaskError(["task.env"], f"taskset {cfg.env!r} yields {len(tasks)} task(s)", "a run needs 2 or more")
+        raise ConfigError(["task.env"], f"taskset {cfg.env!r} yields {len(tasks)} task(s)", "a run needs 2 or more")
     check_offline(cfg, tasks[0])
     random.Random(cfg.seed).shuffle(tasks)
     cut = min(cfg.num_eval, len(tasks) // 2)
@@ -41,14 +41,14 @@ def open_taskset(cfg: TaskConfig):
         from verifiers.v1.utils.generic import concrete_type
         from verifiers.v1.utils.loaders import taskset_class
     except ImportError as e:
-        raise TaskError(["task.name"], f"task=verifiers needs the verifiers library ({e})", INSTALL) from e
+        raise ConfigError(["task.name"], f"task=verifiers needs the verifiers library ({e})", INSTALL) from e
     from pydantic import ValidationError
 
     try:
         cls = taskset_class(cfg.env)
     except Exception as e:  # not importable, no (or several) Taskset exported, an error importing it
         first = str(e).split(". ")[0].splitlines()[0] if str(e) else type(e).__name__
-        raise TaskError(
+        raise ConfigError(
             ["task.env"],
             f"verifiers cannot load taskset {cfg.env!r}: {first}",
             "install its module (or put it on PYTHONPATH); it must export one Taskset subclass in __all__",
@@ -60,7 +60,7 @@ def open_taskset(cfg: TaskConfig):
         wrong = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
         fields = ", ".join(name for name in config_type.model_fields if name != "id")
         problem = f"taskset {cfg.env!r} refuses its options ({wrong})"
-        raise TaskError(["task.options"], problem, f"set only fields {config_type.__name__} has: {fields}") from e
+        raise ConfigError(["task.options"], problem, f"set only fields {config_type.__name__} has: {fields}") from e
 
 
 def check_offline(cfg: TaskConfig, task) -> None:
@@ -75,7 +75,7 @@ def check_offline(cfg: TaskConfig, task) -> None:
     if not any(not takes_runtime(fn) for fn in task.hooks("reward")):
         needs.append("a runtime for every reward")
     if needs:
-        raise TaskError(
+        raise ConfigError(
             ["task.env"],
             f"taskset {cfg.env!r} needs {', '.join(needs)}, which single-turn offline scoring does not provide",
             "use a taskset whose rewards read the task data and the reply only (see README, Your own task)",
@@ -104,7 +104,7 @@ def split_prompt(cfg: TaskConfig, prompt) -> tuple[str | None, str]:
         return None, prompt
     roles = [m.role for m in prompt or []]
     if roles not in (["user"], ["system", "user"]):
-        raise TaskError(
+        raise ConfigError(
             ["task.env"],
             f"taskset {cfg.env!r} has a prompt of roles {roles}; only a user message (after a system one) is served",
             "make the task's prompt one user message",
@@ -113,8 +113,8 @@ def split_prompt(cfg: TaskConfig, prompt) -> tuple[str | None, str]:
     return system, content_text(prompt[-1].content)
 
 
-def make_scorer(cfg: TaskConfig):
-    """(completion, example) -> the task's weighted reward; built once per verifier process."""
+def env_scorer(cfg: TaskConfig) -> "Scorer":
+    """(completion, example) -> the task's weighted reward, from the taskset task.env names; one per reward worker."""
     return taskset_scorer(open_taskset(cfg))
 
 
