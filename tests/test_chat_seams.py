@@ -8,10 +8,11 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from prime_rl.config import compose_config
-from prime_rl.models.chat import answer_ids, end_of_turn_id, final_answer, prompt_ids, student_tokenizer
+from prime_rl.models.chat import answer_ids, end_of_turn_id, final_answer, padding_id, prompt_ids, student_tokenizer
 from prime_rl.models.tokenizer import build_bpe_tokenizer, build_tokenizer
 from prime_rl.prepare.tiny import conversations
-from prime_rl.sft.train import sft_batch
+from prime_rl.trainer.data import collate
+from prime_rl.trainer.supervised import supervised_samples
 from prime_rl.tasks import load_task
 from prime_rl.tasks.task import Example
 
@@ -89,9 +90,9 @@ def test_a_tokenizer_without_a_pad_token_still_batches():
     # Mistral's and Llama 3's tokenizers define no pad token: batches pad with any id, masked out
     tok = sentencepiece_style()
     assert tok.pad_token_id is None
-    batch = sft_batch(tok, [Example(PROMPT, answer) for answer in ANSWERS])
-    padded = batch["attention_mask"] == 0
-    assert padded.any() and (batch["labels"][padded] == -100).all()
+    batch = collate(supervised_samples(tok, [Example(PROMPT, answer) for answer in ANSWERS]), pad_id=padding_id(tok))
+    padded = batch.attention_mask == 0
+    assert padded.any() and (batch.loss_mask[padded] == 0).all()
 
 
 # Qwen3's way, cut down: an assistant turn in the conversation opens with a (here empty) reasoning block, and

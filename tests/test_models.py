@@ -23,7 +23,9 @@ from prime_rl.models.tiny import build_tiny_model, save_model
 from prime_rl.models.tokenizer import build_tokenizer
 from prime_rl.prepare import prepare_model, prepare_student, prepare_teacher, tiny
 from prime_rl.protocol.atomic import STABLE_MARKER
-from prime_rl.sft.train import eval_reward, sft_batch, sft_train
+from prime_rl.prepare.greedy_eval import eval_reward
+from prime_rl.trainer.data import collate
+from prime_rl.trainer.supervised import sft_train, supervised_samples
 from prime_rl.tasks import Example, load_task
 from tests.conftest import ROOT, unused_port
 
@@ -59,12 +61,12 @@ def test_tiny_model_is_untied_with_the_expected_size():
     assert torch.equal(model.lm_head.weight, same_seed.lm_head.weight)
 
 
-def test_sft_batch_masks_prompt_and_padding():
+def test_supervised_samples_train_the_answer_and_its_end_of_turn_only():
     tok = build_tokenizer()
-    batch = sft_batch(tok, [Example("reverse: ab", "ba"), Example("reverse: abcd", "dcba")])
-    targets = [row[row != -100].tolist() for row in batch["labels"]]
+    batch = collate(supervised_samples(tok, [Example("reverse: ab", "ba"), Example("reverse: abcd", "dcba")]), 0)
+    targets = [row[mask.bool()].tolist() for row, mask in zip(batch.input_ids, batch.loss_mask)]
     assert targets == [tok.encode("ba") + [tok.eos_token_id], tok.encode("dcba") + [tok.eos_token_id]]
-    assert batch["attention_mask"].sum(1).tolist() == [9 + 3, 11 + 5]
+    assert batch.attention_mask.sum(1).tolist() == [9 + 3, 11 + 5]
 
 
 @pytest.mark.slow
@@ -116,7 +118,7 @@ def test_sft_cli_trains_and_saves_a_loadable_model(tmp_path):
     rows = [{"prompt": e.prompt, "answer": e.answer} for e in load_task(TaskConfig(num_train=32)).train]
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "prime_rl.sft", "--data", str(data), "--model", "tiny", "--out", str(out)]
+    cmd = [sys.executable, "-m", "prime_rl.finetune", "--data", str(data), "--model", "tiny", "--out", str(out)]
     subprocess.run(cmd + ["--steps", "3", "--batch-size", "8", "--lr", "1e-3"], check=True, timeout=120)
     model = AutoModelForCausalLM.from_pretrained(out)
     init = build_tiny_model(TinyModelConfig(), build_tokenizer())
@@ -212,12 +214,12 @@ def test_launcher_prepare_only_runs_plain_sft_on_a_jsonl_task(tmp_path):
     assert not (tmp_path / "run" / "logs").exists()  # no process was started
 
 
-@pytest.mark.parametrize("role", ["prime_rl.orchestrator", "prime_rl.sft"])
+@pytest.mark.parametrize("role", ["prime_rl.orchestrator", "prime_rl.finetune"])
 def test_a_role_run_by_hand_reports_a_users_mistake_in_one_line(tmp_path, role):
     """Run alone, a role meets mistakes the launcher would have caught first (here: a data file that is not
     there): one `error:` line and exit code 2, no traceback."""
     missing = tmp_path / "no_such.jsonl"
-    if role == "prime_rl.sft":
+    if role == "prime_rl.finetune":
         args = ["--data", str(missing), "--model", "tiny", "--out", str(tmp_path / "out")]
         args += ["--steps", "1", "--batch-size", "1", "--lr", "1e-3"]
     else:  # a fixed server port: the orchestrator does not wait for the launcher to publish one

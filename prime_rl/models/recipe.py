@@ -14,7 +14,7 @@ from pathlib import Path
 from prime_rl.config.schema import Config, TaskConfig, TinyModelConfig, WarmStartConfig
 from prime_rl.models.hub import is_hub_id
 
-RECIPE_VERSION = 1  # bump when the builder changes what a recipe produces
+RECIPE_VERSION = 2  # bump when the builder changes what a recipe produces (2: the trainer's own step and warmup)
 
 
 def cache_root(cache_dir: str | None) -> Path:

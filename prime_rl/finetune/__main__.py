@@ -1,6 +1,6 @@
 """Supervised fine-tuning on a JSONL file of {"prompt": ..., "answer": ...} lines.
 
-    python -m prime_rl.sft --data train.jsonl --model <model dir | tiny> --out <dir> --steps 80 \
+    python -m prime_rl.finetune --data train.jsonl --model <model dir | tiny> --out <dir> --steps 80 \
         --batch-size 64 --lr 1e-3 [--warmup-steps 0 --schedule constant|cosine --seed 0 --threads 1]
 
 `--model tiny` starts from a fresh built-in tiny model (seed `--init-seed`). Prompts are rendered as a
@@ -19,12 +19,12 @@ from prime_rl.config.schema import LrSchedule, TaskConfig, TinyModelConfig, Warm
 from prime_rl.config.user_error import run_or_exit
 from prime_rl.models.tiny import build_tiny_model
 from prime_rl.models.tokenizer import build_tokenizer
-from prime_rl.sft.train import sft_train
 from prime_rl.tasks.hf import read_examples
+from prime_rl.trainer.supervised import sft_train
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m prime_rl.sft", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m prime_rl.finetune", description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="a .jsonl/.json/.csv/.parquet file or dataset with prompt and answer")
     p.add_argument("--model", required=True, help="a local Hugging Face model dir, or 'tiny'")
     p.add_argument("--out", required=True, help="where the trained model and tokenizer are saved")

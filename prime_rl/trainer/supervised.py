@@ -1,0 +1,61 @@
+"""Supervised fine-tuning on (prompt, answer) examples in one process, without a run dir: the warm start of the
+built-in tiny models and `python -m prime_rl.finetune`.
+
+It is the trainer's own step (trainer/step.py) under training_mode=sft: the same collation, chunked logprobs, NLL,
+AdamW, warmup and schedule, and gradient clipping as a launched run. Each step samples `batch_size` examples,
+renders the prompt with the chat template (plus the generation prompt) and the answer where the template puts it,
+closed by the template's end-of-turn token; the loss is the NLL of the answer tokens over their count.
+"""
+
+import logging
+import random
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from prime_rl.config.schema import Config, OptimConfig, TrainerConfig, TrainingMode, WarmStartConfig
+from prime_rl.models.chat import answer_ids, padding_id, prompt_ids
+from prime_rl.models.tiny import save_model
+from prime_rl.protocol.batch import Batch, Sample
+from prime_rl.tasks.task import Example
+from prime_rl.trainer.model import head_is_plain
+from prime_rl.trainer.step import make_optimizer, train_step
+
+log = logging.getLogger(__name__)
+
+
+def supervised_config(ws: WarmStartConfig) -> Config:
+    """The trainer config of a fine-tuning run: NLL (sft) at the warm start's lr and schedule, a step's examples
+    in one micro-batch."""
+    optim = OptimConfig(lr=ws.lr, warmup_steps=ws.warmup_steps, schedule=ws.schedule)
+    trainer = TrainerConfig(optim=optim, micro_batch_size=ws.batch_size)
+    return Config(training_mode=TrainingMode.sft, max_steps=ws.steps, seed=ws.seed, trainer=trainer)
+
+
+def supervised_samples(tokenizer, examples: list[Example]) -> list[Sample]:
+    """Each example's prompt and answer in the model's tokens; the answer (with its end of turn) is what trains."""
+    return [
+        Sample(prompt_ids(tokenizer, e.messages), answer_ids(tokenizer, e.messages, e.answer), [], mode="sft")
+        for e in examples
+    ]
+
+
+def sft_train(model, tokenizer, examples: list[Example], ws: WarmStartConfig, out_dir: Path | None = None):
+    """Train `model` (a model or a model dir) for `ws.steps` steps; save it with the tokenizer to `out_dir`."""
+    if isinstance(model, (str, Path)):
+        tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
+        model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    cfg, device = supervised_config(ws), next(model.parameters()).device
+    optimizer, scheduler = make_optimizer(cfg, model)
+    fused, pad = head_is_plain(model), padding_id(tokenizer)
+    rng = random.Random(ws.seed)
+    for step in range(ws.steps):
+        samples = supervised_samples(tokenizer, rng.sample(examples, min(ws.batch_size, len(examples))))
+        metrics = train_step(cfg, model, optimizer, scheduler, Batch(step, step, samples), pad, device, fused_head=fused)
+        if step % 20 == 0 or step == ws.steps - 1:
+            log.info("sft step %d/%d loss %.4f lr %.2e", step + 1, ws.steps, metrics["loss"], metrics["lr"])
+    model.eval()
+    if out_dir is not None:
+        save_model(model, tokenizer, Path(out_dir))
+    return model
