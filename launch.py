@@ -1,5 +1,5 @@
-"""Entry point: Hydra composes the config; it is validated (validation.py) before anything is written, started
-or submitted; then each job (or each sweep point) runs the local launcher (launcher/job.py)."""
+"""Entry point: Hydra composes the config; it is validated once (launcher/validation.py) before anything is
+written, started or submitted; then each job (or each sweep point) runs the local launcher (launcher/job.py)."""
 
 import os
 
@@ -9,7 +9,8 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from prime_rl.config import register_configs
-from prime_rl.launcher.validation import fail, hydra_error
+from prime_rl.config.user_error import exit_with
+from prime_rl.launcher.validation import hydra_error
 
 register_configs()
 
@@ -27,4 +28,4 @@ if __name__ == "__main__":
     try:
         main()
     except (HydraException, OmegaConfBaseException) as e:
-        fail(hydra_error(e))
+        exit_with(hydra_error(e))

@@ -10,8 +10,9 @@ import pytest
 from hydra.errors import ConfigCompositionException, HydraException
 from omegaconf import OmegaConf
 
-from prime_rl.config import ConfigError, TeacherKind, TrainingMode, compose_config, load_config, validate
+from prime_rl.config import ConfigError, TeacherKind, TrainingMode, compose_config, load_config
 from prime_rl.launcher.plan import build_plan
+from prime_rl.launcher.preflight import check_at_launch
 from tests.conftest import ROOT, launch_cmd
 
 KEY_ENV = "PRIME_RL_TEST_TEACHER_KEY"
@@ -23,7 +24,7 @@ def _teacher_key(monkeypatch):
 
 
 def check(overrides, visible_gpus=0):
-    validate(compose_config(overrides), visible_gpus=visible_gpus)
+    check_at_launch(compose_config(overrides), visible_gpus)
 
 
 def test_cfg_job_prints_the_propagated_opd_config():
@@ -84,16 +85,16 @@ def test_every_mode_teacher_lora_combination(mode, teacher, lora):
     assert cfg.trainer.lora.enabled is (lora == "on")
     assert cfg.training_mode == TrainingMode(mode)
     if (mode, teacher) in VALID:
-        validate(cfg)
+        check_at_launch(cfg, 0)
     else:
         with pytest.raises(ConfigError, match="teacher"):
-            validate(cfg)
+            check_at_launch(cfg, 0)
 
 
 @pytest.mark.parametrize("name", ["rl", "opd", "opd_lora", "sft", "sft_lora", "sft_external"])
 def test_every_experiment_composes_and_validates(name):
     cfg = compose_config([f"experiment={name}"])
-    validate(cfg)
+    check_at_launch(cfg, 0)
     assert cfg.training_mode.value == name.split("_")[0]
     assert cfg.trainer.lora.enabled is name.endswith("_lora")
     expected_teacher = {"rl": "none", "sft_external": "external"}.get(name, "local_vllm")
@@ -310,7 +311,7 @@ def test_gpu_slices_are_disjoint_and_ordered(tmp_path):
             "deployment.num_teacher_gpus=1",
         ]
     )
-    validate(cfg, visible_gpus=4)
+    check_at_launch(cfg, 4)
     plan = build_plan(cfg, tmp_path, ["0", "1", "2", "3"])
     slices = {r.name: r.gpus for r in plan.roles}
     assert slices == {"inference": ["0"], "trainer": ["1", "2"], "teacher_inference": ["3"], "orchestrator": []}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from prime_rl.config import ConfigError, compose_config, load_config, validate
+from prime_rl.config import ConfigError, check_rules, compose_config, load_config
 from prime_rl.inference.client import InferenceClient
 from prime_rl.launcher.multinode import announce_end, build_node_plan, read_end, shared_server_key
 from prime_rl.launcher.plan import ROLES, Node, Plan, RemoteServer, build_plan
@@ -47,7 +47,7 @@ def line_of(plan_text: str, role: str, key: str) -> str:
 
 def node_plans(tmp_path, overrides, hostnames):
     cfg = compose_config(overrides)
-    validate(cfg, visible_gpus=8)
+    check_rules(cfg, visible_gpus=8)
     return [build_node_plan(cfg, tmp_path, EIGHT, rank, hostnames) for rank in range(len(hostnames))]
 
 
@@ -187,15 +187,15 @@ def test_dry_run_prints_every_node_on_simulated_hosts(tmp_path):
 
 def test_multi_node_rules():
     gpus = GPU_NODES[:3]
-    validate(
+    check_rules(
         compose_config([*gpus, "deployment.num_infer_nodes=2", "deployment.num_train_nodes=1", "inference.tp=8"]),
         visible_gpus=8,
     )  # counts are per node
     with pytest.raises(ConfigError) as err:
-        validate(compose_config([*gpus, "inference.tp=8", "deployment.num_infer_nodes=1"]), visible_gpus=8)
+        check_rules(compose_config([*gpus, "inference.tp=8", "deployment.num_infer_nodes=1"]), visible_gpus=8)
     assert err.value.keys == ["deployment.num_infer_nodes", "deployment.num_train_nodes"]
     with pytest.raises(ConfigError, match="9 GPUs asked per node but 8 visible"):
-        validate(
+        check_rules(
             compose_config(
                 [
                     *gpus,
@@ -209,7 +209,7 @@ def test_multi_node_rules():
             visible_gpus=8,
         )
     with pytest.raises(ConfigError) as err:  # one GPU per trainer node, but two nodes: two processes
-        validate(
+        check_rules(
             compose_config(
                 ["deployment=gpu", "lora=on", "deployment.num_infer_nodes=1", "deployment.num_train_nodes=2"]
             ),

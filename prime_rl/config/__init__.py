@@ -1,6 +1,7 @@
+from prime_rl.config.rules import check_rules
 from prime_rl.config.schema import Config, TeacherKind, TrainingMode, WandbMode
 from prime_rl.config.store import compose_config, load_config, register_configs, to_config
-from prime_rl.config.validate import ConfigError, validate
+from prime_rl.config.user_error import ConfigError
 
 __all__ = [
     "Config",
@@ -8,9 +9,9 @@ __all__ = [
     "TeacherKind",
     "TrainingMode",
     "WandbMode",
+    "check_rules",
     "compose_config",
     "load_config",
     "register_configs",
     "to_config",
-    "validate",
 ]

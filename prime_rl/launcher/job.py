@@ -1,4 +1,9 @@
-"""One job, start to finish: typed config -> validation -> plan -> (dry run: print and stop) -> supervised run."""
+"""One job, start to finish: typed config -> job-time checks -> plan -> (dry run: print and stop) -> supervised run.
+
+The launch's checks ran once before the job was started or submitted (launcher/validation.py); here run only
+those that depend on where the job runs (launcher/preflight.py `check_at_job`). A UserError ends the job with one
+`error:` line and exit code 2 (config/user_error.py `run_or_exit`).
+"""
 
 import sys
 from dataclasses import replace
@@ -10,68 +15,56 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 
-from prime_rl.config import Config, ConfigError, TeacherKind, to_config, validate
+from prime_rl.config import Config, ConfigError, TeacherKind, to_config
+from prime_rl.config.user_error import UserError, run_or_exit
 from prime_rl.launcher.gpus import visible_gpus
 from prime_rl.launcher.multinode import build_node_plan, is_multi_node, job_nodes, lock_name
 from prime_rl.launcher.plan import Plan, build_plan, write_role_configs
+from prime_rl.launcher.preflight import check_at_job
 from prime_rl.launcher.resume import prepare_resume
 from prime_rl.launcher.run_lock import claim_run_dir
 from prime_rl.launcher.slurm import requeued
 from prime_rl.models.hub import HubModelError, resolve_hub_models
-from prime_rl.monitor.wandb_mode import WandbUnreachable, settle_wandb_mode
 from prime_rl.protocol.run_dir import RunDir
-from prime_rl.teacher.chat_api import resolve_teacher_api
-from prime_rl.teacher.client import TeacherError
 
 console = Console(stderr=True)
 
 
-def load_and_validate(cfg: DictConfig) -> Config:
-    """The typed config of a composed DictConfig, or exit 2 with one line saying what is wrong."""
+def typed_config(cfg: DictConfig) -> Config:
+    """The typed config of a composed DictConfig; a ConfigError names the key that does not fit the schema."""
     try:
-        typed = to_config(cfg)
-        validate(typed, visible_gpus=len(visible_gpus()))
-    except ConfigError as e:
-        fail(str(e))
+        return to_config(cfg)
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None) or "?"
-        fail(f"invalid config [{key}]: {str(e).splitlines()[0]}; fix: give {key} a valid value")
-    return typed
+        raise ConfigError([key], str(e).splitlines()[0], f"give {key} a valid value") from e
 
 
 def warn(message: str) -> None:
     console.print(message, markup=False, highlight=False, soft_wrap=True)
 
 
-def fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
 def run_job(cfg: DictConfig) -> None:
-    typed = with_sweep_names(load_and_validate(cfg), HydraConfig.get())
+    run_or_exit(lambda: job(cfg))
+
+
+def job(cfg: DictConfig) -> None:
+    typed = with_sweep_names(typed_config(cfg), HydraConfig.get())
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     holder = claim_run_dir(run_dir, lock_name(typed))
     if holder:
-        fail(
+        raise UserError(
             f"run dir {run_dir} is in use by another launcher (pid {holder}); "
             "fix: wait for it to end, or give this run its own hydra.run.dir"
         )
     if requeued(run_dir):  # a SLURM job's next attempt continues from the latest checkpoint in its run dir
         typed.ckpt.resume = True
-    try:  # here, on the machine that runs the job: a SLURM node may have no route to W&B
-        typed = settle_wandb_mode(typed, run_dir.resolve(), warn)
-    except WandbUnreachable as e:
-        fail(str(e))
+    typed = check_at_job(typed, run_dir.resolve(), warn)
     try:  # once, here: every process then loads the same snapshot and none downloads
         typed = resolve_hub_models(typed, download=not typed.launcher.dry_run)
     except HubModelError as e:
-        fail(f"model unavailable [model.name, teacher.model]: {e}; fix: download it where the cache is shared")
-    if not typed.launcher.dry_run:
-        try:  # once, here: a setting the endpoint refuses, a wrong key or model stops the job before it starts
-            typed = resolve_teacher_api(typed)
-        except TeacherError as e:
-            fail(str(e))
+        raise UserError(
+            f"model unavailable [model.name, teacher.model]: {e}; fix: download it where the cache is shared"
+        ) from e
     plans = plans_of_job(typed, run_dir)
     for plan in plans:
         write_role_configs(plan)
@@ -90,10 +83,10 @@ def plans_of_job(cfg: Config, run_dir: Path) -> list[Plan]:
     try:
         ranks, hostnames, attempt = job_nodes(cfg)
     except RuntimeError as e:
-        fail(
+        raise UserError(
             f"{e}; fix: submit it with -m hydra/launcher=slurm_gpu (or srun one task per node with a shared "
             "hydra.run.dir), or see every node's plan with launcher.dry_run=true"
-        )
+        ) from e
     return [build_node_plan(cfg, run_dir, visible_gpus(), rank, hostnames, attempt) for rank in ranks]
 
 

@@ -1,6 +1,7 @@
-"""Every run and every sweep point is validated before anything is written, started or submitted.
+"""Every run and every sweep point is validated once, before anything is written, started or submitted: the
+launch-time checks of launcher/preflight.py, then its output dir (the job itself runs only the job-time checks).
 
-Hydra composes the config; a bad input then exits 2 with one line naming the keys and the fix:
+Hydra composes the config; a bad input then exits 2 with one line naming the keys and the fix (exit_with):
 - a single run: the `ValidateRun` callback (`hydra.callbacks` in conf/config.yaml), called before Hydra creates
   the run dir, so an earlier run's files there are untouched;
 - a sweep (`-m`): the validating sweeper (`hydra/sweeper=validating`, hydra_plugins/prime_rl_sweeper), which
@@ -11,7 +12,6 @@ Hydra composes the config; a bad input then exits 2 with one line naming the key
 
 import itertools
 import os
-import sys
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -20,8 +20,10 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from prime_rl.config import ConfigError, to_config, validate
+from prime_rl.config import ConfigError, to_config
+from prime_rl.config.user_error import exit_with
 from prime_rl.launcher.gpus import visible_gpus
+from prime_rl.launcher.preflight import check_at_launch
 from prime_rl.protocol.run_dir import RunDir
 
 LIST_KEYS = "`python launch.py --cfg job` prints every key with its value"
@@ -33,14 +35,14 @@ class ValidateRun(Callback):
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         error = validation_error(config, len(visible_gpus()))
         if error:
-            fail(error)
+            exit_with(error)
         run_dir = Path(config.hydra.run.dir)
         problem = not_writable(run_dir)
         if problem:  # Hydra would fail creating it with a traceback
-            fail(unwritable(run_dir, "hydra.run.dir", problem))
+            exit_with(unwritable(run_dir, "hydra.run.dir", problem))
         error = reused(run_dir, config.ckpt.resume, "hydra.run.dir")
         if error:
-            fail(error)
+            exit_with(error)
 
 
 def sweep_points(config_loader, overrides: list[str]) -> list[list[str]]:
@@ -54,7 +56,7 @@ def sweep_points(config_loader, overrides: list[str]) -> list[list[str]]:
         elif o.is_discrete_sweep():
             choices.append([f"{key}={value}" for value in o.sweep_string_iterator()])
         else:
-            fail(f"invalid sweep [{key}]: {o.input_line} is not a list of values; fix: use {key}=a,b or range()")
+            exit_with(f"invalid sweep [{key}]: {o.input_line} is not a list of values; fix: use {key}=a,b or range()")
     return [list(point) for point in itertools.product(*choices)]
 
 
@@ -66,12 +68,12 @@ def check_sweep(config_loader, master: DictConfig, points: list[list[str]]) -> l
         run_dir = None if error else Path(cfg.hydra.sweep.dir) / str(cfg.hydra.sweep.subdir)
         error = error or reused(run_dir, cfg.ckpt.resume, "hydra.sweep.dir")
         if error:
-            fail(f"sweep job #{num} ({' '.join(task_overrides(point))}): {error}; nothing was launched")
+            exit_with(f"sweep job #{num} ({' '.join(task_overrides(point))}): {error}; nothing was launched")
         jobs.append((task_overrides(point), run_dir))
     sweep_dir = Path(master.hydra.sweep.dir)
     problem = not_writable(sweep_dir)
     if problem:
-        fail(unwritable(sweep_dir, "hydra.sweep.dir", problem))
+        exit_with(unwritable(sweep_dir, "hydra.sweep.dir", problem))
     return jobs
 
 
@@ -96,7 +98,7 @@ def validation_error(cfg: DictConfig, gpus: int) -> str | None:
     task = OmegaConf.to_container(cfg)  # a plain copy: far cheaper than deep-copying the DictConfig
     del task["hydra"]
     try:
-        validate(to_config(task), visible_gpus=gpus)
+        check_at_launch(to_config(task), gpus)
     except ConfigError as e:
         return str(e)
     except OmegaConfBaseException as e:
@@ -152,8 +154,3 @@ def gpus_of_a_job(master: DictConfig) -> int:
     """GPUs a job will see: what a submitit launcher asks for each job, else this machine's."""
     launcher = master.hydra.launcher
     return (launcher.gpus_per_node or 0) if "gpus_per_node" in launcher else len(visible_gpus())
-
-
-def fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)

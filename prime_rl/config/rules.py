@@ -1,0 +1,475 @@
+"""Every cross-field rule of a run that reads nothing but the config: no env var, file, network or task build
+(those are prime_rl/launcher/preflight.py, which runs these first). README "Modes and their rules";
+docs/architecture.md, "Validation".
+
+A knob's own range is one row of one table (`_knobs`); a rule over several knobs is a check() of its own. A
+broken rule raises ConfigError, whose one-line message names the offending keys and the fix.
+"""
+
+from urllib.parse import urlparse
+
+from prime_rl.config.modes import mode_of
+from prime_rl.config.schema import Config, TeacherKind, node_gpus, num_nodes
+from prime_rl.config.user_error import check
+from prime_rl.protocol.servers import SERVER_KEY_ENV
+
+# Parts of header names that carry credentials (Authorization, X-Api-Key, X-Goog-Api-Key, Cookie, X-Auth-Token,
+# …): their values belong in env vars (teacher.api_key_env, teacher.header_envs), never in a config file.
+SECRET_HEADER_WORDS = ("auth", "key", "token", "secret", "cookie", "session", "password", "credential")
+# Chat request fields the orchestrator sets itself (teacher/chat_api.py): teacher.extra_body may not override them.
+CHAT_FIELDS = ("model", "messages", "n", "max_tokens", "max_completion_tokens", "temperature", "top_p", "stream")
+
+
+def check_rules(cfg: Config, visible_gpus: int) -> None:
+    """Raise ConfigError on the first broken rule. `visible_gpus`: GPUs the job will see."""
+    for rule in (_ranges, _pairs, _mode, _teacher, _lora, _nodes, _gpus, _parallel):
+        rule(cfg, visible_gpus)
+
+
+def _ranges(cfg: Config, _: int) -> None:
+    for key, holds, problem, fix in _knobs(cfg):
+        check(holds, [key], problem, fix)
+
+
+def _knobs(cfg: Config) -> list[tuple[str, bool, str, str]]:
+    """(key, whether its value is in range, what is wrong, the fix): each would otherwise fail deep in a
+    process, mid-run. Only values, no arithmetic that could fail: the rules over several knobs run after."""
+    o, t, inf, teacher, ws = cfg.orchestrator, cfg.trainer, cfg.inference, cfg.teacher, cfg.model.warm_start
+    d, lora, tiny, launcher = cfg.deployment, t.lora, cfg.model.tiny, cfg.launcher
+    rows = [
+        ("max_steps", cfg.max_steps >= 1, f"must be >= 1, got {cfg.max_steps}", "set max_steps=100"),
+        ("step_timeout_s", cfg.step_timeout_s > 0, "must be > 0", "use e.g. 3600 (an hour per step)"),
+        ("orchestrator.rollouts_per_example", o.rollouts_per_example >= 1, "must be >= 1", "set it to 1 or more"),
+        ("orchestrator.max_async_level", o.max_async_level >= 0, "must be >= 0", "use 0 (synchronous) or more"),
+        ("orchestrator.requests_per_step", o.requests_per_step >= 1, "must be >= 1", "use e.g. 8"),
+        ("orchestrator.sampling.temperature", o.sampling.temperature >= 0, "must be >= 0", "use e.g. 1.0"),
+        ("orchestrator.sampling.top_p", 0 < o.sampling.top_p <= 1, "must be in (0, 1]", "use e.g. 1.0"),
+        ("orchestrator.eval.interval", o.eval.interval >= 0, "must be >= 0", "use 0 to disable eval"),
+        ("orchestrator.eval.num_examples", o.eval.num_examples >= 1, "must be >= 1", "use e.g. 64"),
+        ("orchestrator.eval.samples_per_prompt", o.eval.samples_per_prompt >= 1, "must be >= 1", "use e.g. 4"),
+        (
+            "orchestrator.eval.temperature",
+            o.eval.temperature >= 0,
+            f"must be >= 0, got {o.eval.temperature}",
+            "use e.g. 0 (greedy) or 1.0",
+        ),
+        ("orchestrator.verification.workers", o.verification.workers >= 1, "must be >= 1", "use e.g. 2"),
+        ("orchestrator.verification.timeout_s", o.verification.timeout_s > 0, "must be > 0", "use e.g. 10"),
+        (
+            "orchestrator.request_timeout_s",
+            o.request_timeout_s > 0,
+            f"must be > 0, got {o.request_timeout_s}",
+            "use e.g. 120",
+        ),
+        ("orchestrator.max_retries", o.max_retries >= 0, f"must be >= 0, got {o.max_retries}", "use e.g. 3"),
+        ("trainer.optim.lr", t.optim.lr >= 0, f"must be >= 0, got {t.optim.lr}", "use e.g. 3e-4"),
+        ("trainer.optim.max_grad_norm", t.optim.max_grad_norm > 0, "must be > 0", "use e.g. 1.0"),
+        ("trainer.optim.beta1", 0 <= t.optim.beta1 < 1, f"must be in [0, 1), got {t.optim.beta1}", "use e.g. 0.9"),
+        ("trainer.optim.beta2", 0 <= t.optim.beta2 < 1, f"must be in [0, 1), got {t.optim.beta2}", "use e.g. 0.98"),
+        (
+            "trainer.optim.warmup_steps",
+            t.optim.warmup_steps >= 0,
+            f"must be >= 0, got {t.optim.warmup_steps}",
+            "use e.g. 10",
+        ),
+        ("trainer.micro_batch_size", t.micro_batch_size >= 1, "must be >= 1", "use e.g. 64"),
+        (
+            "trainer.dtype",
+            t.dtype in ("auto", "float32", "bfloat16"),
+            f"unknown compute dtype {t.dtype!r}",
+            "use auto, float32 or bfloat16",
+        ),
+        ("trainer.loss.adv_tau", t.loss.adv_tau >= 0, "must be >= 0", "use 1.0, or 0 for pure distillation"),
+        ("trainer.loss.teacher_tau", t.loss.teacher_tau >= 0, "must be >= 0", "use a value > 0 in opd, 0 else"),
+        ("trainer.loss.kl_tau", t.loss.kl_tau >= 0, "must be >= 0", "use 0 to disable"),
+        ("trainer.loss.mask_band", t.loss.mask_band > 0, "must be > 0", "use e.g. 0.2"),
+        ("trainer.num_procs", t.num_procs >= 1, f"must be >= 1, got {t.num_procs}", "use 1, or more on CPU"),
+        ("ckpt.interval", cfg.ckpt.interval >= 0, "must be >= 0", "use 0 to checkpoint only at the end"),
+        (
+            "ckpt.keep",
+            cfg.ckpt.keep >= 1,
+            "must be >= 1 (the newest checkpoint is always kept)",
+            "use e.g. 2",
+        ),
+        ("inference.port", 0 <= inf.port <= 65535, f"{inf.port} is not a port", "use 0 to pick a free port"),
+        ("teacher.port", 0 <= teacher.port <= 65535, f"{teacher.port} is not a port", "use 0 to pick a free port"),
+        (
+            "inference.kv_cache_bytes",
+            inf.kv_cache_bytes > 0,
+            f"must be > 0, got {inf.kv_cache_bytes}",
+            "use e.g. 67108864",
+        ),
+        (
+            "inference.gpu_memory_utilization",
+            0 < inf.gpu_memory_utilization <= 1,
+            f"must be in (0, 1], got {inf.gpu_memory_utilization}",
+            "use e.g. 0.9",
+        ),
+        ("inference.tp", inf.tp >= 1, f"must be >= 1, got {inf.tp}", "use 1 or more"),
+        ("inference.dp", inf.dp >= 1, f"must be >= 1, got {inf.dp}", "use 1 or more"),
+        (
+            "teacher.request_timeout_s",
+            teacher.request_timeout_s > 0,
+            f"must be > 0, got {teacher.request_timeout_s}",
+            "use e.g. 120",
+        ),
+        ("teacher.max_retries", teacher.max_retries >= 0, f"must be >= 0, got {teacher.max_retries}", "use e.g. 5"),
+        (
+            "teacher.max_concurrency",
+            teacher.max_concurrency >= 1,
+            f"must be >= 1, got {teacher.max_concurrency}",
+            "use e.g. 32",
+        ),
+        (
+            "teacher.max_tokens",
+            teacher.max_tokens is None or teacher.max_tokens >= 1,
+            f"must be >= 1, got {teacher.max_tokens}",
+            "use e.g. 256",
+        ),
+        ("model.warm_start.steps", ws.steps >= 0, f"must be >= 0 (0 = random init), got {ws.steps}", "use e.g. 80"),
+        ("model.warm_start.batch_size", ws.batch_size >= 1, f"must be >= 1, got {ws.batch_size}", "use e.g. 64"),
+        (
+            "model.warm_start.warmup_steps",
+            ws.warmup_steps >= 0,
+            f"must be >= 0, got {ws.warmup_steps}",
+            "use e.g. 20",
+        ),
+        (
+            "monitor.samples_interval",
+            cfg.monitor.samples_interval >= 0,
+            f"must be >= 0, got {cfg.monitor.samples_interval}",
+            "use e.g. 10",
+        ),
+        (
+            "monitor.num_samples",
+            cfg.monitor.num_samples >= 0,
+            f"must be >= 0, got {cfg.monitor.num_samples}",
+            "use e.g. 16",
+        ),
+        (
+            "launcher.ready_timeout_s",
+            launcher.ready_timeout_s > 0,
+            f"must be > 0, got {launcher.ready_timeout_s}",
+            "use e.g. 300",
+        ),
+        (
+            "launcher.stop_grace_s",
+            launcher.stop_grace_s >= 0,
+            f"must be >= 0, got {launcher.stop_grace_s}",
+            "use e.g. 5",
+        ),
+        *(
+            (f"model.tiny.{name}", getattr(tiny, name) >= 1, "must be >= 1", "use the default or a larger value")
+            for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size")
+        ),
+        ("deployment.num_infer_gpus", d.num_infer_gpus >= 0, f"must be >= 0, got {d.num_infer_gpus}", "use 0 for CPU"),
+        ("deployment.num_train_gpus", d.num_train_gpus >= 0, f"must be >= 0, got {d.num_train_gpus}", "use 0 for CPU"),
+        (
+            "deployment.num_teacher_gpus",
+            (d.num_teacher_gpus or 0) >= 0,
+            f"must be >= 0, got {d.num_teacher_gpus}",
+            "use 0 for CPU",
+        ),
+        (
+            "deployment.num_infer_nodes",
+            d.num_infer_nodes >= 0,
+            f"must be >= 0, got {d.num_infer_nodes}",
+            "use 0 for a one-node job",
+        ),
+        (
+            "deployment.num_train_nodes",
+            d.num_train_nodes >= 0,
+            f"must be >= 0, got {d.num_train_nodes}",
+            "use 0 for a one-node job",
+        ),
+    ]
+    if teacher.kind != TeacherKind.none:  # a teacher's and an adapter's knobs are read only when there is one
+        rows.append(("teacher.rate_limit_wait_s", teacher.rate_limit_wait_s >= 0, "must be >= 0", "use e.g. 600"))
+    if lora.enabled:
+        rows += [
+            ("trainer.lora.rank", lora.rank >= 1, "must be >= 1", "use e.g. 8"),
+            ("trainer.lora.alpha", lora.alpha > 0, "must be > 0", "use e.g. 16"),
+            (
+                "trainer.lora.target_modules",
+                bool(lora.target_modules),
+                "is empty",
+                "list modules, e.g. [q_proj,v_proj]",
+            ),
+        ]
+    return rows
+
+
+def _pairs(cfg: Config, _: int) -> None:
+    """Knobs that must fit one another."""
+    o, loss, tiny = cfg.orchestrator, cfg.trainer.loss, cfg.model.tiny
+    check(
+        o.batch_size >= 1 and o.batch_size % o.rollouts_per_example == 0,
+        ["orchestrator.batch_size", "orchestrator.rollouts_per_example"],
+        f"batch_size {o.batch_size} is not a positive multiple of rollouts_per_example {o.rollouts_per_example}",
+        "make batch_size a multiple of rollouts_per_example",
+    )
+    check(
+        0 < o.sampling.max_tokens < cfg.inference.max_model_len,
+        ["orchestrator.sampling.max_tokens", "inference.max_model_len"],
+        "max_tokens must be positive and below max_model_len",
+        "lower max_tokens or raise inference.max_model_len",
+    )
+    check(
+        cfg.teacher.kind != TeacherKind.local_vllm or (cfg.teacher.max_tokens or 1) < cfg.inference.max_model_len,
+        ["teacher.max_tokens", "inference.max_model_len"],
+        "a local teacher's answers must fit its context: max_tokens must be below max_model_len",
+        "lower teacher.max_tokens or raise inference.max_model_len",
+    )
+    check(
+        0 <= loss.ratio_low <= 1 <= loss.ratio_high,
+        ["trainer.loss.ratio_low", "trainer.loss.ratio_high"],
+        f"the ratio band [{loss.ratio_low}, {loss.ratio_high}] must contain 1 (an on-policy token)",
+        "use e.g. ratio_low=0.5 ratio_high=5",
+    )
+    check(
+        tiny.hidden_size % tiny.num_heads == 0 and tiny.num_heads % tiny.num_kv_heads == 0,
+        ["model.tiny.hidden_size", "model.tiny.num_heads", "model.tiny.num_kv_heads"],
+        "hidden_size must be a multiple of num_heads, and num_heads of num_kv_heads",
+        "use e.g. hidden_size=128 num_heads=4 num_kv_heads=2",
+    )
+
+
+def _mode(cfg: Config, _: int) -> None:
+    """The rules a mode's facts (config/modes.py) imply for the rest of the config."""
+    mode, loss, teacher = mode_of(cfg), cfg.trainer.loss, cfg.teacher.kind
+    name, verification = mode.name.value, cfg.orchestrator.verification.enabled
+    if mode.trains_sampled_policy:
+        _sampling_policy(cfg)
+    if mode.teacher:
+        check(
+            teacher != TeacherKind.none,
+            ["training_mode", "teacher"],
+            f"{name} needs a teacher",
+            "add teacher=local_vllm or teacher=external",
+        )
+    else:
+        check(
+            teacher == TeacherKind.none,
+            ["training_mode", "teacher"],
+            f"{name} takes no teacher, got teacher={teacher.value}",
+            "use teacher=none, or training_mode=opd|sft to learn from a teacher",
+        )
+    if mode.teacher_term:
+        check(
+            loss.teacher_tau > 0,
+            ["trainer.loss.teacher_tau"],
+            f"{name} needs teacher_tau > 0",
+            "set trainer.loss.teacher_tau=1.0",
+        )
+    else:
+        check(
+            loss.teacher_tau == 0,
+            ["trainer.loss.teacher_tau", "training_mode"],
+            f"teacher_tau={loss.teacher_tau} only applies in opd",
+            "set trainer.loss.teacher_tau=0 or training_mode=opd",
+        )
+    if mode.needs_rewards:
+        check(
+            verification,
+            ["orchestrator.verification.enabled", "training_mode"],
+            f"{name} learns from rewards, so verification must be on",
+            "set orchestrator.verification.enabled=true",
+        )
+    if mode.uses_advantages:
+        check(
+            verification or loss.adv_tau == 0,
+            ["trainer.loss.adv_tau", "orchestrator.verification.enabled"],
+            f"adv_tau={loss.adv_tau} needs rewards but verification is off",
+            "set trainer.loss.adv_tau=0 (pure distillation) or orchestrator.verification.enabled=true",
+        )
+        check(
+            loss.adv_tau == 0 or cfg.orchestrator.rollouts_per_example > 1,
+            ["trainer.loss.adv_tau", "orchestrator.rollouts_per_example"],
+            f"adv_tau={loss.adv_tau} weighs GRPO advantages, which are always 0 with one rollout per prompt",
+            "set orchestrator.rollouts_per_example=2 or more, or trainer.loss.adv_tau=0 (pure distillation)",
+        )
+
+
+def _sampling_policy(cfg: Config) -> None:
+    """rl and opd train the policy that sampled: the trainer reproduces its temperature, not a truncation."""
+    s, mode = cfg.orchestrator.sampling, cfg.training_mode.value
+    check(
+        s.temperature > 0,
+        ["orchestrator.sampling.temperature", "training_mode"],
+        f"{mode} trains on sampled rollouts; at temperature 0 every rollout of a prompt is the same",
+        "use e.g. orchestrator.sampling.temperature=1.0 (greedy evaluation: orchestrator.eval.temperature=0)",
+    )
+    check(
+        s.top_p == 1,
+        ["orchestrator.sampling.top_p", "training_mode"],
+        f"top_p={s.top_p} truncates the sampling policy, which {mode} training does not reproduce",
+        "set orchestrator.sampling.top_p=1.0 (lower the temperature instead)",
+    )
+
+
+def _teacher(cfg: Config, _: int) -> None:
+    t, kind = cfg.teacher, cfg.teacher.kind
+    if kind == TeacherKind.none:
+        return
+    check(bool(t.model), ["teacher.model"], f"teacher={kind.value} needs a model", "set teacher.model=…")
+    if kind == TeacherKind.external:
+        url = urlparse(t.base_url or "")
+        check(
+            url.scheme in ("http", "https") and bool(url.netloc),
+            ["teacher.base_url"],
+            f"{t.base_url!r} is not an http(s) URL",
+            "set teacher.base_url=https://host/v1",
+        )
+        check(
+            cfg.deployment.num_teacher_gpus is None,
+            ["deployment.num_teacher_gpus", "teacher"],
+            "an external teacher runs elsewhere and gets no local GPUs",
+            "drop deployment.num_teacher_gpus or use teacher=local_vllm",
+        )
+        _teacher_secrets(cfg)
+    _teacher_requests(cfg)
+    leaked = sorted(h for h in t.headers if any(word in h.lower() for word in SECRET_HEADER_WORDS))
+    check(
+        not leaked,
+        [f"teacher.headers.{h}" for h in leaked],
+        "a credential in teacher.headers would be written to config dumps",
+        f"put its value in an env var and set +teacher.header_envs.{leaked[0] if leaked else '<name>'}=<VAR>",
+    )
+
+
+def _teacher_secrets(cfg: Config) -> None:
+    """The env vars an external teacher's secrets come from are not the run's own server key (whether they are
+    set is the launcher's preflight: an env var is not the config)."""
+    t = cfg.teacher
+    check(
+        t.api_key_env != SERVER_KEY_ENV,
+        ["teacher.api_key_env"],
+        f"{SERVER_KEY_ENV} holds the run's own server key, which the launcher sets for its children",
+        "keep the teacher's key in another env var, e.g. teacher.api_key_env=OPENAI_API_KEY",
+    )
+    for name, env in t.header_envs.items():
+        check(
+            env != SERVER_KEY_ENV,
+            [f"teacher.header_envs.{name}"],
+            f"{SERVER_KEY_ENV} holds the run's own server key",
+            f"export {env}=<value> before launching, or name another variable",
+        )
+
+
+def _teacher_requests(cfg: Config) -> None:
+    """How the teacher is asked: prices, and provider fields that leave our own alone."""
+    t, s = cfg.teacher, cfg.orchestrator.sampling
+    check(
+        t.price_per_mtok_in >= 0 and t.price_per_mtok_out >= 0,
+        ["teacher.price_per_mtok_in", "teacher.price_per_mtok_out"],
+        "prices must be >= 0",
+        "give the provider's USD price per million tokens",
+    )
+    ours = sorted(set(t.extra_body) & set(CHAT_FIELDS))
+    check(
+        not ours,
+        [f"teacher.extra_body.{k}" for k in ours],
+        "the orchestrator sets this request field itself",
+        "set it through orchestrator.sampling, rollouts_per_example or teacher.api instead",
+    )
+    evaluation = cfg.orchestrator.eval.temperature if cfg.orchestrator.eval.interval else 1.0
+    check(
+        t.api.sampling_params is not False or (s.temperature, s.top_p, evaluation) == (1.0, 1.0, 1.0),
+        ["teacher.api.sampling_params", "orchestrator.sampling.temperature", "orchestrator.eval.temperature"],
+        f"an endpoint that takes no sampling settings samples at temperature 1 and top_p 1, not "
+        f"{s.temperature:g} (eval {evaluation:g}) and {s.top_p:g}",
+        "set orchestrator.sampling.temperature=1 orchestrator.eval.temperature=1 orchestrator.sampling.top_p=1",
+    )
+    check(
+        not urlparse(t.base_url or "").password,
+        ["teacher.base_url"],
+        "a password in the URL would be written to config dumps",
+        "drop it from the URL and put the key in the env var named by teacher.api_key_env",
+    )
+
+
+def _lora(cfg: Config, _: int) -> None:
+    lora = cfg.trainer.lora
+    if lora.enabled:
+        check(
+            lora.dropout == 0 or not mode_of(cfg).trains_sampled_policy,
+            ["trainer.lora.dropout", "training_mode"],
+            "must be 0 in rl and opd: with dropout the trainer's policy is not the one vLLM sampled from",
+            "set trainer.lora.dropout=0 (dropout regularises sft only)",
+        )
+
+
+def _nodes(cfg: Config, _: int) -> None:
+    d = cfg.deployment
+    check(
+        (d.num_infer_nodes > 0) == (d.num_train_nodes > 0),
+        ["deployment.num_infer_nodes", "deployment.num_train_nodes"],
+        f"{d.num_infer_nodes} inference and {d.num_train_nodes} trainer nodes: a multi-node job needs both",
+        "set both to 1 or more, or both to 0 for a one-node job",
+    )
+
+
+def _gpus(cfg: Config, visible_gpus: int) -> None:
+    d = cfg.deployment
+    check(
+        d.num_teacher_gpus is None or cfg.teacher.kind == TeacherKind.local_vllm,
+        ["deployment.num_teacher_gpus", "teacher"],
+        f"GPUs for a teacher server, but teacher={cfg.teacher.kind.value} starts none",
+        "drop deployment.num_teacher_gpus or use teacher=local_vllm",
+    )
+    if d.num_infer_gpus > 0 and cfg.teacher.kind == TeacherKind.local_vllm:
+        check(
+            bool(d.num_teacher_gpus),
+            ["deployment.num_teacher_gpus"],
+            "a GPU deployment with teacher=local_vllm needs GPUs for the teacher server",
+            "set deployment.num_teacher_gpus=1",
+        )
+    check_gpu_count(cfg, visible_gpus)
+
+
+def check_gpu_count(cfg: Config, visible_gpus: int) -> None:
+    """The GPUs a node of the job uses fit the `visible_gpus` it sees: checked at launch against what the job
+    will get, and again by the job against what it got (a SLURM allocation)."""
+    d = cfg.deployment
+    counts = ["deployment.num_infer_gpus", "deployment.num_train_gpus"]
+    if d.num_teacher_gpus is not None:
+        counts.append("deployment.num_teacher_gpus")
+    asked = node_gpus(d)  # multi-node: each node sees its own GPUs
+    check(
+        asked <= visible_gpus,
+        counts,
+        f"{asked} GPUs asked{' per node' if num_nodes(d) > 1 else ''} but {visible_gpus} visible",
+        "lower the GPU counts or set CUDA_VISIBLE_DEVICES to more devices",
+    )
+
+
+def _parallel(cfg: Config, _: int) -> None:
+    d, t, inf = cfg.deployment, cfg.trainer, cfg.inference
+    if d.num_train_gpus > 0:
+        check(
+            t.num_procs in (1, d.num_train_gpus),
+            ["trainer.num_procs", "deployment.num_train_gpus"],
+            f"num_procs={t.num_procs} but on GPUs the trainer runs one process per GPU ({d.num_train_gpus})",
+            "drop trainer.num_procs and set deployment.num_train_gpus",
+        )
+    procs_key = "deployment.num_train_gpus" if d.num_train_gpus > 0 else "trainer.num_procs"
+    check(
+        not t.lora.enabled or max(d.num_train_gpus, t.num_procs) * max(d.num_train_nodes, 1) == 1,
+        ["trainer.lora.enabled", procs_key],
+        "LoRA trains in one trainer process only (no FSDP sharding of peft adapters yet)",
+        f"use lora=off, or {procs_key}=1",
+    )
+    if d.num_infer_gpus > 0:
+        check(
+            inf.tp * inf.dp == d.num_infer_gpus,
+            ["inference.tp", "inference.dp", "deployment.num_infer_gpus"],
+            f"tp={inf.tp} x dp={inf.dp} = {inf.tp * inf.dp} GPUs but the student server has {d.num_infer_gpus}",
+            "make inference.tp * inference.dp equal deployment.num_infer_gpus",
+        )
+    else:
+        check(
+            inf.tp == 1 and inf.dp == 1,
+            ["inference.tp", "inference.dp"],
+            f"tp={inf.tp}, dp={inf.dp}: the CPU server (deployment.num_infer_gpus=0) runs one process",
+            "use inference.tp=1 inference.dp=1, or set deployment.num_infer_gpus",
+        )

@@ -1,0 +1,142 @@
+"""The checks that look beyond the config (env vars, files, the Hugging Face Hub, the task's data, W&B, the
+teacher's endpoint), and when each runs (docs/architecture.md, "Validation"):
+
+- at launch (`check_at_launch`), once per run and once per sweep point, before any process starts or job is
+  submitted: the config's rules (config/rules.py), then the external teacher's env vars, a writable
+  teacher.cache_dir, the model dirs and Hub ids, and the task, built as configured. Called by the `ValidateRun`
+  callback and the validating sweeper (launcher/validation.py).
+- at job time (`check_at_job`), where the job runs (a SLURM node, or this machine): the GPU count against the GPUs
+  the job really sees, W&B's reachability (monitor/wandb_mode.py) and the teacher's probe (teacher/chat_api.py).
+  Called by `run_job` (launcher/job.py), which does not repeat the launch's checks.
+
+Each raises a UserError (a ConfigError for the launch's) whose one line names the keys and the fix.
+"""
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from prime_rl.config.rules import check_gpu_count, check_rules
+from prime_rl.config.schema import Config, TaskSourceConfig, TeacherKind
+from prime_rl.config.user_error import check
+from prime_rl.launcher.gpus import visible_gpus
+from prime_rl.models.hub import hub_model_problem, is_hub_id
+from prime_rl.monitor.wandb_mode import settle_wandb_mode
+from prime_rl.tasks.registry import MIX, SOURCE_KINDS, TASK_KINDS, check_data_key, train_sizes
+from prime_rl.teacher.chat_api import resolve_teacher_api
+
+
+def check_at_launch(cfg: Config, gpus: int) -> None:
+    """Raise ConfigError on the first broken rule or missing resource. `gpus`: the GPUs the job will see."""
+    check_rules(cfg, gpus)  # first: they cost nothing, a Hub query or a task build may take seconds
+    _teacher_env(cfg)
+    _teacher_cache(cfg)
+    _models(cfg)
+    _task(cfg)
+
+
+def check_at_job(cfg: Config, run_dir: Path, warn: Callable[[str], None]) -> Config:
+    """The config with the W&B mode and the teacher's API settled on the machine that runs the job, where a SLURM
+    node may see other GPUs than asked for and have no route to W&B; raises a UserError."""
+    check_gpu_count(cfg, len(visible_gpus()))
+    cfg = settle_wandb_mode(cfg, run_dir, warn)
+    if not cfg.launcher.dry_run:  # a setting the endpoint refuses, a wrong key or model: before anything starts
+        cfg = resolve_teacher_api(cfg)
+    return cfg
+
+
+def _teacher_env(cfg: Config) -> None:
+    """An external teacher's key and secret headers are read from env vars, which the launch must have."""
+    t = cfg.teacher
+    if t.kind != TeacherKind.external:
+        return
+    if t.api_key_env:
+        check(
+            bool(os.environ.get(t.api_key_env)),
+            ["teacher.api_key_env"],
+            f"environment variable {t.api_key_env} (the teacher's API key) is not set",
+            f"export {t.api_key_env}=<key> before launching",
+        )
+    for name, env in t.header_envs.items():
+        check(
+            bool(os.environ.get(env)),
+            [f"teacher.header_envs.{name}"],
+            f"environment variable {env} (the value of header {name}) is not set",
+            f"export {env}=<value> before launching, or name another variable",
+        )
+
+
+def _teacher_cache(cfg: Config) -> None:
+    """teacher.cache_dir can be created: its nearest existing ancestor is a writable directory."""
+    if cfg.teacher.kind == TeacherKind.none or not cfg.teacher.cache_dir:
+        return
+    cache = Path(cfg.teacher.cache_dir).expanduser().absolute()
+    existing = next(d for d in (cache, *cache.parents) if d.exists())
+    check(
+        existing.is_dir() and os.access(existing, os.W_OK),
+        ["teacher.cache_dir"],
+        f"{existing} is not a writable directory",
+        "point teacher.cache_dir at a directory you can write (shared by the jobs that should reuse answers)",
+    )
+
+
+def _models(cfg: Config) -> None:
+    _model(cfg.model.name, cfg.model.revision, "model.name", "model.revision")
+    if cfg.teacher.kind == TeacherKind.local_vllm:
+        _model(cfg.teacher.model, cfg.teacher.revision, "teacher.model", "teacher.revision")
+
+
+def _model(name: str, revision: str | None, key: str, revision_key: str) -> None:
+    """'tiny', a local model dir, or a Hub id that is in the Hugging Face cache or on the Hub."""
+    if name == "tiny":
+        return
+    if not is_hub_id(name):
+        check(
+            (Path(name).expanduser() / "config.json").is_file(),
+            [key],
+            f"{name!r} is neither 'tiny', a local Hugging Face model dir (no config.json) nor a Hub id",
+            f"use {key}=tiny, a path to a saved model, or a Hub id like Qwen/Qwen3-0.6B",
+        )
+        return
+    problem = hub_model_problem(name, revision)
+    check(
+        problem is None,
+        [key, revision_key] if revision else [key],
+        f"{name!r} is no local model dir, and as a Hub id: {problem}",
+        "download it where the cache is shared (hf download <id>), unset HF_HUB_OFFLINE, or fix the id",
+    )
+
+
+def _task(cfg: Config) -> None:
+    """The task builds as configured: its data reads and has the columns named, its generator takes the options,
+    its verifier imports. Built here once, so a mistake is one line before anything starts."""
+    task = cfg.task
+    check(
+        task.name in TASK_KINDS, ["task.name"], f"unknown task {task.name!r}", f"use task={' | task='.join(TASK_KINDS)}"
+    )
+    sources = [(f"task.mix[{i}]", src) for i, src in enumerate(task.mix)] if task.name == MIX else [("task", task)]
+    check(bool(sources), ["task.mix"], "task=mix has no sources", "list them: task.mix=[{name:reverse},{name:sort}]")
+    for key, src in sources:
+        check(
+            src.name in SOURCE_KINDS,
+            [f"{key}.name"],
+            f"unknown task {src.name!r}",
+            f"use one of {', '.join(SOURCE_KINDS)}",
+        )
+        check(src.weight > 0, [f"{key}.weight"], "must be > 0", "give each source a positive weight")
+        check_data_key(key, src)
+    sizes = train_sizes(task)
+    # a step draws its prompts without replacement, from one source in a mix (a step may draw all from one)
+    per_step = cfg.orchestrator.batch_size // cfg.orchestrator.rollouts_per_example
+    for (key, src), size in zip(sources, sizes):
+        check(
+            size >= per_step,
+            [_size_key(key, src), "orchestrator.batch_size"],
+            f"{size} train prompts, fewer than the {per_step} a step draws (batch_size / rollouts_per_example)",
+            "give the task more train prompts (more rows, or fewer held out by num_eval) or lower the batch_size",
+        )
+
+
+def _size_key(key: str, src: TaskSourceConfig) -> str:
+    """The knob that sets a source's train size: its data (hf, jsonl) or its num_train."""
+    return f"{key}.path" if src.name in ("hf", "jsonl") else f"{key}.num_train"
