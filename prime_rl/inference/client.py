@@ -13,6 +13,7 @@ from email.utils import parsedate_to_datetime
 
 import httpx
 
+from prime_rl.protocol.polling import wait_until_async
 from prime_rl.protocol.servers import RELOAD_METHOD
 
 # timeout, conflict, too early, rate limit; every 5xx is retried too (Anthropic's 529: overloaded)
@@ -127,16 +128,14 @@ class InferenceClient:
     async def wait_ready(self, timeout_s: float, poll_s: float = 0.5) -> None:
         """Wait until the server lists its models: the launcher starts the orchestrator alongside the servers,
         so that its start-up (imports, tokenizer, task) overlaps theirs."""
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while True:
-            try:
-                if (await self.http.get(self.base_url + "/models")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass  # not listening yet
-            if asyncio.get_running_loop().time() > deadline:
-                raise InferenceError(f"{self.base_url} did not serve /models within {timeout_s:g} s")
-            await asyncio.sleep(poll_s)
+        error = InferenceError(f"{self.base_url} did not serve /models within {timeout_s:g} s")
+        await wait_until_async(self.serves_models, timeout_s, poll_s, lambda: error)
+
+    async def serves_models(self) -> bool:
+        try:
+            return (await self.http.get(self.base_url + "/models")).status_code == 200
+        except httpx.TransportError:
+            return False  # not listening yet
 
     async def post(
         self, path: str, payload: dict | None = None, params: dict | None = None, json_reply: bool = True

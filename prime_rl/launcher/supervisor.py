@@ -25,6 +25,7 @@ from prime_rl.launcher.run_lock import held_lock_fds
 from prime_rl.monitor.metrics import write_summary
 from prime_rl.monitor.plots import write_plots
 from prime_rl.protocol.atomic import write_text
+from prime_rl.protocol.polling import wait_until
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.protocol.servers import SERVER_KEY_ENV
 
@@ -139,12 +140,14 @@ class Supervisor:
         timeout = self.launcher.ready_timeout_s
         started = time.monotonic()
         pending = list(servers)
-        if pending:
-            self.say(f"waiting up to {timeout:g} s for {', '.join(server_name(s) for s in pending)} to serve")
+        if not pending:
+            return
+        self.say(f"waiting up to {timeout:g} s for {', '.join(server_name(s) for s in pending)} to serve")
         auth = {"Authorization": f"Bearer {self.server_key}"}
         with httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False, headers=auth) as http:  # no proxy for our servers
-            while pending:
-                self.check()
+
+            def all_serving() -> bool:
+                self.check()  # a server that exited, or a signal, ends the wait at once
                 for server in list(pending):
                     root = next((r for r in server_roots(server) if serves(http, r)), None)
                     if root is None:
@@ -153,14 +156,9 @@ class Supervisor:
                     if isinstance(server, Child) and server.role.port == 0:
                         write_text(RunDir(self.plan.run_dir).server_url(server.role.name), root + "/v1")
                     self.say(f"{server_name(server)} ready after {time.monotonic() - started:.1f} s at {root}")
-                if pending and time.monotonic() - started > timeout:
-                    server = pending[0]
-                    at = ", ".join(server_roots(server)) or "no port bound yet"
-                    reason = f"not ready after {timeout:g} s (no 200 from /health and /v1/models; {at})"
-                    log = server.role.log_file if isinstance(server, Child) else server.log_file
-                    raise RoleFailed(server_name(server), log, reason)
-                if pending:
-                    time.sleep(POLL_S)
+                return not pending
+
+            wait_until(all_serving, timeout, POLL_S, lambda: not_ready(pending[0], timeout))
 
     def watch(self, workers: list[Child]) -> None:
         """Show progress until orchestrator and trainer have both exited 0."""
@@ -231,6 +229,14 @@ def server_roots(server: Child | RemoteServer) -> list[str]:
         return [server.root]
     ports = [server.role.port] if server.role.port else server.listening_ports()
     return [f"http://127.0.0.1:{port}" for port in ports]
+
+
+def not_ready(server: Child | RemoteServer, timeout: float) -> RoleFailed:
+    """The failure of a server that did not serve within launcher.ready_timeout_s, with where it was asked."""
+    at = ", ".join(server_roots(server)) or "no port bound yet"
+    reason = f"not ready after {timeout:g} s (no 200 from /health and /v1/models; {at})"
+    log = server.role.log_file if isinstance(server, Child) else server.log_file
+    return RoleFailed(server_name(server), log, reason)
 
 
 def serves(http: httpx.Client, root: str) -> bool:

@@ -6,20 +6,22 @@ shared mode, no two processes racing to create or resume the same run id.
 """
 
 import math
-import time
 import uuid
 from pathlib import Path
 
 import wandb
 from omegaconf import OmegaConf
 
+from prime_rl.config.evaluation import due_for_eval
 from prime_rl.config.schema import Config
 from prime_rl.monitor.wandb_mode import wandb_mode
 from prime_rl.protocol.batch import TEACHER_LOGPROBS, Sample
-from prime_rl.protocol.metrics import due_for_eval, read_rows
+from prime_rl.protocol.metrics import read_rows
+from prime_rl.protocol.polling import wait_until
 from prime_rl.protocol.run_dir import RunDir
 
 RUN_ID_FILE = "wandb_run_id"  # in the run dir: a resumed or requeued job continues the same W&B run
+ROW_POLL_S = 0.5  # how often metrics.jsonl is read while waiting for the final evaluation's line
 
 
 def run_tags(cfg: Config) -> list[str]:
@@ -92,23 +94,24 @@ class WandbRun:
             return
         if due_for_eval(self.cfg, 0):  # the orchestrator's own test for a final evaluation
             timeout_s = self.cfg.step_timeout_s
-            final = wait_for_row(RunDir(self.cfg.run_dir).metrics, self.cfg.max_steps, timeout_s)
-            if final is None:
+            try:
+                final = wait_for_row(RunDir(self.cfg.run_dir).metrics, self.cfg.max_steps, timeout_s)
+            except TimeoutError:
                 print(f"no final evaluation in metrics.jsonl after {timeout_s:.0f}s; not in W&B", flush=True)
             else:
                 self.run.log({k: v for k, v in final.items() if k != "step"}, step=self.cfg.max_steps)
         self.run.finish()
 
 
-def wait_for_row(path: Path, step: int, timeout_s: float) -> dict | None:
-    """The metrics.jsonl line of `step` (the final evaluation has no trainer step of its own)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+def wait_for_row(path: Path, step: int, timeout_s: float) -> dict:
+    """The metrics.jsonl line of `step` (the final evaluation has no trainer step of its own); TimeoutError if
+    none appears within timeout_s."""
+
+    def row() -> dict | None:
         found = [r for r in read_rows(path) if r.get("step") == step]
-        if found:
-            return found[-1]
-        time.sleep(0.5)
-    return None
+        return found[-1] if found else None
+
+    return wait_until(row, timeout_s, ROW_POLL_S, f"no line of step {step} in {path} after {timeout_s:.0f}s")
 
 
 def samples_table(samples: list[Sample], tokenizer) -> wandb.Table:

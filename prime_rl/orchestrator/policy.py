@@ -1,10 +1,12 @@
 """Keeps the student server on a recent enough policy: waits for the trainer's weights and reloads them."""
 
-import asyncio
 import time
 
 from prime_rl.inference.client import InferenceClient
+from prime_rl.protocol.polling import wait_until_async
 from prime_rl.protocol.run_dir import RunDir
+
+WEIGHTS_POLL_S = 0.05  # how often the run dir is looked at for new weights
 
 
 class PolicySync:
@@ -18,15 +20,14 @@ class PolicySync:
 
     async def ensure(self, needed: int) -> int:
         """Serve the newest exported weights, waiting until they are at least `needed`; returns the version."""
-        deadline = time.monotonic() + self.wait_timeout_s
-        latest = self.run_dir.latest_weights()
-        while latest is None or latest < needed:
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"no weights for step {needed} after {self.wait_timeout_s:.0f}s; is the trainer alive?"
-                )
-            await asyncio.sleep(0.05)
+
+        def exported() -> bool:
             latest = self.run_dir.latest_weights()
+            return latest is not None and latest >= needed
+
+        error = f"no weights for step {needed} after {self.wait_timeout_s:.0f}s; is the trainer alive?"
+        await wait_until_async(exported, self.wait_timeout_s, WEIGHTS_POLL_S, error)
+        latest = self.run_dir.latest_weights()  # weights only grow: at least `needed`
         if latest > self.version:
             await self.load(latest)
         return self.version

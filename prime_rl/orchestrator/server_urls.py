@@ -2,12 +2,11 @@
 process can take it between choice and bind; the launcher reads the port back and publishes the server's URL
 in the run dir once it serves (RunDir.server_url). Multi-node plans and explicit ports put the URLs in the config."""
 
-import asyncio
-import time
 from dataclasses import replace
 
 from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.inference.client import InferenceError
+from prime_rl.protocol.polling import wait_until_async
 from prime_rl.protocol.run_dir import RunDir
 
 POLL_S = 0.5
@@ -27,9 +26,6 @@ async def locate_servers(cfg: Config) -> Config:
 async def published_url(run_dir: RunDir, role: str, timeout_s: float) -> str:
     """The URL the launcher published for the `role` server, waiting for it up to timeout_s."""
     path = run_dir.server_url(role)
-    deadline = time.monotonic() + timeout_s
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise InferenceError(f"no {role} server published in {path} within {timeout_s:g} s")
-        await asyncio.sleep(POLL_S)
+    error = InferenceError(f"no {role} server published in {path} within {timeout_s:g} s")
+    await wait_until_async(path.exists, timeout_s, POLL_S, lambda: error)
     return path.read_text().strip()

@@ -4,7 +4,6 @@ The build is published whole (protocol/atomic.py) under a per-recipe file lock: 
 complete, and two launchers building the same recipe at once build it once (the second waits, then reuses it).
 """
 
-import fcntl
 import json
 import logging
 import os
@@ -14,6 +13,7 @@ from pathlib import Path
 from prime_rl.config.schema import TaskConfig, TinyModelConfig, TinyTokenizer, WarmStartConfig
 from prime_rl.models.recipe import model_dir, recipe
 from prime_rl.protocol.atomic import is_complete, publish_dir
+from prime_rl.protocol.file_lock import FileLock
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +26,7 @@ def prepare_model(
     if name != "tiny" or is_complete(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f"{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with FileLock(target.parent / f"{target.name}.lock"):
         if not is_complete(target):  # else another process built it while we waited
             publish_dir(target, lambda out: _build(out, tiny, warm_start, task_cfg))
     return target

@@ -9,4 +9,6 @@ dir and through vLLM's HTTP API, and everything both sides of such a seam must a
 - `metrics.py`   metrics.jsonl: one writer per line, one reader
 - `policy.py`    which policy version the rollouts of a step may come from (max_async_level)
 - `servers.py`   served model names and the env var of the run's server key
+- `polling.py`   waiting, up to a deadline, for what another process makes (a file, a server, weights)
+- `file_lock.py` a lock between processes on one file (the run dir's launcher, a tiny model's build)
 """
