@@ -1,5 +1,6 @@
 """The package rules of docs/architecture.md: processes meet through the run dir (prime_rl/protocol), so the
-packages of different processes never import each other, and no private Hydra API is used."""
+packages of different processes never import each other; the shared facts (protocol, config) import nothing
+above them; and no private Hydra API is used."""
 
 import ast
 from pathlib import Path
@@ -16,6 +17,11 @@ FORBIDDEN = {
     "prime_rl.teacher": ("prime_rl.trainer", "prime_rl.orchestrator", "prime_rl.launcher", "prime_rl.monitor"),
     "prime_rl.protocol": ("prime_rl.trainer", "prime_rl.orchestrator", "prime_rl.launcher", "prime_rl.monitor"),
     "prime_rl.config": ("prime_rl.trainer", "prime_rl.orchestrator", "prime_rl.launcher", "prime_rl.monitor"),
+}
+# package -> the only packages of the project it may import
+ONLY = {
+    "prime_rl.protocol": ("prime_rl.protocol",),
+    "prime_rl.config": ("prime_rl.config", "prime_rl.protocol"),
 }
 
 
@@ -37,6 +43,10 @@ def violations(files: list[Path], root: Path = ROOT) -> list[str]:
         for package, forbidden in FORBIDDEN.items():
             if name == package or name.startswith(package + "."):
                 bad += [f"{name} imports {m}" for m in imports(path) if m.startswith(forbidden)]
+        for package, allowed in ONLY.items():
+            if name == package or name.startswith(package + "."):
+                ours = [m for m in imports(path) if m == "prime_rl" or m.startswith("prime_rl.")]
+                bad += [f"{name} imports {m}" for m in ours if not m.startswith(allowed)]
     return bad
 
 
@@ -53,6 +63,13 @@ def test_a_forbidden_import_is_caught(tmp_path):
     trainer.parent.mkdir(parents=True)
     trainer.write_text("def f():\n    from prime_rl.orchestrator.loop import run\n")
     assert violations([trainer], root=tmp_path) == ["prime_rl.trainer.loop imports prime_rl.orchestrator.loop"]
+
+
+def test_an_upward_import_of_the_shared_facts_is_caught(tmp_path):
+    rules = tmp_path / "prime_rl" / "config" / "rules.py"
+    rules.parent.mkdir(parents=True)
+    rules.write_text("from prime_rl.protocol.servers import SERVER_KEY_ENV\nfrom prime_rl.tasks import load_task\n")
+    assert violations([rules], root=tmp_path) == ["prime_rl.config.rules imports prime_rl.tasks"]
 
 
 @pytest.mark.parametrize("path", python_files(), ids=lambda p: str(p.relative_to(ROOT)))

@@ -5,6 +5,7 @@ trainer. Evaluation rides along every few steps. Nothing here depends on the mod
 import json
 import time
 
+from prime_rl.config.evaluation import due_for_eval
 from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.orchestrator.advantages import grpo_advantages
 from prime_rl.orchestrator.algo import Algorithm, algorithm
@@ -14,7 +15,7 @@ from prime_rl.orchestrator.policy import PolicySync
 from prime_rl.orchestrator.prompts import step_prompts
 from prime_rl.orchestrator.server_urls import locate_servers
 from prime_rl.protocol.batch import Batch, Sample, write_batch
-from prime_rl.protocol.metrics import append_row, due_for_eval, read_rows
+from prime_rl.protocol.metrics import append_row, read_rows
 from prime_rl.protocol.policy import policy_window
 from prime_rl.tasks import Example
 from prime_rl.teacher.answers import TeacherAnswers

@@ -9,15 +9,7 @@ whole in one write; a reader skips a torn last line from a killed writer.
 import json
 from pathlib import Path
 
-from prime_rl.config.schema import Config
 from prime_rl.protocol.atomic import write_text
-
-
-def due_for_eval(cfg: Config, step: int) -> bool:
-    """Whether the orchestrator evaluates at `step` (and, for step 0, after the last step too). Evaluation
-    needs the verifier, so verification off means no evaluation either."""
-    interval = cfg.orchestrator.eval.interval
-    return cfg.orchestrator.verification.enabled and bool(interval) and step % interval == 0
 
 
 def append_row(path: Path, row: dict) -> None:

@@ -6,10 +6,10 @@ learns what the endpoint accepts; `teacher.api.*` the user set are taken as give
 import asyncio
 from dataclasses import replace
 
+from prime_rl.config.evaluation import due_for_eval
 from prime_rl.config.modes import RolloutSource, mode_of
 from prime_rl.config.schema import Config, TeacherApiConfig, TeacherKind, TokenLimitField
 from prime_rl.inference.client import ChatReply, InferenceClient, InferenceError, Sampling
-from prime_rl.protocol.metrics import due_for_eval
 from prime_rl.teacher.cache import TeacherCache
 from prime_rl.teacher.client import TeacherError, teacher_client
 
