@@ -38,8 +38,9 @@ def _build(out: Path, tiny: TinyModelConfig, warm_start: WarmStartConfig, task_c
 
     from prime_rl.models.tiny import build_tiny_model, save_model
     from prime_rl.models.tokenizer import build_bpe_tokenizer, build_tokenizer
-    from prime_rl.sft.train import eval_reward, sft_train
+    from prime_rl.prepare.greedy_eval import eval_reward
     from prime_rl.tasks.registry import load_task
+    from prime_rl.trainer.supervised import sft_train
 
     disable_progress_bar()
     # one thread is fastest at the default widths (more thrash on small shared CPUs); wider models use every core
