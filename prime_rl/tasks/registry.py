@@ -30,13 +30,13 @@ class TaskKind:
     load: Callable[[TaskConfig], Task]
     scorer: Callable[[TaskConfig], Callable]  # (completion, example) -> reward; built in each reward worker
     data: DataKey | None = None  # None: the kind makes its own prompts
-    check: Callable[[TaskConfig], None] | None = None  # built-in: validated without generating it
+    validate: Callable[[TaskConfig], None] | None = None  # built-in: checked without generating its prompts
 
 
 HF_DATA = DataKey("path", "its data", "<file, dir or Hub id>")
 KINDS: dict[str, TaskKind] = {
-    "reverse": TaskKind(reverse_task, answer_scorer, check=check_builtin),
-    "sort": TaskKind(sort_task, answer_scorer, check=check_builtin),
+    "reverse": TaskKind(reverse_task, answer_scorer, validate=check_builtin),
+    "sort": TaskKind(sort_task, answer_scorer, validate=check_builtin),
     "hf": TaskKind(load_hf_task, answer_scorer, HF_DATA),
     "jsonl": TaskKind(load_hf_task, answer_scorer, HF_DATA),
     "reasoning_gym": TaskKind(load_reasoning_gym_task, entry_scorer, DataKey("dataset", "a dataset", "<name>")),
@@ -77,8 +77,8 @@ def train_sizes(cfg: TaskConfig) -> list[int]:
     """Each source's number of train prompts, from the task built once (a ConfigError if it cannot be); a built-in
     task is only checked, since it has num_train prompts by construction."""
     kind = KINDS.get(cfg.name)
-    if kind is not None and kind.check is not None:
-        kind.check(cfg)
+    if kind is not None and kind.validate is not None:
+        kind.validate(cfg)
         return [cfg.num_train]
     task = load_task(cfg)
     return [len(part) for part in task.by_source.values()] if task.weights else [len(task.train)]
