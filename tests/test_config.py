@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from prime_rl.config import ConfigError, TeacherKind, TrainingMode, compose_config, load_config
 from prime_rl.launcher.plan import build_plan
-from prime_rl.launcher.preflight import check_at_launch
+from prime_rl.launcher.preflight import check_at_job, check_at_launch
 from tests.conftest import ROOT, launch_cmd
 
 KEY_ENV = "PRIME_RL_TEST_TEACHER_KEY"
@@ -253,6 +253,18 @@ def test_gpu_rules_against_visible_devices():
     with pytest.raises(ConfigError) as err:
         check(opd_gpu, visible_gpus=3)
     assert err.value.keys == ["deployment.num_teacher_gpus"]
+
+
+def test_a_job_runs_only_the_job_time_checks(tmp_path, monkeypatch):
+    """The launch checked everything else once; the job checks what can differ where it runs: its GPUs."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    external = ["training_mode=sft", "teacher=external", f"teacher.api_key_env={KEY_ENV}", "launcher.dry_run=true"]
+    cfg = compose_config([*external, "monitor=off"])
+    assert check_at_job(cfg, tmp_path, print) == cfg  # the unset key env var was the launch's to refuse
+    two = compose_config(["deployment.num_infer_gpus=1", "deployment.num_train_gpus=1", "monitor=off"])
+    with pytest.raises(ConfigError, match="2 GPUs asked but 0 visible"):
+        check_at_job(two, tmp_path, print)
 
 
 def test_local_model_dir_and_jsonl_task_are_accepted(tmp_path):
