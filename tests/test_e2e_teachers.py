@@ -104,9 +104,11 @@ def test_a_cut_off_teacher_answer_gets_no_end_of_turn_token(teacher_dir):
     from prime_rl.orchestrator.algo.sft import teacher_sample
     from prime_rl.tasks import Example
 
-    ctx = SimpleNamespace(tokenizer=AutoTokenizer.from_pretrained(teacher_dir), cfg=Config())
+    ctx = SimpleNamespace(tokenizer=AutoTokenizer.from_pretrained(teacher_dir), cfg=Config(), teacher_model="teacher")
     example = Example("reverse: abc", "cba")
-    finished = teacher_sample(ctx, example, ChatAnswer("cba", "stop")).completion_ids
+    sample = teacher_sample(ctx, example, ChatAnswer("cba", "stop"))
+    assert (sample.mode, sample.teacher, sample.loss_mask) == ("rl", "teacher", None)  # Config() is rl
+    finished = sample.completion_ids
     cut = teacher_sample(ctx, example, ChatAnswer("cb", "length")).completion_ids
     eot = end_of_turn_id(ctx.tokenizer)
     assert finished[-1] == eot and eot not in cut and ctx.tokenizer.decode(cut) == "cb"

@@ -13,6 +13,7 @@ from prime_rl.monitor.wandb_run import WandbRun
 from prime_rl.protocol.batch import Batch, BatchFormatError, read_batch
 from prime_rl.protocol.metrics import append_row
 from prime_rl.protocol.policy import policy_window
+from prime_rl.protocol.polling import wait_until
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.trainer.checkpoint import load_checkpoint, save_checkpoint
 from prime_rl.trainer.distributed import close_world, init_world, shard_model
@@ -20,6 +21,8 @@ from prime_rl.trainer.model import compute_dtype, head_is_plain, load_model
 from prime_rl.trainer.objective import Objective
 from prime_rl.trainer.step import make_optimizer, train_step
 from prime_rl.trainer.weights import export_merged, export_weights, prune_weights
+
+BATCH_POLL_S = 0.02  # how often the run dir is looked at for the step's batch
 
 
 def train(cfg: Config) -> None:
@@ -68,13 +71,9 @@ def train(cfg: Config) -> None:
 
 
 def wait_for_batch(run_dir: RunDir, step: int, timeout_s: float) -> Batch:
-    path, deadline = run_dir.rollouts(step), time.monotonic() + timeout_s
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"no batch for step {step} after {timeout_s:.0f}s (step_timeout_s); is the orchestrator alive?"
-            )
-        time.sleep(0.02)
+    path = run_dir.rollouts(step)
+    error = f"no batch for step {step} after {timeout_s:.0f}s (step_timeout_s); is the orchestrator alive?"
+    wait_until(path.exists, timeout_s, BATCH_POLL_S, error)
     try:
         return read_batch(path)
     except BatchFormatError as e:
