@@ -11,10 +11,10 @@ from prime_rl.config import compose_config
 from prime_rl.models.chat import answer_ids, end_of_turn_id, final_answer, padding_id, prompt_ids, student_tokenizer
 from prime_rl.models.tokenizer import build_bpe_tokenizer, build_tokenizer
 from prime_rl.prepare.tiny import conversations
-from prime_rl.trainer.data import collate
-from prime_rl.trainer.supervised import supervised_samples
 from prime_rl.tasks import load_task
 from prime_rl.tasks.task import Example
+from prime_rl.trainer.data import collate
+from prime_rl.trainer.supervised import supervised_samples
 
 ANSWERS = ["pqibny", "the answer is here", " leading space", "two  spaces\nand a line"]
 PROMPT = "reverse: ynbiqp"

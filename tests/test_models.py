@@ -22,11 +22,11 @@ from prime_rl.models.chat import prompt_ids
 from prime_rl.models.tiny import build_tiny_model, save_model
 from prime_rl.models.tokenizer import build_tokenizer
 from prime_rl.prepare import prepare_model, prepare_student, prepare_teacher, tiny
-from prime_rl.protocol.atomic import STABLE_MARKER
 from prime_rl.prepare.greedy_eval import eval_reward
+from prime_rl.protocol.atomic import STABLE_MARKER
+from prime_rl.tasks import Example, load_task
 from prime_rl.trainer.data import collate
 from prime_rl.trainer.supervised import sft_train, supervised_samples
-from prime_rl.tasks import Example, load_task
 from tests.conftest import ROOT, unused_port
 
 torch.set_num_threads(1)  # one thread is fastest on small shared CPUs

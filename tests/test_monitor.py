@@ -110,8 +110,7 @@ def offline_cfg(run_dir: Path, **wandb) -> Config:
 
 def opd_samples(n: int) -> list[Sample]:
     return [
-        Sample([0, 1], [2, 3], [-0.5, -1.5], 0.1 * i, 0.5, streams={TEACHER_LOGPROBS: [-1.0, -2.0]})
-        for i in range(n)
+        Sample([0, 1], [2, 3], [-0.5, -1.5], 0.1 * i, 0.5, streams={TEACHER_LOGPROBS: [-1.0, -2.0]}) for i in range(n)
     ]
 
 

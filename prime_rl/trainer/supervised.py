@@ -51,8 +51,10 @@ def sft_train(model, tokenizer, examples: list[Example], ws: WarmStartConfig, ou
     fused, pad = head_is_plain(model), padding_id(tokenizer)
     rng = random.Random(ws.seed)
     for step in range(ws.steps):
-        samples = supervised_samples(tokenizer, rng.sample(examples, min(ws.batch_size, len(examples))))
-        metrics = train_step(cfg, model, optimizer, scheduler, Batch(step, step, samples), pad, device, fused_head=fused)
+        batch = Batch(
+            step, step, supervised_samples(tokenizer, rng.sample(examples, min(ws.batch_size, len(examples))))
+        )
+        metrics = train_step(cfg, model, optimizer, scheduler, batch, pad, device, fused_head=fused)
         if step % 20 == 0 or step == ws.steps - 1:
             log.info("sft step %d/%d loss %.4f lr %.2e", step + 1, ws.steps, metrics["loss"], metrics["lr"])
     model.eval()
