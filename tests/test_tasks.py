@@ -250,7 +250,7 @@ def test_pass_at_k_is_the_unbiased_estimator():
 
 def test_a_task_mix_draws_by_weight_and_scores_each_source_with_its_own_verifier(tmp_path):
     from prime_rl.config import compose_config
-    from prime_rl.orchestrator.loop import step_prompts
+    from prime_rl.orchestrator.prompts import step_prompts
 
     data = tmp_path / "sums.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{a}+1", "answer": str(a + 1)}) + "\n" for a in range(2000)))
@@ -276,9 +276,10 @@ def test_a_task_mix_draws_by_weight_and_scores_each_source_with_its_own_verifier
 
 
 def test_mix_mistakes_name_the_source():
-    from prime_rl.config import ConfigError, compose_config, validate
+    from prime_rl.config import ConfigError, compose_config
+    from prime_rl.launcher.preflight import check_at_launch
 
     with pytest.raises(ConfigError, match=r"\[task.mix\[1\].dataset, task.mix\[1\].options\]"):
-        validate(compose_config(["task=mix", "task.mix=[{name:sort},{name:reasoning_gym,dataset:nope}]"]))
+        check_at_launch(compose_config(["task=mix", "task.mix=[{name:sort},{name:reasoning_gym,dataset:nope}]"]), 0)
     with pytest.raises(ConfigError, match=r"\[task.mix\[0\].weight\]"):
-        validate(compose_config(["task=mix", "task.mix=[{name:sort,weight:0}]"]))
+        check_at_launch(compose_config(["task=mix", "task.mix=[{name:sort,weight:0}]"]), 0)
