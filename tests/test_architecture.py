@@ -1,6 +1,7 @@
-"""The package rules of docs/architecture.md: processes meet through the run dir (prime_rl/protocol), so the
-packages of different processes never import each other; the shared facts (protocol, config) import nothing
-above them; and no private Hydra API is used."""
+"""The package rules of docs/architecture.md: the packages form layers, each importing only the layers below it
+(processes meet through the run dir, so the packages of different processes never import each other, and the
+shared facts in protocol/ and config/ import nothing above them); no module imports itself through a circle;
+and no private Hydra API is used. Every import counts, also one inside a function."""
 
 import ast
 from pathlib import Path
@@ -9,53 +10,103 @@ import pytest
 
 from tests.conftest import ROOT
 
-# package -> packages it must not import (anything under them)
-FORBIDDEN = {
-    "prime_rl.trainer": ("prime_rl.orchestrator", "prime_rl.launcher"),
-    "prime_rl.monitor": ("prime_rl.orchestrator", "prime_rl.launcher", "prime_rl.trainer"),
-    "prime_rl.orchestrator": ("prime_rl.trainer", "prime_rl.launcher", "prime_rl.monitor"),
-    "prime_rl.teacher": ("prime_rl.trainer", "prime_rl.orchestrator", "prime_rl.launcher", "prime_rl.monitor"),
-    "prime_rl.protocol": ("prime_rl.trainer", "prime_rl.orchestrator", "prime_rl.launcher", "prime_rl.monitor"),
-    "prime_rl.config": ("prime_rl.trainer", "prime_rl.orchestrator", "prime_rl.launcher", "prime_rl.monitor"),
-}
-# package -> the only packages of the project it may import
-ONLY = {
-    "prime_rl.protocol": ("prime_rl.protocol",),
-    "prime_rl.config": ("prime_rl.config", "prime_rl.protocol"),
-}
+# Bottom to top. A package may import its own modules and those of the layers below, nothing else of the project.
+LAYERS = [
+    ["protocol"],  # what the processes exchange: imports nothing of the project
+    ["config"],  # the typed schema, the modes, the rules
+    ["models", "inference", "monitor"],  # where a model lives, the vLLM server and client, W&B
+    ["tasks", "teacher"],  # data and rewards; the teacher's endpoints
+    ["orchestrator", "trainer", "report"],  # the processes (and the sweep report): never each other
+    ["prepare", "finetune"],  # model building before a run, and fine-tuning in one process, on the trainer's step
+    ["launcher"],  # validates, plans, prepares and supervises everything below
+]
+LAYER = {f"prime_rl.{package}": level for level, packages in enumerate(LAYERS) for package in packages}
 
 
-def imports(path: Path) -> set[str]:
-    """Every module a file imports, at any depth (a function-level import counts too)."""
+def imports(path: Path, with_names: bool = False) -> set[str]:
+    """Every module a file imports, at any depth (a function-level import counts too); `with_names`: also
+    `package.name` of each `from package import name`, which is a module when the name is a submodule."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
             found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names} if with_names else set()
     return found
 
 
+def module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_of(module: str) -> str | None:
+    """`prime_rl.<package>` of a project module, None outside the project's packages."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "prime_rl" and len(parts) > 1 else None
+
+
 def violations(files: list[Path], root: Path = ROOT) -> list[str]:
+    """`a imports b` for every import of a module b at its own layer (another package) or above it."""
     bad = []
     for path in files:
-        name = ".".join(path.relative_to(root).with_suffix("").parts)
-        for package, forbidden in FORBIDDEN.items():
-            if name == package or name.startswith(package + "."):
-                bad += [f"{name} imports {m}" for m in imports(path) if m.startswith(forbidden)]
-        for package, allowed in ONLY.items():
-            if name == package or name.startswith(package + "."):
-                ours = [m for m in imports(path) if m == "prime_rl" or m.startswith("prime_rl.")]
-                bad += [f"{name} imports {m}" for m in ours if not m.startswith(allowed)]
+        name = module_name(path, root)
+        mine = package_of(name)
+        if mine not in LAYER:
+            continue
+        for target in sorted(imports(path)):
+            theirs = package_of(target)
+            if theirs in LAYER and theirs != mine and LAYER[theirs] >= LAYER[mine]:
+                bad.append(f"{name} imports {target}")
     return bad
+
+
+def circles(files: list[Path], root: Path = ROOT) -> list[list[str]]:
+    """The import circles among the project's modules (strongly connected components of more than one module)."""
+    modules = {module_name(path, root): path for path in files}
+    graph = {
+        name: sorted(m for m in imports(path, True) if m in modules and m != name) for name, path in modules.items()
+    }
+    order, low, stack, found = {}, {}, [], []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        order[v] = low[v] = len(order)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in order:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], order[w])
+        if low[v] == order[v]:
+            component = []
+            while (w := stack.pop()) != v:
+                component.append(w)
+            if component:
+                found.append(sorted([v, *component]))
+
+    for v in graph:
+        if v not in order:
+            visit(v)
+    return found
 
 
 def python_files() -> list[Path]:
     return sorted([*(ROOT / "prime_rl").rglob("*.py"), *(ROOT / "hydra_plugins").rglob("*.py"), ROOT / "launch.py"])
 
 
-def test_process_packages_do_not_import_each_other():
+def test_every_package_is_in_a_layer():
+    packages = {f"prime_rl.{p.name}" for p in (ROOT / "prime_rl").iterdir() if (p / "__init__.py").exists()}
+    assert packages == set(LAYER)
+
+
+def test_packages_import_only_the_layers_below():
     assert violations(python_files()) == []
+
+
+def test_no_module_imports_itself_through_a_circle():
+    assert circles(python_files()) == []
 
 
 def test_a_forbidden_import_is_caught(tmp_path):
@@ -70,6 +121,16 @@ def test_an_upward_import_of_the_shared_facts_is_caught(tmp_path):
     rules.parent.mkdir(parents=True)
     rules.write_text("from prime_rl.protocol.servers import SERVER_KEY_ENV\nfrom prime_rl.tasks import load_task\n")
     assert violations([rules], root=tmp_path) == ["prime_rl.config.rules imports prime_rl.tasks"]
+
+
+def test_a_circle_is_caught_also_through_a_function_level_import(tmp_path):
+    tasks = tmp_path / "prime_rl" / "tasks"
+    tasks.mkdir(parents=True)
+    (tasks / "task.py").write_text("def load():\n    from prime_rl.tasks.hf import load_hf\n")
+    (tasks / "hf.py").write_text("from prime_rl.tasks.task import Example\n")
+    (tasks / "mix.py").write_text("from prime_rl.tasks.task import Example\n")
+    files = sorted(tasks.glob("*.py"))
+    assert circles(files, root=tmp_path) == [["prime_rl.tasks.hf", "prime_rl.tasks.task"]]
 
 
 @pytest.mark.parametrize("path", python_files(), ids=lambda p: str(p.relative_to(ROOT)))
