@@ -2,8 +2,8 @@
 rewards are needed, which loss trains the student.
 
 Every process reads these facts instead of branching on the mode's name: validation states its rules from them
-(config/rules.py), the orchestrator picks the mode's step (orchestrator/algo/), the trainer its objective
-(trainer/objective.py), the launcher the servers' settings. A new mode is one `Mode` here plus one file in
+(config/rules.py), the orchestrator picks the mode's step (orchestrator/algo/), the trainer its loss
+(trainer/loss.py Objective), the launcher the servers' settings. A new mode is one `Mode` here plus one file in
 orchestrator/algo/ (docs/architecture.md, "Adding a mode"). Choosing a mode per task source later means looking it
 up per source instead of per run: nothing here depends on the run's other settings.
 """

@@ -1,12 +1,18 @@
-"""Losses over the completion tokens of one micro-batch (docs/architecture.md, "The maths").
+"""Losses over the completion tokens of one micro-batch (docs/architecture.md, "The maths"), and the one a run's
+mode trains with (`Objective`, from config/modes.py): the importance-weighted policy loss, with the teacher term
+where the mode has one, or the NLL of teacher-written tokens.
 
 Sums are divided by the token count of the whole step (`total_tokens`), not the micro-batch, so
 gradient accumulation over micro-batches gives the same gradient as one big batch.
 """
 
+from collections.abc import Callable
+from functools import partial
+
 import torch
 
-from prime_rl.config.schema import LossConfig
+from prime_rl.config.modes import Loss, mode_of
+from prime_rl.config.schema import Config, LossConfig
 from prime_rl.protocol.batch import TEACHER_LOGPROBS
 from prime_rl.trainer.data import TokenBatch
 
@@ -85,3 +91,25 @@ def distill_center(mbs: list[TokenBatch], cfg: LossConfig) -> float:
 
 def metric_means(sums: dict[str, float], total_tokens: int) -> dict[str, float]:
     return {k: v / total_tokens for k, v in sums.items()}
+
+
+# (logprobs, micro-batch, total_tokens=the step's token count) -> (loss, metric sums)
+StepLoss = Callable[[torch.Tensor, TokenBatch, int], tuple[torch.Tensor, dict[str, float]]]
+
+
+class Objective:
+    """The run's loss: which formula, with which teacher centre, at which temperature the policy is computed."""
+
+    def __init__(self, cfg: Config):
+        self.mode, self.loss_cfg = mode_of(cfg), cfg.trainer.loss
+        # pi is the policy that sampled, at its temperature (vLLM reports mu the same way, --logprobs-mode
+        # processed_logprobs); teacher-written tokens are plain targets: NLL at temperature 1
+        self.temperature = cfg.orchestrator.sampling.temperature if self.mode.trains_sampled_policy else 1.0
+
+    def for_step(self, mbs: list[TokenBatch]) -> StepLoss:
+        """The loss of every micro-batch of a step, given all of the step's micro-batches (before any rank split):
+        the teacher term is centred on the mean of the whole step."""
+        if self.mode.loss == Loss.nll:
+            return sft_loss
+        center = distill_center(mbs, self.loss_cfg) if self.mode.teacher_term else None
+        return partial(rl_loss, cfg=self.loss_cfg, teacher_center=center)

@@ -13,10 +13,9 @@ from prime_rl.protocol.batch import Batch
 from prime_rl.trainer.data import micro_batches, to_device
 from prime_rl.trainer.distributed import SINGLE, World, all_sum, full_tensor, rank_micro_batches
 from prime_rl.trainer.logprobs import head_logprobs, token_logprobs
-from prime_rl.trainer.loss import metric_means
+from prime_rl.trainer.loss import Objective, metric_means
 from prime_rl.trainer.lr_schedule import lr_factor
 from prime_rl.trainer.model import compute_dtype, decoder_and_head
-from prime_rl.trainer.objective import Objective
 
 
 def make_optimizer(cfg: Config, model):

@@ -17,8 +17,8 @@ from prime_rl.protocol.polling import wait_until
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.trainer.checkpoint import load_checkpoint, save_checkpoint
 from prime_rl.trainer.distributed import close_world, init_world, shard_model
+from prime_rl.trainer.loss import Objective
 from prime_rl.trainer.model import compute_dtype, head_is_plain, load_model
-from prime_rl.trainer.objective import Objective
 from prime_rl.trainer.step import make_optimizer, train_step
 from prime_rl.trainer.weights import export_merged, export_weights, prune_weights
 
