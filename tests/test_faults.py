@@ -27,6 +27,7 @@ from tests.test_e2e_rl import launch
 
 pytestmark = pytest.mark.faults
 SHORT = ["max_steps=8", "ckpt.interval=2", "orchestrator.eval.interval=0"]
+CONCURRENT_RUNS = 3  # every pair of them could collide; more only lengthen the test on 2 cores
 TEACHER_KEY_ENV = "PRIME_RL_TEST_TEACHER_KEY"
 TEAM_TOKEN_ENV = "PRIME_RL_TEST_TEAM_TOKEN"
 
@@ -52,67 +53,12 @@ def wait_until(predicate, proc: subprocess.Popen, timeout_s: float, what: str) -
         time.sleep(0.2)
 
 
-def assert_checkpoint_intact(run_dir: Path) -> int:
+def assert_checkpoint_intact(run_dir: Path, after: int) -> int:
     step = RunDir(run_dir).latest_checkpoint()
-    assert step is not None and step >= 2
+    assert step is not None and step >= after + 2, (step, after)
     state = torch.load(run_dir / "checkpoints" / f"step_{step}" / "trainer.pt", weights_only=True)
     assert state["step"] == step and state["model"] and state["optimizer"]["state"]
     return step
-
-
-# (what is hit, with which signal, extra overrides): each role of rl, the teacher server of opd, the launcher.
-FAULTS = [
-    ("inference", signal.SIGKILL, []),
-    ("orchestrator", signal.SIGKILL, []),
-    ("trainer", signal.SIGKILL, []),
-    ("teacher_inference", signal.SIGKILL, ["training_mode=opd"]),
-    ("launcher", signal.SIGINT, []),
-    ("launcher", signal.SIGTERM, []),
-]
-
-
-@pytest.mark.vllm
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize("target, sig, extra", FAULTS, ids=[f"{s.name} {t}" for t, s, _ in FAULTS])
-def test_a_fault_stops_the_run_cleanly_and_resume_finishes_it(tmp_path, target, sig, extra):
-    run_dir = tmp_path / "run"
-    at_step = random.randint(3, 5)  # a random step past the first checkpoint (step 2)
-    proc = subprocess.Popen(
-        launch_cmd(*SHORT, *extra, "max_steps=200", f"hydra.run.dir={run_dir}"),
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_until(lambda: len(train_steps(run_dir)) >= at_step, proc, 300, f"step {at_step}")
-        if target == "launcher":
-            proc.send_signal(sig)
-        else:
-            os.kill(started_roles(run_dir)[target], sig)
-        hit = time.monotonic()
-        _, err = proc.communicate(timeout=60)
-        stopped_s = time.monotonic() - hit
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    if target == "launcher":
-        assert proc.returncode == 128 + sig and stopped_s < 30, (proc.returncode, stopped_s)
-        assert "stopped by signal" in err
-    else:
-        assert proc.returncode != 0 and stopped_s < 10, (proc.returncode, stopped_s)
-        assert f"error: role {target} failed" in err, err[-3000:]
-    roles = started_roles(run_dir)
-    assert len(roles) == (4 if extra else 3) and not [r for r, pgid in roles.items() if group_alive(pgid)]
-    assert not marked_processes(str(run_dir.resolve()))  # nor anything they started (wandb's service)
-    checkpoint = assert_checkpoint_intact(run_dir)
-    if target == "launcher":
-        return  # a stop on request; resuming after it is the same as after a kill, tested with the roles
-
-    resumed = launch(run_dir, *SHORT, *extra, "ckpt.resume=true")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"resuming from step {checkpoint}" in resumed.stderr
-    assert train_steps(run_dir) == list(range(8))  # every step exactly once across both attempts
 
 
 def reapers(marker: str) -> list[int]:
@@ -128,36 +74,84 @@ def reapers(marker: str) -> list[int]:
     return found
 
 
+# Faults one after another, in the attempts of one run (what is hit, with which signal): each role of rl, then the
+# launcher asked to stop (SIGINT, SIGTERM) and killed outright (SIGKILL: no handler, no atexit, what the OOM
+# killer or `scancel --signal=KILL` does); opd's teacher server in a run of its own. Every attempt after the first
+# resumes from the latest checkpoint of the one before; a last one finishes the run.
+RL_FAULTS = [
+    ("inference", signal.SIGKILL),
+    ("orchestrator", signal.SIGKILL),
+    ("trainer", signal.SIGKILL),
+    ("launcher", signal.SIGINT),
+    ("launcher", signal.SIGTERM),
+    ("launcher", signal.SIGKILL),
+]
+OPD_FAULTS = [("teacher_inference", signal.SIGKILL)]
+
+
 @pytest.mark.vllm
-@pytest.mark.timeout(600)
-def test_a_launcher_killed_with_sigkill_leaves_nothing_behind_and_resume_finishes_the_run(tmp_path):
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("extra, faults", [([], RL_FAULTS), (["training_mode=opd"], OPD_FAULTS)], ids=["rl", "opd"])
+def test_faults_stop_the_run_cleanly_and_resume_finishes_it(tmp_path, extra, faults):
     run_dir = tmp_path / "run"
-    marker = str(run_dir.resolve())
-    proc = subprocess.Popen(
-        launch_cmd(*SHORT, "max_steps=200", f"hydra.run.dir={run_dir}"),
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_until(lambda: len(train_steps(run_dir)) >= 3, proc, 300, "step 3")
-        assert marked_processes(marker)  # the servers, orchestrator and trainer run
-        proc.kill()  # no handler, no atexit: what the OOM killer or `scancel --signal=KILL` does
-        proc.wait(timeout=10)
-        killed = time.monotonic()
-        while (marked_processes(marker) or reapers(marker)) and time.monotonic() - killed < 10:
-            time.sleep(0.2)
-        assert not marked_processes(marker), "processes of the run outlived its launcher by 10 s"
-        assert not reapers(marker)
-    finally:
-        for pid in marked_processes(marker):
-            os.kill(pid, signal.SIGKILL)
-    checkpoint = assert_checkpoint_intact(run_dir)
-    resumed = launch(run_dir, *SHORT, "ckpt.resume=true")
+    checkpoint = 0
+    for attempt, (target, sig) in enumerate(faults):
+        resume = ["ckpt.resume=true"] if attempt else []
+        proc = subprocess.Popen(
+            launch_cmd(*SHORT, *extra, *resume, "max_steps=200", f"hydra.run.dir={run_dir}"),
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            hit(run_dir, proc, target, sig, after=checkpoint, roles=4 if extra else 3)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            for pid in marked_processes(str(run_dir.resolve())):
+                os.kill(pid, signal.SIGKILL)
+        checkpoint = assert_checkpoint_intact(run_dir, after=checkpoint)
+    final = checkpoint + 2
+    resumed = launch(run_dir, *SHORT, *extra, f"max_steps={final}", "ckpt.resume=true")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resuming from step {checkpoint}" in resumed.stderr
-    assert train_steps(run_dir) == list(range(8))
+    assert train_steps(run_dir) == list(range(final))  # every step exactly once across all the attempts
+
+
+def hit(run_dir: Path, proc: subprocess.Popen, target: str, sig: signal.Signals, after: int, roles: int) -> None:
+    """Once this attempt has trained past a new checkpoint (and a random step more or not), hit `target` with
+    `sig`: the launcher exits in bounded time, naming the failed role, and leaves no process of the run behind."""
+    at_step = after + random.randint(3, 4)  # at least one checkpoint (every 2 steps) past the attempt's start
+    marker = str(run_dir.resolve())
+
+    def trained() -> bool:
+        return (RunDir(run_dir).latest_checkpoint() or 0) >= after + 2 and len(train_steps(run_dir)) >= at_step
+
+    wait_until(trained, proc, 300, f"step {at_step}")
+    if target != "launcher":
+        os.kill(started_roles(run_dir)[target], sig)
+    elif sig == signal.SIGKILL:
+        assert marked_processes(marker)  # the servers, orchestrator and trainer run
+        proc.kill()
+    else:
+        proc.send_signal(sig)
+    hit_at = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    stopped_s = time.monotonic() - hit_at
+    if sig == signal.SIGKILL and target == "launcher":  # no launcher left to stop them: its reaper does
+        while (marked_processes(marker) or reapers(marker)) and time.monotonic() - hit_at < 10:
+            time.sleep(0.2)
+        assert not reapers(marker)
+    elif target == "launcher":
+        assert proc.returncode == 128 + sig and stopped_s < 30, (proc.returncode, stopped_s)
+        assert "stopped by signal" in err
+    else:
+        assert proc.returncode != 0 and stopped_s < 10, (proc.returncode, stopped_s)
+        assert f"error: role {target} failed" in err, err[-3000:]
+    started = started_roles(run_dir)
+    assert len(started) == roles and not [r for r, pgid in started.items() if group_alive(pgid)]
+    assert not marked_processes(marker), f"processes of the run outlived {target}'s {sig.name}"
 
 
 @pytest.mark.vllm
@@ -204,25 +198,25 @@ class PortThief:
 
 @pytest.mark.vllm
 @pytest.mark.timeout(900)
-def test_four_runs_started_together_all_finish_with_a_port_thief_about(tmp_path):
-    """Default run dirs (no hydra.run.dir): four launchers in the same second each get their own dir and server
+def test_runs_started_together_all_finish_with_a_port_thief_about(tmp_path):
+    """Default run dirs (no hydra.run.dir): three launchers in the same second each get their own dir and server
     ports. No port is named before its server binds it (the kernel picks it at bind), so the thief finds none."""
     cmd = launch_cmd("max_steps=2", "orchestrator.eval.interval=0", "monitor=off")
     thief = PortThief(tmp_path)
     try:
         procs = [
             subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for _ in range(4)
+            for _ in range(CONCURRENT_RUNS)
         ]
         outs = [p.communicate(timeout=840) for p in procs]
     finally:
         thief.stop()
-    assert [p.returncode for p in procs] == [0] * 4, [err[-2000:] for _, err in outs]
+    assert [p.returncode for p in procs] == [0] * CONCURRENT_RUNS, [err[-2000:] for _, err in outs]
     assert thief.stolen == []
     run_dirs = sorted((tmp_path / "outputs").glob("*/*"))
-    assert len(run_dirs) == 4
+    assert len(run_dirs) == CONCURRENT_RUNS
     urls = {(d / "servers" / "inference.url").read_text() for d in run_dirs}
-    assert len(urls) == 4 and not any(url.endswith(":0/v1") for url in urls)
+    assert len(urls) == CONCURRENT_RUNS and not any(url.endswith(":0/v1") for url in urls)
     assert all(train_steps(d) == [0, 1] for d in run_dirs)
 
 

@@ -282,47 +282,55 @@ def offline_env(monkeypatch):
 
 
 @pytest.mark.vllm
-def test_real_run_reads_back_from_wandb_offline_files(tmp_path, offline_env):
+def test_a_real_run_reads_back_from_wandb_and_resumes_from_its_checkpoint_into_the_same_wandb_run(
+    tmp_path, offline_env
+):
+    """One run of 4 steps and its resume to 8: W&B's offline files hold what the processes logged (steps, samples,
+    the run's names and tags, no secret), the resumed run continues the same W&B run, the lr schedule and the
+    counts so far go on from the checkpoint, and the resumed run's own settings apply (completions capped at 2
+    tokens, shorter than every answer: a word and the end of turn)."""
     run_dir = tmp_path / "run"
-    proc = launch(
-        run_dir,
-        "max_steps=3",
-        "orchestrator.eval.interval=3",
+    names = ["monitor.wandb.group=g1", "monitor.wandb.name=n1", "monitor.wandb.tags=[t1]"]
+    common = [
+        "ckpt.interval=2",
+        "orchestrator.eval.interval=0",
+        "trainer.optim.warmup_steps=10",
         "monitor.samples_interval=1",
-        "monitor.wandb.group=g1",
-        "monitor.wandb.name=n1",
-        "monitor.wandb.tags=[t1]",
         f"teacher.api_key_env={SECRET_ENV}",
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "wandb:" not in proc.stderr + proc.stdout  # W&B's console output stays in the trainer's log
+        *names,
+    ]
+    first = launch(run_dir, "max_steps=4", *common)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "wandb:" not in first.stderr + first.stdout  # W&B's console output stays in the trainer's log
+    assert (run_dir / "checkpoints" / "step_4" / "STABLE").exists()
     [run] = offline_runs(run_dir)
     assert run.run.run_id == (run_dir / RUN_ID_FILE).read_text().strip()
     assert (run.run.run_group, run.run.display_name) == ("g1", "n1")
     assert set(run.run.tags) == {"mode:rl", "teacher:none", "lora:off", "t1"}
-    assert run.config["max_steps"] == 3 and run.config["run_dir"] == str(run_dir.resolve())
+    assert run.config["max_steps"] == 4 and run.config["run_dir"] == str(run_dir.resolve())
     assert run.config["teacher"]["api_key_env"] == SECRET_ENV
-    assert not files_containing(run_dir, SECRET)
-    assert run.steps_with("reward/mean") == [0, 1, 2]  # orchestrator
-    assert run.steps_with("loss") == [0, 1, 2]  # trainer
-    assert run.steps_with("eval/reward") == [0, 3]  # step 3: the orchestrator's final evaluation
-    assert run.steps_with("samples/_type") == [0, 1, 2]
+    assert run.steps_with("reward/mean") == [0, 1, 2, 3]  # orchestrator
+    assert run.steps_with("loss") == [0, 1, 2, 3]  # trainer
+    assert run.steps_with("samples/_type") == [0, 1, 2, 3]
     table = json.loads(next((run.path / "files" / "media" / "table").glob("samples_0_*.table.json")).read_text())
     assert len(table["data"]) == 16 and all("reverse" in row[0] for row in table["data"])
     assert sorted(p.name for p in (run_dir / "plots").iterdir()) == ["loss.png", "reward.png", "throughput.png"]
 
-
-@pytest.mark.vllm
-def test_resumed_run_continues_its_wandb_run(tmp_path, offline_env):
-    run_dir = tmp_path / "run"
-    common = ["ckpt.interval=1", "orchestrator.eval.interval=0"]
-    first = launch(run_dir, "max_steps=2", *common)
-    assert first.returncode == 0, first.stderr[-3000:]
-    second = launch(run_dir, "max_steps=4", "ckpt.resume=true", *common)
+    second = launch(run_dir, "max_steps=8", "ckpt.resume=true", "orchestrator.sampling.max_tokens=2", *common)
     assert second.returncode == 0, second.stderr[-3000:]
+    assert "resuming from step 4" in second.stderr
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == list(range(8))
+    # the lr schedule continues where it stopped (warmup step 5 of 10), as restored from the checkpoint
+    assert lines[4]["lr"] == pytest.approx(3e-4 * 5 / 11)
+    # counts "so far" go on from the first run's (128 rollouts scored per step, no evaluation)
+    assert [r["verifier/calls"] for r in lines] == [128 * (k + 1) for k in range(8)]
+    truncated = [r["seq_len/truncated"] for r in lines]
+    assert max(truncated[:4]) < 0.5 and min(truncated[4:]) > 0.9, truncated
     [one, two] = offline_runs(run_dir)
     assert one.run.run_id == two.run.run_id == (run_dir / RUN_ID_FILE).read_text().strip()
-    assert one.steps_with("loss") == [0, 1] and two.steps_with("loss") == [2, 3]
+    assert one.steps_with("loss") == [0, 1, 2, 3] and two.steps_with("loss") == [4, 5, 6, 7]
+    assert not files_containing(run_dir, SECRET)
 
 
 @pytest.mark.vllm
@@ -343,7 +351,9 @@ def test_report_on_a_real_local_multirun(tmp_path, offline_env):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not run_processes(str(sweep))
-    names = [offline_runs(sweep / job)[0].run for job in ("0", "1")]
+    runs = [offline_runs(sweep / job)[0] for job in ("0", "1")]
+    assert all(run.steps_with("eval/reward") == [0, 2] for run in runs)  # step 2: the orchestrator's final eval
+    names = [run.run for run in runs]
     assert {n.run_group for n in names} == {f"{tmp_path.name}/sweep"}
     assert names[0].display_name != names[1].display_name and "trainer.optim.lr=" in names[0].display_name
 

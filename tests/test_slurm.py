@@ -73,11 +73,11 @@ def sweep_dir(tmp_path):
 @pytest.mark.vllm
 @pytest.mark.timeout(600)
 def test_an_opd_sweep_is_one_array_job_and_every_job_finishes(sweep_dir):
-    run = sweep(sweep_dir, "training_mode=opd", "trainer.loss.teacher_tau=0.3,1.0,3.0", *SHORT)
+    run = sweep(sweep_dir, "training_mode=opd", "trainer.loss.teacher_tau=0.3,3.0", *SHORT)
     assert run.returncode == 0, run.stderr[-3000:]
     [array] = job_ids(sweep_dir)
-    assert sacct(array) == {f"{array}_{i}": ["COMPLETED"] for i in range(3)}
-    for i, tau in enumerate((0.3, 1.0, 3.0)):
+    assert sacct(array) == {f"{array}_{i}": ["COMPLETED"] for i in range(2)}
+    for i, tau in enumerate((0.3, 3.0)):
         job = sweep_dir / str(i)
         summary = json.loads((job / "summary.json").read_text())
         assert summary["steps"] == 3 and "teacher_kl/final" in summary
