@@ -26,10 +26,9 @@ class Rules:
     latency_s: float = 0.0  # time each answer takes
 
 
-# the rule sets of the providers the README names
+# the rule sets of the providers the README names (rate limits: the every-rule test in test_hosted_teachers.py)
 OPENAI_REASONING = Rules(key="sk-openai-test", completion_tokens_only=True, default_sampling_only=True)
 ANTHROPIC = Rules(key="sk-ant-test", n="refuse")
-RATE_LIMITED = Rules(key="sk-rl-test", rate_limit_every=3, retry_after_s=1.0)
 
 
 @dataclass
