@@ -2,22 +2,26 @@
 step, what a teacher adds to the scored samples, and what a resumed run must skip. The loop (orchestrator/loop.py)
 runs these in one straight line: rollouts -> rewards and advantages -> teacher signal -> batch."""
 
+from abc import ABC, abstractmethod
+
 from prime_rl.orchestrator.context import Context
 from prime_rl.protocol.batch import Sample
 from prime_rl.tasks import Example
 
 
-class Algorithm:
+class Algorithm(ABC):
     async def preflight(self, ctx: Context) -> None:
-        """Checks before the first step that only this mode needs."""
+        """Checks before the first step that only this mode needs (none by default)."""
+        return None
 
+    @abstractmethod
     async def rollouts(self, ctx: Context, examples: list[Example]) -> tuple[list[list[Sample]], dict[str, float]]:
         """One group of rollouts_per_example samples per prompt, and the metrics of making them."""
-        raise NotImplementedError
 
     async def teacher_signal(self, ctx: Context, samples: list[Sample]) -> dict[str, float]:
         """What a teacher adds to the step's scored samples (per-token streams), and its metrics."""
         return {}
 
     def resume(self, ctx: Context, start: int) -> None:
-        """A resumed run at `start`: bring what this mode keeps across steps up to that step."""
+        """A resumed run at `start`: bring what this mode keeps across steps up to that step (nothing by default)."""
+        return None
