@@ -22,7 +22,7 @@ from prime_rl.config.user_error import check
 from prime_rl.launcher.gpus import visible_gpus
 from prime_rl.models.hub import hub_model_problem, is_hub_id
 from prime_rl.monitor.wandb_mode import settle_wandb_mode
-from prime_rl.tasks.registry import MIX, SOURCE_KINDS, TASK_KINDS, check_data_key, train_sizes
+from prime_rl.tasks.registry import HF_DATA, KINDS, MIX, SOURCE_KINDS, TASK_KINDS, check_data_key, train_sizes
 from prime_rl.teacher.chat_api import resolve_teacher_api
 
 
@@ -139,4 +139,4 @@ def _task(cfg: Config) -> None:
 
 def _size_key(key: str, src: TaskSourceConfig) -> str:
     """The knob that sets a source's train size: its data (hf, jsonl) or its num_train."""
-    return f"{key}.path" if src.name in ("hf", "jsonl") else f"{key}.num_train"
+    return f"{key}.path" if KINDS[src.name].data == HF_DATA else f"{key}.num_train"
