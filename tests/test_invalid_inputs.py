@@ -182,6 +182,12 @@ CASES = [
         ("deployment.num_teacher_gpus=1",),
         "[deployment.num_teacher_gpus, teacher]",
     ),
+    Case(
+        "GPUs",
+        "colocated layout on two GPUs",
+        ("deployment=colocated", "deployment.num_infer_gpus=2", "deployment.num_train_gpus=2"),
+        "[deployment.layout, deployment.num_infer_gpus, deployment.num_train_gpus]",
+    ),
     Case("endpoint", "base_url not a URL", (*EXTERNAL, "teacher.base_url=api.example.com"), "[teacher.base_url]"),
     Case(
         "secret",

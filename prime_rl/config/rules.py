@@ -9,7 +9,7 @@ broken rule raises ConfigError, whose one-line message names the offending keys 
 from urllib.parse import urlparse
 
 from prime_rl.config.modes import mode_of
-from prime_rl.config.schema import Config, TeacherKind, node_gpus, num_nodes
+from prime_rl.config.schema import Config, Layout, TeacherKind, node_gpus, num_nodes
 from prime_rl.config.user_error import check
 from prime_rl.protocol.servers import SERVER_KEY_ENV
 
@@ -22,7 +22,7 @@ CHAT_FIELDS = ("model", "messages", "n", "max_tokens", "max_completion_tokens", 
 
 def check_rules(cfg: Config, visible_gpus: int) -> None:
     """Raise ConfigError on the first broken rule. `visible_gpus`: GPUs the job will see."""
-    for rule in (_ranges, _pairs, _mode, _teacher, _lora, _nodes, _gpus, _parallel):
+    for rule in (_ranges, _pairs, _mode, _teacher, _lora, _nodes, _colocated, _gpus, _parallel):
         rule(cfg, visible_gpus)
 
 
@@ -84,6 +84,7 @@ def _knobs(cfg: Config) -> list[tuple[str, bool, str, str]]:
         ("trainer.loss.kl_tau", t.loss.kl_tau >= 0, "must be >= 0", "use 0 to disable"),
         ("trainer.loss.mask_band", t.loss.mask_band > 0, "must be > 0", "use e.g. 0.2"),
         ("trainer.num_procs", t.num_procs >= 1, f"must be >= 1, got {t.num_procs}", "use 1, or more on CPU"),
+        ("trainer.num_threads", t.num_threads >= 0, f"must be >= 0, got {t.num_threads}", "use 0 (auto) or more"),
         ("ckpt.interval", cfg.ckpt.interval >= 0, "must be >= 0", "use 0 to checkpoint only at the end"),
         (
             "ckpt.keep",
@@ -185,6 +186,11 @@ def _knobs(cfg: Config) -> list[tuple[str, bool, str, str]]:
     ]
     if teacher.kind != TeacherKind.none:  # a teacher's and an adapter's knobs are read only when there is one
         rows.append(("teacher.rate_limit_wait_s", teacher.rate_limit_wait_s >= 0, "must be >= 0", "use e.g. 600"))
+    if teacher.gpu_memory_utilization is not None:
+        share = teacher.gpu_memory_utilization
+        rows.append(
+            ("teacher.gpu_memory_utilization", 0 < share <= 1, f"must be in (0, 1], got {share}", "use e.g. 0.3")
+        )
     if lora.enabled:
         rows += [
             ("trainer.lora.rank", lora.rank >= 1, "must be >= 1", "use e.g. 8"),
@@ -409,6 +415,39 @@ def _nodes(cfg: Config, _: int) -> None:
     )
 
 
+def _colocated(cfg: Config, _: int) -> None:
+    """One device shared in turns: the CPU or one GPU, one node, one trainer process, no second device for a
+    teacher."""
+    d = cfg.deployment
+    if d.layout != Layout.colocated:
+        return
+    fix_gpus = "use deployment=colocated (CPU) or deployment=colocated_gpu (one GPU); more GPUs: deployment=gpu"
+    check(
+        d.num_infer_gpus == d.num_train_gpus <= 1,
+        ["deployment.layout", "deployment.num_infer_gpus", "deployment.num_train_gpus"],
+        f"colocated roles share one device, but num_infer_gpus={d.num_infer_gpus}, num_train_gpus={d.num_train_gpus}",
+        fix_gpus,
+    )
+    check(
+        d.num_teacher_gpus is None,
+        ["deployment.layout", "deployment.num_teacher_gpus"],
+        "a colocated teacher shares the student's device and gets no GPUs of its own",
+        "drop deployment.num_teacher_gpus",
+    )
+    check(
+        num_nodes(d) == 1,
+        ["deployment.layout", "deployment.num_infer_nodes", "deployment.num_train_nodes"],
+        "the colocated layout shares one machine's device, a multi-node job has several",
+        "use deployment.layout=separate for a multi-node job",
+    )
+    check(
+        cfg.trainer.num_procs == 1,
+        ["deployment.layout", "trainer.num_procs"],
+        f"num_procs={cfg.trainer.num_procs}: in turns, one trainer process already has every core",
+        "drop trainer.num_procs",
+    )
+
+
 def _gpus(cfg: Config, visible_gpus: int) -> None:
     d = cfg.deployment
     check(
@@ -417,7 +456,7 @@ def _gpus(cfg: Config, visible_gpus: int) -> None:
         f"GPUs for a teacher server, but teacher={cfg.teacher.kind.value} starts none",
         "drop deployment.num_teacher_gpus or use teacher=local_vllm",
     )
-    if d.num_infer_gpus > 0 and cfg.teacher.kind == TeacherKind.local_vllm:
+    if d.num_infer_gpus > 0 and cfg.teacher.kind == TeacherKind.local_vllm and d.layout == Layout.separate:
         check(
             bool(d.num_teacher_gpus),
             ["deployment.num_teacher_gpus"],

@@ -47,6 +47,11 @@ class ReasoningMode(str, Enum):
     keep = "keep"  # train on the reasoning too, as <think>\n…\n</think>\n\n before the answer
 
 
+class Layout(str, Enum):
+    separate = "separate"  # every role on its own share of the devices (cores or GPUs), working at once
+    colocated = "colocated"  # every role on the same device (the CPU or one GPU), taking turns at step boundaries
+
+
 class WandbMode(str, Enum):
     auto = "auto"  # $WANDB_MODE if set; else online when WANDB_API_KEY is set, offline otherwise
     online = "online"
@@ -196,7 +201,7 @@ class TrainerConfig:
     dtype: str = "auto"  # compute dtype: auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16; weights, AdamW stay fp32
     activation_checkpointing: bool = False  # recompute layer activations in the backward pass: less memory, more time
     device: str = "auto"  # auto (cuda when visible) | cpu | cuda
-    num_threads: int = 1  # torch CPU threads (1 is fastest on shared small CPUs)
+    num_threads: int = 0  # torch CPU threads; 0 = auto: every core when colocated, else 1 (beside a busy server)
     num_procs: int = 1  # trainer processes on CPU (gloo); on GPUs one per deployment.num_train_gpus
 
 
@@ -236,6 +241,7 @@ class TeacherConfig:
     headers: dict[str, str] = field(default_factory=dict)  # extra HTTP headers (no secrets: use header_envs)
     header_envs: dict[str, str] = field(default_factory=dict)  # header name -> env var holding its (secret) value
     port: int = 0  # local_vllm: teacher server port; 0 = one the kernel picks when the server binds
+    gpu_memory_utilization: float | None = None  # local_vllm on a GPU: its server's share (None: inference's)
     max_retries: int = 5  # retries (with backoff and jitter) of a failed teacher request
     request_timeout_s: float = 120.0  # per teacher request
     max_concurrency: int = 32  # teacher requests in flight at once
@@ -251,6 +257,7 @@ class TeacherConfig:
 
 @dataclass
 class DeploymentConfig:
+    layout: Layout = Layout.separate  # separate | colocated (one device shared in turns; docs/deployment.md)
     num_infer_gpus: int = 0  # GPUs of the student vLLM server (per inference node when multi-node); 0 = CPU
     num_train_gpus: int = 0  # GPUs of the trainer (per trainer node when multi-node); 0 = CPU
     num_teacher_gpus: int | None = None  # GPUs of the local teacher vLLM server; None = no GPUs for it
@@ -265,7 +272,9 @@ def num_nodes(d) -> int:
 
 def node_gpus(d) -> int:
     """GPUs one node of the job uses. Multi-node: the GPU counts are per node, and the local teacher shares
-    the last inference node with a student server."""
+    the last inference node with a student server. Colocated: every role on the same GPUs."""
+    if d.layout == Layout.colocated:
+        return d.num_infer_gpus
     teacher = d.num_teacher_gpus or 0
     if num_nodes(d) == 1:
         return d.num_infer_gpus + d.num_train_gpus + teacher

@@ -259,6 +259,14 @@ class InferenceClient:
         if reply.get("success") is False:
             raise InferenceError(f"{self.root} could not reset its prefix cache after a weight update")
 
+    async def sleep(self) -> None:
+        """Give the device back (vLLM sleep mode, level 1: weights to host memory, KV cache freed); the colocated
+        layout's server sleeps while the trainer has the GPU."""
+        await self.post_root("/sleep", params={"level": "1"})
+
+    async def wake_up(self) -> None:
+        await self.post_root("/wake_up")
+
     async def load_lora(self, name: str, adapter_dir: str) -> None:
         """Load (or replace in place, under the same name) a peft adapter in vLLM."""
         payload = {"lora_name": name, "lora_path": adapter_dir, "load_inplace": True}

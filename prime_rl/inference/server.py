@@ -1,8 +1,10 @@
 """The `vllm serve` command (run as the vLLM OpenAI server module) for the student or the teacher."""
 
+import os
 import sys
 from pathlib import Path
 
+from prime_rl.config.layout import is_colocated, teacher_gpu_share
 from prime_rl.config.modes import mode_of
 from prime_rl.config.schema import Config
 from prime_rl.inference.server_auth import MIDDLEWARE
@@ -56,14 +58,18 @@ def vllm_command(
     if on_gpu:
         # inference.tp/dp shape the student server; the teacher spreads over its own GPUs by tensor parallelism.
         tp, dp = (inf.tp, inf.dp) if student else (len(gpus), 1)
+        share = inf.gpu_memory_utilization if student else teacher_gpu_share(cfg)
         argv += [
             "--tensor-parallel-size",
             str(tp),
             "--data-parallel-size",
             str(dp),
             "--gpu-memory-utilization",
-            str(inf.gpu_memory_utilization),
+            str(share),
         ]
+        if is_colocated(cfg):
+            # /sleep gives the GPU to the trainer between generations, /wake_up takes it back (dev routes)
+            argv.append("--enable-sleep-mode")
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     else:
         argv += ["--distributed-executor-backend", "uni", "--kv-cache-memory-bytes", str(inf.kv_cache_bytes)]
@@ -72,6 +78,11 @@ def vllm_command(
         # A seeded request (the orchestrator sends none; a user's client may) whose prefill is split over engine
         # steps crashes the CPU engine ("CPU Generator does not use offset": vLLM rewinds the request's generator).
         argv.append("--no-enable-chunked-prefill")
+        if is_colocated(cfg):
+            # In turns the engine has every core while it generates: vLLM's CPU build otherwise keeps one core per
+            # engine off its OpenMP threads, for processes that are idle here (one engine process, no scheduler).
+            # A value exported to the launcher wins.
+            env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
     if lora_rank:
         argv += ["--enable-lora", "--max-lora-rank", str(lora_rank)]
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"

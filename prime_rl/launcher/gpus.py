@@ -5,7 +5,7 @@ import shutil
 import subprocess
 from collections.abc import Collection
 
-from prime_rl.config.schema import DeploymentConfig
+from prime_rl.config.schema import DeploymentConfig, Layout
 
 
 def visible_gpus() -> list[str]:
@@ -21,7 +21,11 @@ def visible_gpus() -> list[str]:
 
 def gpu_slices(d: DeploymentConfig, visible: list[str], roles: Collection[str]) -> dict[str, list[str]]:
     """Contiguous slices of the visible devices: student inference, then trainer, then teacher. `roles`: the
-    roles of this node; the others get no GPUs here, so this node's roles start at its first GPU."""
+    roles of this node; the others get no GPUs here, so this node's roles start at its first GPU. Colocated:
+    every role the same ones (the orchestrator none: it only talks to the servers)."""
+    if d.layout == Layout.colocated:
+        shared = visible[: d.num_infer_gpus]
+        return {role: [] if role == "orchestrator" else shared for role in ("orchestrator", *roles)}
     counts = [
         ("inference", d.num_infer_gpus),
         ("trainer", d.num_train_gpus),

@@ -16,6 +16,7 @@ from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 
 from prime_rl.config import Config, ConfigError, TeacherKind, to_config
+from prime_rl.config.layout import cores, gpu_shares, is_colocated, on_gpu, turns
 from prime_rl.config.user_error import UserError, run_or_exit
 from prime_rl.launcher.gpus import visible_gpus
 from prime_rl.launcher.multinode import build_node_plan, is_multi_node, job_nodes, lock_name
@@ -104,7 +105,9 @@ def with_sweep_names(cfg: Config, hydra_cfg: DictConfig) -> Config:
 
 def run(plan: Plan) -> int:
     """Build what the servers need, start everything, and summarise a finished run."""
+    from prime_rl.launcher.gpu_memory import check_colocated_gpu
     from prime_rl.launcher.supervisor import run_plan
+    from prime_rl.models import student_dir
     from prime_rl.prepare import prepare_student, prepare_teacher
 
     cfg = plan.config
@@ -114,6 +117,8 @@ def run(plan: Plan) -> int:
         console.print(f"teacher: {prepare_teacher(cfg)}")
     if cfg.launcher.prepare_only:
         return 0
+    if plan.one_by_one:
+        check_colocated_gpu(cfg, plan.role("trainer").gpus[0], student_dir(cfg))
     if cfg.ckpt.resume and plan.node.head:  # multi-node: the head alone trims the run dir
         console.print(f"resuming from step {prepare_resume(RunDir(plan.run_dir))}")
     return run_plan(plan)
@@ -127,6 +132,8 @@ def print_plan(plan: Plan) -> None:
         f"lora={'on' if c.trainer.lora.enabled else 'off'}, "
         f"max_steps={c.max_steps}, run dir {plan.run_dir}"
     )
+    for line in layout_lines(plan):
+        console.print(line, soft_wrap=True)
     if plan.node.multi:
         n = plan.node
         console.print(f"[bold]node {n.rank}[/bold] {n.hostname}: {', '.join(n.roles)}{' (head)' if n.head else ''}")
@@ -140,6 +147,31 @@ def print_plan(plan: Plan) -> None:
         console.print(f"  port:    {port_text(role.port)}")
         console.print(f"  log:     {role.log_file}")
         console.print(f"  config:  {role.config_file}")
+
+
+def layout_lines(plan: Plan) -> list[str]:
+    """Who holds the device when: in turns (colocated), or every role at once on its own share."""
+    c = plan.config
+    if not is_colocated(c):
+        return ["[bold]layout[/bold] separate: every role on its own share of the devices, all at once"]
+    device = f"GPU {plan.roles[0].gpus[0]}" if on_gpu(c) else f"the CPU ({cores()} cores)"
+    lag = c.orchestrator.max_async_level
+    lines = [
+        f"[bold]layout[/bold] colocated on {device}: the roles take turns, each with the whole device",
+        *(f"  turn {i}, {t.holder}: {', '.join(t.work)}" for i, t in enumerate(turns(c), 1)),
+        f"  max_async_level={lag}: "
+        + (
+            "every batch comes from the newest weights"
+            if lag == 0
+            else f"a batch may come from weights up to {lag} step{'s' if lag > 1 else ''} "
+            "old, but is never generated while the trainer runs"
+        ),
+    ]
+    if on_gpu(c):
+        shares = ", ".join(f"{k}={v:g}" for k, v in gpu_shares(c).items())
+        lines.append(f"  GPU memory: {shares}; the rest holds the trainer; servers start one after another")
+        lines.append("  weights: the trainer's weights/step_N files (NCCL cannot join two processes on one GPU)")
+    return lines
 
 
 def port_text(port: int | None) -> str:

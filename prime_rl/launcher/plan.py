@@ -9,6 +9,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from prime_rl.config.layout import is_colocated, on_gpu
 from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.inference.server import vllm_command
 from prime_rl.launcher.gpus import gpu_slices
@@ -75,6 +76,11 @@ class Plan:
     roles: list[Role] = field(default_factory=list)
     node: Node = LOCAL
     remote_servers: list[RemoteServer] = field(default_factory=list)  # multi-node head: the other nodes' servers
+
+    @property
+    def one_by_one(self) -> bool:
+        """Start the roles one after another (servers first, each once it serves): the colocated GPU layout."""
+        return is_colocated(self.config) and on_gpu(self.config)
 
     def role(self, name: str) -> Role:
         return next(r for r in self.roles if r.name == name)

@@ -97,11 +97,17 @@ class Supervisor:
         for role in servers:  # an earlier attempt's address would send the orchestrator to a dead or foreign port
             RunDir(self.plan.run_dir).server_url(role.name).unlink(missing_ok=True)
         try:
-            started_servers = [self.start(r) for r in servers]
-            # Orchestrator and trainer start alongside: their imports and model loading overlap the servers'
-            # start-up, and the orchestrator waits for the servers itself before its first request.
-            started_workers = [self.start(r) for r in workers]
-            self.wait_ready(started_servers + self.plan.remote_servers)
+            if self.plan.one_by_one:
+                # one GPU: each server profiles the free memory while it starts, so nothing else may be loading
+                for role in servers:
+                    self.wait_ready([self.start(role)])
+                started_workers = [self.start(r) for r in workers]
+            else:
+                started_servers = [self.start(r) for r in servers]
+                # Orchestrator and trainer start alongside: their imports and model loading overlap the servers'
+                # start-up, and the orchestrator waits for the servers itself before its first request.
+                started_workers = [self.start(r) for r in workers]
+                self.wait_ready(started_servers + self.plan.remote_servers)
             self.watch(started_workers)
         except RoleFailed as e:
             self.stop()

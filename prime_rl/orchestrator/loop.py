@@ -10,11 +10,13 @@ from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.orchestrator.advantages import grpo_advantages
 from prime_rl.orchestrator.algo import Algorithm, algorithm
 from prime_rl.orchestrator.context import Context, completion_text, make_context
+from prime_rl.orchestrator.device import OrchestratorTurn
 from prime_rl.orchestrator.evaluation import evaluate, evaluate_teacher
 from prime_rl.orchestrator.policy import PolicySync
 from prime_rl.orchestrator.prompts import step_prompts
 from prime_rl.orchestrator.server_urls import locate_servers
 from prime_rl.protocol.batch import Batch, Sample, write_batch
+from prime_rl.protocol.handoff import announce
 from prime_rl.protocol.metrics import append_row, read_rows
 from prime_rl.protocol.policy import policy_window
 from prime_rl.tasks import Example
@@ -31,36 +33,48 @@ async def run(cfg: Config) -> None:
     algo = algorithm(cfg.training_mode)
     resume_counts(ctx, algo, start)
     lora = cfg.trainer.lora
-    policy = PolicySync(ctx.run_dir, ctx.student, lora.name if lora.enabled else None, cfg.step_timeout_s)
+    policy = PolicySync(ctx.run_dir, ctx.student, lora.name if lora.enabled else None, cfg)
+    device = OrchestratorTurn(ctx)
     try:
         await wait_for_servers(ctx)
         await algo.preflight(ctx)
         for step in range(start, cfg.max_steps):
-            version = await policy.ensure(policy_window(step, cfg.orchestrator.max_async_level, start))
-            batch = await make_batch(ctx, algo, step, version)
-            batch.metrics["time/reload"] = policy.reload_s
-            policy.reload_s = 0.0
-            if due_for_eval(cfg, step):
-                eval_start = time.monotonic()
-                batch.metrics.update(await evaluate(ctx))
-                batch.metrics["time/eval"] = time.monotonic() - eval_start
-                if step == start and ctx.teacher:
-                    batch.metrics.update(await evaluate_teacher(ctx))
-            if ctx.answers:
-                batch.metrics.update(ctx.answers.step_metrics())
-            batch.metrics.update(ctx.verification.metrics())
-            write_batch(batch, ctx.run_dir.rollouts(step))
+            # outside the turn: the trainer makes these weights in its own
+            await policy.wait_for(policy_window(step, cfg.orchestrator.max_async_level, start))
+            async with device:
+                version = await policy.load_newest()
+                batch = await make_batch(ctx, algo, step, version)
+                await add_step_metrics(ctx, batch, step, start)
+                batch.metrics.update({**policy.take_times(), **device.take_times()})
+                write_batch(batch, ctx.run_dir.rollouts(step))
+            announce(ctx.run_dir.handoff("batch"))
             print(json.dumps({"step": step, **batch.metrics}), flush=True)
-        await policy.ensure(cfg.max_steps)
-        if due_for_eval(cfg, 0):
-            final = {"step": cfg.max_steps, **await evaluate(ctx)}
-            append_row(ctx.run_dir.metrics, final)
-            print(json.dumps(final), flush=True)
+        await policy.wait_for(cfg.max_steps)
+        async with device:
+            await policy.load_newest()
+            if due_for_eval(cfg, 0):
+                final = {"step": cfg.max_steps, **await evaluate(ctx)}
+                append_row(ctx.run_dir.metrics, final)
+                print(json.dumps(final), flush=True)
     finally:
+        policy.listener.close()
         ctx.verification.close()
         await ctx.student.close()
         if ctx.teacher:
             await ctx.teacher.close()
+
+
+async def add_step_metrics(ctx: Context, batch: Batch, step: int, start: int) -> None:
+    """Evaluation when due (the teacher's once, at the first step), the teacher's and the verifier's counts."""
+    if due_for_eval(ctx.cfg, step):
+        eval_start = time.monotonic()
+        batch.metrics.update(await evaluate(ctx))
+        batch.metrics["time/eval"] = time.monotonic() - eval_start
+        if step == start and ctx.teacher:
+            batch.metrics.update(await evaluate_teacher(ctx))
+    if ctx.answers:
+        batch.metrics.update(ctx.answers.step_metrics())
+    batch.metrics.update(ctx.verification.metrics())
 
 
 def resume_counts(ctx: Context, algo: Algorithm, start: int) -> None:
@@ -86,7 +100,9 @@ async def make_batch(ctx: Context, algo: Algorithm, step: int, version: int) -> 
     generate_s = time.monotonic() - start
     samples = [s for group in groups for s in group]
     if cfg.orchestrator.verification.enabled:
+        score_start = time.monotonic()
         metrics.update(await score(ctx, examples, groups))
+        metrics["time/score"] = time.monotonic() - score_start
     metrics.update(await algo.teacher_signal(ctx, samples))
     n_tokens = sum(len(s.completion_ids) for s in samples)
     metrics["policy/staleness"] = float(step - version)

@@ -2,35 +2,51 @@
 
 import time
 
+from prime_rl.config.schema import Config, num_nodes
 from prime_rl.inference.client import InferenceClient
-from prime_rl.protocol.polling import wait_until_async
+from prime_rl.protocol.handoff import Listener
 from prime_rl.protocol.run_dir import RunDir
 
-WEIGHTS_POLL_S = 0.05  # how often the run dir is looked at for new weights
+WEIGHTS_POLL_S = 0.05  # multi-node: how often the shared run dir is looked at for new weights
+ANNOUNCED_FALLBACK_S = 1.0  # one node: the trainer announces its exports; this only bounds a lost announcement
 
 
 class PolicySync:
-    def __init__(self, run_dir: RunDir, client: InferenceClient, lora_name: str | None, wait_timeout_s: float):
+    def __init__(self, run_dir: RunDir, client: InferenceClient, lora_name: str | None, cfg: Config):
         self.run_dir = run_dir
         self.client = client
         self.lora_name = lora_name  # reload the adapter under this name instead of full weights
-        self.wait_timeout_s = wait_timeout_s
+        self.wait_timeout_s = cfg.step_timeout_s
+        # the trainer announces each export; across machines the announcement does not arrive, so look often
+        self.fallback_s = WEIGHTS_POLL_S if num_nodes(cfg.deployment) > 1 else ANNOUNCED_FALLBACK_S
+        self.listener = Listener(run_dir.handoff("weights"))
         self.version = -1  # nothing loaded yet: the trainer exports the starting weights as weights/step_<start>
         self.reload_s = 0.0  # time spent reloading, for the step's metrics
+        self.wait_s = 0.0  # time spent waiting for the trainer's weights, for the step's metrics
 
-    async def ensure(self, needed: int) -> int:
-        """Serve the newest exported weights, waiting until they are at least `needed`; returns the version."""
+    async def wait_for(self, needed: int) -> None:
+        """Until the trainer has exported weights of step `needed` or newer."""
 
         def exported() -> bool:
             latest = self.run_dir.latest_weights()
             return latest is not None and latest >= needed
 
+        start = time.monotonic()
         error = f"no weights for step {needed} after {self.wait_timeout_s:.0f}s; is the trainer alive?"
-        await wait_until_async(exported, self.wait_timeout_s, WEIGHTS_POLL_S, error)
-        latest = self.run_dir.latest_weights()  # weights only grow: at least `needed`
+        await self.listener.wait_async(exported, self.wait_timeout_s, self.fallback_s, error)
+        self.wait_s += time.monotonic() - start
+
+    async def load_newest(self) -> int:
+        """Serve the newest exported weights (after wait_for: there are some); returns their version."""
+        latest = self.run_dir.latest_weights()  # weights only grow
         if latest > self.version:
             await self.load(latest)
         return self.version
+
+    def take_times(self) -> dict[str, float]:
+        times = {"time/reload": self.reload_s, "time/wait_weights": self.wait_s}
+        self.reload_s = self.wait_s = 0.0
+        return times
 
     async def load(self, step: int) -> None:
         start = time.monotonic()

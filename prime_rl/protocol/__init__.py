@@ -10,5 +10,7 @@ dir and through vLLM's HTTP API, and everything both sides of such a seam must a
 - `policy.py`    which policy version the rollouts of a step may come from (max_async_level)
 - `servers.py`   served model names and the env var of the run's server key
 - `polling.py`   waiting, up to a deadline, for what another process makes (a file, a server, weights)
-- `file_lock.py` a lock between processes on one file (the run dir's launcher, a tiny model's build)
+- `handoff.py`   the batch and the weights announced on named pipes the moment they are whole (no polling)
+- `device_turn.py` the colocated layout's turns on the one device, and the hand-offs between them
+- `file_lock.py` a lock between processes on one file (the run dir's launcher, a tiny model's build, the device)
 """

@@ -18,6 +18,16 @@ class RunDir:
         """trainer -> inference: the policy after `step` optimizer steps (safetensors, or a peft adapter)."""
         return self.root / "weights" / f"step_{step}"
 
+    def handoff(self, channel: str) -> Path:
+        """Where a `channel` ("batch", "weights") is announced the moment it is whole: each waiter's named pipe
+        is handoff/<channel>.<pid> (handoff.py)."""
+        return self.root / "handoff" / channel
+
+    @property
+    def device_lock(self) -> Path:
+        """Colocated layout: held by whichever phase has the device (device_turn.py)."""
+        return self.root / "device.lock"
+
     def checkpoint(self, step: int) -> Path:
         """trainer: model, optimizer and scheduler after `step` steps, for resume."""
         return self.root / "checkpoints" / f"step_{step}"

@@ -6,14 +6,16 @@ import time
 import torch
 from transformers.utils.logging import disable_progress_bar
 
-from prime_rl.config.schema import Config
+from prime_rl.config.layout import is_colocated, trainer_threads
+from prime_rl.config.schema import Config, num_nodes
 from prime_rl.config.user_error import UserError
 from prime_rl.models.chat import padding_id
 from prime_rl.monitor.wandb_run import WandbRun
 from prime_rl.protocol.batch import Batch, BatchFormatError, read_batch
+from prime_rl.protocol.device_turn import DeviceTurn
+from prime_rl.protocol.handoff import Listener, announce
 from prime_rl.protocol.metrics import append_row
 from prime_rl.protocol.policy import policy_window
-from prime_rl.protocol.polling import wait_until
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.trainer.checkpoint import load_checkpoint, save_checkpoint
 from prime_rl.trainer.distributed import close_world, init_world, shard_model
@@ -22,13 +24,14 @@ from prime_rl.trainer.model import compute_dtype, head_is_plain, load_model
 from prime_rl.trainer.step import make_optimizer, train_step
 from prime_rl.trainer.weights import export_merged, export_weights, prune_weights
 
-BATCH_POLL_S = 0.02  # how often the run dir is looked at for the step's batch
+BATCH_POLL_S = 0.02  # multi-node: how often the shared run dir is looked at for the step's batch
+ANNOUNCED_FALLBACK_S = 1.0  # one node: the orchestrator announces each batch; this only bounds a lost announcement
 
 
 def train(cfg: Config) -> None:
     disable_progress_bar()  # a bar per weight export would flood the log
     torch.manual_seed(cfg.seed)
-    torch.set_num_threads(cfg.trainer.num_threads)
+    torch.set_num_threads(trainer_threads(cfg))
     run_dir = RunDir(cfg.run_dir)
     world, device = init_world(cfg.trainer.device)  # a process group only under torchrun
     model, tokenizer = load_model(cfg, device)
@@ -41,28 +44,47 @@ def train(cfg: Config) -> None:
     if start:
         load_checkpoint(run_dir, start, model, optimizer, scheduler, world)
     export_weights(model, tokenizer, run_dir, start, world)
+    announce(run_dir.handoff("weights"))
     # W&B after the export (the orchestrator samples meanwhile), and from rank 0 alone: one writer per run.
     wandb_run = WandbRun(cfg, resumed=start > 0) if world.main else None
     pad_id = padding_id(tokenizer)
     objective = Objective(cfg)
+    batches = BatchWait(cfg)
+    turn = DeviceTurn(run_dir.device_lock, is_colocated(cfg))
     last = time.monotonic()
     for step in range(start, cfg.max_steps):
-        batch = wait_for_batch(run_dir, step, timeout_s=cfg.step_timeout_s)
-        metrics = train_step(cfg, model, optimizer, scheduler, batch, pad_id, device, world, fused, objective)
-        export_weights(model, tokenizer, run_dir, step + 1, world)
-        if world.main:  # every rank has read the batch: the step's all-reduces waited for all of them
+        batch = batches.wait(step)
+        with turn:
+            metrics = train_step(cfg, model, optimizer, scheduler, batch, pad_id, device, world, fused, objective)
+            export_start = time.monotonic()
+            export_weights(model, tokenizer, run_dir, step + 1, world)
+            metrics["time/export"] = time.monotonic() - export_start
+            if device.type == "cuda" and turn.shared:
+                torch.cuda.empty_cache()  # the servers wake into this memory
+        if world.main:
+            announce(run_dir.handoff("weights"))
+            # every rank has read the batch: the step's all-reduces waited for all of them
             # the orchestrator is past step `step` now; one step of margin for a reload still in flight
             prune_weights(run_dir, keep_from=policy_window(step, cfg.orchestrator.max_async_level))
             run_dir.rollouts(step).unlink(missing_ok=True)
         step_s, last = time.monotonic() - last, time.monotonic()
-        timing = {"time/step": step_s, "throughput/tokens_per_s": metrics["tokens"] / step_s}
+        timing = {
+            "time/step": step_s,
+            "time/wait_batch": batches.take_wait_s(),
+            "throughput/tokens_per_s": metrics["tokens"] / step_s,
+        }
         row = {"step": step, **batch.metrics, **metrics, **timing}
+        if turn.shared:  # the hand-offs of the step: to the orchestrator for its batch, then to the trainer
+            trainer_turn = turn.take_times()
+            row["time/handoff"] = batch.metrics.get("time/handoff", 0.0) + trainer_turn["time/handoff"]
+            row["time/wait_turn_trainer"] = trainer_turn["time/wait_turn"]
         if world.main:
             log_metrics(run_dir, row)
             wandb_run.log_step(row, batch.samples, tokenizer)
         done = step + 1
         if done == cfg.max_steps or (cfg.ckpt.interval and done % cfg.ckpt.interval == 0):
             save_checkpoint(run_dir, done, model, optimizer, scheduler, cfg.ckpt.keep, world)
+    batches.listener.close()
     if cfg.trainer.lora.enabled:
         export_merged(model, tokenizer, run_dir.merged)
     if world.main:
@@ -70,14 +92,31 @@ def train(cfg: Config) -> None:
     close_world(world)
 
 
-def wait_for_batch(run_dir: RunDir, step: int, timeout_s: float) -> Batch:
-    path = run_dir.rollouts(step)
-    error = f"no batch for step {step} after {timeout_s:.0f}s (step_timeout_s); is the orchestrator alive?"
-    wait_until(path.exists, timeout_s, BATCH_POLL_S, error)
-    try:
-        return read_batch(path)
-    except BatchFormatError as e:
-        raise UserError(str(e)) from e
+class BatchWait:
+    """The trainer's wait for each step's batch: woken by the orchestrator's announcement (handoff.py)."""
+
+    def __init__(self, cfg: Config):
+        self.run_dir = RunDir(cfg.run_dir)
+        self.timeout_s = cfg.step_timeout_s
+        # across machines the announcement does not arrive, so look often
+        self.fallback_s = BATCH_POLL_S if num_nodes(cfg.deployment) > 1 else ANNOUNCED_FALLBACK_S
+        self.listener = Listener(self.run_dir.handoff("batch"))
+        self.wait_s = 0.0
+
+    def wait(self, step: int) -> Batch:
+        path = self.run_dir.rollouts(step)
+        error = f"no batch for step {step} after {self.timeout_s:.0f}s (step_timeout_s); is the orchestrator alive?"
+        start = time.monotonic()
+        self.listener.wait(path.exists, self.timeout_s, self.fallback_s, error)
+        self.wait_s += time.monotonic() - start
+        try:
+            return read_batch(path)
+        except BatchFormatError as e:
+            raise UserError(str(e)) from e
+
+    def take_wait_s(self) -> float:
+        wait, self.wait_s = self.wait_s, 0.0
+        return wait
 
 
 def log_metrics(run_dir: RunDir, metrics: dict) -> None:

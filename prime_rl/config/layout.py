@@ -1,0 +1,92 @@
+"""Where the roles run and who has the device when: the separate layout (each role its own share, all at once)
+or the colocated one (one device, every role in turn). What the plan prints, the launcher checks and each process
+does in its turn all come from here."""
+
+import os
+from dataclasses import dataclass
+
+from prime_rl.config.schema import Config, Layout, TeacherKind
+
+GIB = 1 << 30
+# what the CUDA contexts of three processes and the allocators' slack take beside the counted shares
+GPU_HEADROOM_BYTES = 2 * GIB
+# bytes per trainer parameter resident on the GPU: fp32 weights, fp32 gradients, AdamW's two fp32 moments
+FULL_BYTES_PER_PARAM = 16
+FROZEN_BYTES_PER_PARAM = 4  # LoRA: the frozen base in fp32 (the adapter itself is a rounding error)
+
+
+def is_colocated(cfg: Config) -> bool:
+    return cfg.deployment.layout == Layout.colocated
+
+
+def on_gpu(cfg: Config) -> bool:
+    return cfg.deployment.num_infer_gpus > 0
+
+
+def cores() -> int:
+    """The cores this process may run on (a SLURM allocation or taskset narrows them)."""
+    return len(os.sched_getaffinity(0))
+
+
+def trainer_threads(cfg: Config) -> int:
+    """trainer.num_threads, or in turns every core; beside a server that generates at the same time, one."""
+    return cfg.trainer.num_threads or (cores() if is_colocated(cfg) else 1)
+
+
+@dataclass(frozen=True)
+class Turn:
+    holder: str  # the role that has the device
+    work: tuple[str, ...]  # what it does with it, in order
+
+
+def turns(cfg: Config) -> list[Turn]:
+    """One step of the colocated layout: the orchestrator's turn, then the trainer's."""
+    gpu = on_gpu(cfg)
+    servers = "the student and teacher servers" if cfg.teacher.kind == TeacherKind.local_vllm else "the student server"
+    scoring = {"opd": "teacher scores the rollouts", "sft": "teacher writes the rollouts"}.get(cfg.training_mode.value)
+    orchestrator = [
+        *([f"wake {servers}"] if gpu else []),
+        "reload the newest weights",
+        "student generates" if cfg.training_mode.value != "sft" else "",
+        scoring or "",
+        "rewards, advantages, evaluation when due",
+        *([f"{servers} sleep"] if gpu else []),
+        "write the batch",
+    ]
+    trainer = ["train one step", "export the weights", *(["free cached GPU memory"] if gpu else [])]
+    return [Turn("orchestrator", tuple(w for w in orchestrator if w)), Turn("trainer", tuple(trainer))]
+
+
+def gpu_shares(cfg: Config) -> dict[str, float]:
+    """The GPU fractions the servers hold while awake, by the key that sets each."""
+    shares = {"inference.gpu_memory_utilization": cfg.inference.gpu_memory_utilization}
+    if cfg.teacher.kind == TeacherKind.local_vllm:
+        shares["teacher.gpu_memory_utilization"] = teacher_gpu_share(cfg)
+    return shares
+
+
+def teacher_gpu_share(cfg: Config) -> float:
+    share = cfg.teacher.gpu_memory_utilization
+    return cfg.inference.gpu_memory_utilization if share is None else share
+
+
+def trainer_resident_bytes(params: int, lora: bool) -> int:
+    """What the trainer keeps on the GPU between steps (its activations come and go within its turn)."""
+    return params * (FROZEN_BYTES_PER_PARAM if lora else FULL_BYTES_PER_PARAM)
+
+
+def gpu_fit_problem(cfg: Config, total_bytes: int, params: int) -> str | None:
+    """Why the colocated roles cannot share one GPU of `total_bytes`, or None when they fit. In the orchestrator's
+    turn the servers are awake with their shares while the trainer's weights and optimizer stay on the GPU; in the
+    trainer's turn the servers sleep, so its activations have their shares too."""
+    shares = gpu_shares(cfg)
+    trainer = trainer_resident_bytes(params, cfg.trainer.lora.enabled)
+    asked = sum(shares.values()) * total_bytes + trainer + GPU_HEADROOM_BYTES
+    if asked <= total_bytes:
+        return None
+    parts = " + ".join(f"{k.split('.')[0]} {v:g}" for k, v in shares.items())
+    return (
+        f"{parts} of {total_bytes / GIB:.0f} GiB plus the trainer's {trainer / GIB:.1f} GiB "
+        f"({params / 1e9:.2f} B parameters, {'LoRA' if cfg.trainer.lora.enabled else 'full'}) "
+        f"and {GPU_HEADROOM_BYTES / GIB:.0f} GiB of CUDA contexts exceed the GPU"
+    )

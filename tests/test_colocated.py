@@ -1,0 +1,261 @@
+"""The colocated layout (deployment=colocated, colocated_gpu): one device shared in turns. The plans of one GPU
+(rl, opd with a local teacher, LoRA) as plans, since no machine here runs vLLM on a GPU; the turn lock and the
+hand-off pipes between real processes; and the layout end to end on this CPU."""
+
+import asyncio
+import multiprocessing
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from transformers import AutoConfig
+
+from prime_rl.config import ConfigError, compose_config
+from prime_rl.config.layout import GIB, gpu_fit_problem, trainer_threads, turns
+from prime_rl.launcher.gpu_memory import param_count
+from prime_rl.launcher.plan import build_plan
+from prime_rl.launcher.preflight import check_at_launch
+from prime_rl.protocol.device_turn import DeviceTurn
+from prime_rl.protocol.handoff import Listener, announce
+from tests.conftest import ROOT, launch_cmd
+from tests.test_e2e_rl import launch, rows
+from tests.test_e2e_teachers import teacher_dir  # noqa: F401 (a fixture: the local teacher, built once)
+
+ONE_GPU = ["deployment=colocated_gpu"]
+
+
+def one_gpu_plan(tmp_path, *overrides):
+    cfg = compose_config([*ONE_GPU, *overrides])
+    check_at_launch(cfg, 1)
+    return build_plan(cfg, tmp_path, ["0"])
+
+
+def arg(command: list[str], flag: str) -> str:
+    return command[command.index(flag) + 1]
+
+
+def test_one_gpu_rl_plan_puts_every_role_on_the_gpu_with_sleep_mode_and_a_share(tmp_path):
+    plan = one_gpu_plan(tmp_path)
+    assert {r.name: r.gpus for r in plan.roles} == {"inference": ["0"], "orchestrator": [], "trainer": ["0"]}
+    server = plan.role("inference").command
+    assert "--enable-sleep-mode" in server and arg(server, "--gpu-memory-utilization") == "0.3"
+    assert plan.one_by_one  # the server profiles the GPU's free memory before the trainer loads
+    orchestrator, trainer = turns(plan.config)
+    assert orchestrator.work[0] == "wake the student server" and "the student server sleep" in orchestrator.work
+    assert trainer.work[-1] == "free cached GPU memory"
+
+
+def test_one_gpu_opd_plan_shares_the_gpu_with_the_local_teacher(tmp_path):
+    plan = one_gpu_plan(tmp_path, "training_mode=opd", "teacher=local_vllm")
+    teacher = plan.role("teacher_inference")
+    assert teacher.gpus == ["0"] and "--enable-sleep-mode" in teacher.command
+    assert arg(teacher.command, "--gpu-memory-utilization") == "0.2"  # teacher.gpu_memory_utilization, its own
+    assert [r.name for r in plan.roles][:2] == ["inference", "teacher_inference"]  # started in this order
+    assert "teacher scores the rollouts" in turns(plan.config)[0].work
+
+
+def test_one_gpu_lora_plan_serves_the_adapter(tmp_path):
+    plan = one_gpu_plan(tmp_path, "lora=on")
+    assert "--enable-lora" in plan.role("inference").command and plan.role("trainer").gpus == ["0"]
+
+
+def test_the_dry_run_shows_who_holds_the_device_when(tmp_path):
+    out = subprocess.run(
+        launch_cmd(*ONE_GPU, "training_mode=opd", "launcher.dry_run=true", f"hydra.run.dir={tmp_path}"),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": "3", "COLUMNS": "400"},
+    )
+    assert out.returncode == 0, out.stderr
+    assert "layout colocated on GPU 3" in out.stderr
+    assert "turn 1, orchestrator: wake the student and teacher servers" in out.stderr
+    assert "turn 2, trainer: train one step" in out.stderr
+    assert "inference.gpu_memory_utilization=0.3, teacher.gpu_memory_utilization=0.2" in out.stderr
+
+
+def test_colocated_rules_name_the_keys():
+    for overrides, key in [
+        (["deployment=colocated", "deployment.num_infer_gpus=2", "deployment.num_train_gpus=2"], "deployment.layout"),
+        (
+            ["deployment=colocated_gpu", "training_mode=opd", "deployment.num_teacher_gpus=1"],
+            "deployment.num_teacher_gpus",
+        ),
+        (
+            ["deployment=colocated", "deployment.num_infer_nodes=1", "deployment.num_train_nodes=1"],
+            "deployment.num_infer_nodes",
+        ),
+        (["deployment=colocated", "trainer.num_procs=2"], "trainer.num_procs"),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            check_at_launch(compose_config(overrides), 4)
+        assert key in err.value.keys and "fix:" in str(err.value), overrides
+    check_at_launch(compose_config(["deployment=colocated_gpu", "training_mode=opd"]), 1)  # no GPU of its own
+
+
+def test_trainer_threads_take_every_core_only_in_turns():
+    assert trainer_threads(compose_config(["deployment=colocated"])) == len(os.sched_getaffinity(0))
+    assert trainer_threads(compose_config([])) == 1  # beside a server that generates at the same time
+    assert trainer_threads(compose_config(["deployment=colocated", "trainer.num_threads=3"])) == 3
+
+
+def test_gpu_fit_counts_the_shares_and_the_trainers_resident_state():
+    opd = compose_config([*ONE_GPU, "training_mode=opd"])
+    assert gpu_fit_problem(opd, 80 * GIB, 600_000_000) is None  # 0.5 x 80 + 9.6 GB + 2 GiB
+    problem = gpu_fit_problem(opd, 80 * GIB, 8_000_000_000)  # full fine-tuning at 8 B: 128 GB of state
+    assert problem and "inference 0.3 + teacher 0.2 of 80 GiB" in problem and "119.2 GiB" in problem
+    lora = compose_config([*ONE_GPU, "training_mode=opd", "lora=on"])
+    assert gpu_fit_problem(lora, 80 * GIB, 8_000_000_000) is None  # a frozen fp32 base: 32 GB
+
+
+def test_param_count_reads_the_config_without_loading_weights(tmp_path):
+    config = AutoConfig.for_model(
+        "qwen2",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=100,
+        tie_word_embeddings=False,
+    )
+    config.save_pretrained(tmp_path)  # a config and no weights: counted on the meta device
+    # per layer: q (64x64 + bias), k and v (one kv head of 32: 64x32 + bias each), o (64x64), mlp (3 x 64x128), 2 norms
+    layer = (64 * 64 + 64) + 2 * (64 * 32 + 32) + 64 * 64 + 3 * 64 * 128 + 2 * 64
+    assert param_count(tmp_path) == 2 * 100 * 64 + 2 * layer + 64  # embedding, untied head, layers, final norm
+
+
+def _hold_turn(lock_file: str, log: str, name: str, hold_s: float) -> None:
+    with DeviceTurn(Path(lock_file), shared=True):
+        with open(log, "a") as f:
+            f.write(f"{name} in\n")
+        time.sleep(hold_s)
+        with open(log, "a") as f:
+            f.write(f"{name} out\n")
+
+
+def test_a_turn_waits_for_the_other_process_to_finish_its_own(tmp_path):
+    lock, log = str(tmp_path / "device.lock"), str(tmp_path / "log")
+    ctx = multiprocessing.get_context("fork")
+    first = ctx.Process(target=_hold_turn, args=(lock, log, "trainer", 1.0))
+    first.start()
+    while not Path(log).exists():
+        time.sleep(0.01)
+    turn = DeviceTurn(Path(lock), shared=True)
+    with turn:
+        held = Path(log).read_text()
+    first.join()
+    assert held == "trainer in\ntrainer out\n"  # the whole of the other turn, then this one
+    assert turn.take_times()["time/wait_turn"] > 0.5
+
+
+def test_a_free_turn_takes_no_lock(tmp_path):
+    with DeviceTurn(tmp_path / "device.lock", shared=False):
+        with DeviceTurn(tmp_path / "device.lock", shared=False):
+            pass
+    assert not (tmp_path / "device.lock").exists()
+
+
+def _announce_later(pipe: str, path: str) -> None:
+    time.sleep(0.3)
+    Path(path).write_text("batch")
+    announce(Path(pipe))
+
+
+def test_an_announcement_wakes_the_waiter_long_before_its_fallback(tmp_path):
+    """With a fallback longer than the timeout, only the announcement can end the wait before the timeout."""
+    pipe, path = tmp_path / "handoff" / "batch", tmp_path / "step_0.bin"
+    listener = Listener(pipe)
+    assert listener.pipe.is_fifo()
+    writer = multiprocessing.get_context("fork").Process(target=_announce_later, args=(str(pipe), str(path)))
+    writer.start()
+    listener.wait(path.exists, timeout_s=20, fallback_s=3600, error="not announced")
+    writer.join()
+    # an announcement nobody reads is dropped, and a stale one only makes the next wait look once more
+    announce(pipe)
+    with pytest.raises(TimeoutError, match="nothing"):
+        listener.wait(lambda: False, timeout_s=0.2, fallback_s=3600, error="nothing")
+    listener.close()
+    assert not listener.pipe.exists()
+
+
+def test_an_announcement_wakes_an_async_waiter(tmp_path):
+    pipe, path = tmp_path / "handoff" / "weights", tmp_path / "weights"
+    listener = Listener(pipe)
+
+    async def main():
+        async def make():
+            await asyncio.sleep(0.3)
+            path.write_text("w")
+            announce(pipe)
+
+        maker = asyncio.create_task(make())
+        await listener.wait_async(path.exists, timeout_s=20, fallback_s=3600, error="not announced")
+        await maker
+
+    asyncio.run(main())
+    listener.close()
+
+
+def test_announcing_with_no_waiter_creates_nothing(tmp_path):
+    announce(tmp_path / "handoff" / "batch")
+    assert not (tmp_path / "handoff").exists()
+
+
+def _wait_for(channel: str, path: str) -> None:
+    Listener(Path(channel)).wait(Path(path).exists, timeout_s=20, fallback_s=3600, error="not announced")
+
+
+def test_one_announcement_wakes_every_waiter(tmp_path):
+    """The ranks of a multi-process trainer each wait for the batch: each has its own pipe."""
+    channel, path = tmp_path / "handoff" / "batch", tmp_path / "step_0.bin"
+    ctx = multiprocessing.get_context("fork")
+    ranks = [ctx.Process(target=_wait_for, args=(str(channel), str(path))) for _ in range(2)]
+    for rank in ranks:
+        rank.start()
+    while len(list(channel.parent.glob("batch.*"))) < 2:
+        time.sleep(0.01)
+    path.write_text("batch")
+    announce(channel)
+    for rank in ranks:
+        rank.join(30)
+    assert [rank.exitcode for rank in ranks] == [0, 0]
+
+
+# what a step does in turns, beside the hand-offs between them
+PHASES = ("time/reload", "time/generate", "time/score", "time/teacher", "time/eval", "time/train", "time/export")
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["max_steps=4", "orchestrator.eval.interval=4"],
+        ["experiment=opd_lora", "max_steps=3"],
+        ["experiment=sft", "max_steps=3"],
+    ],
+    ids=["rl", "opd lora", "sft"],
+)
+def test_the_colocated_layout_runs_every_mode_in_turns(tmp_path, overrides, teacher_dir):
+    """On-policy, so each step's row holds the turns of that step: the orchestrator's for its batch (the server
+    samples with exactly the weights the trainer holds, float32), then the trainer's."""
+    run = launch(tmp_path / "run", "deployment=colocated", "orchestrator.max_async_level=0", "monitor=off", *overrides)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "layout colocated on the CPU" in run.stderr
+    train = [r for r in rows(tmp_path / "run") if "loss" in r]
+    assert [r["step"] for r in train] == list(range(len(train))) and len(train) >= 3
+    # after step 0 (which also waits for the servers to start), the phases and the hand-offs between them make up
+    # each step: two phases at once would add up to more than it, and the rest is what nothing accounts for
+    later = train[1:]
+    wall = sum(r["time/step"] for r in later)
+    phases = sum(r.get(k, 0.0) for r in later for k in PHASES)
+    handoffs = sum(r["time/handoff"] for r in later)
+    assert phases <= wall and 0.85 * wall <= phases + handoffs <= 1.05 * wall, (wall, phases, handoffs)
+    if "experiment=opd_lora" in overrides:
+        assert all(r["teacher_kl"] != 0 for r in train) and (tmp_path / "run" / "merged" / "config.json").exists()
+    if "experiment=sft" not in overrides:  # sft trains on the teacher's tokens, which the student never sampled
+        assert max(abs(r["mismatch_kl"]) for r in train) < 1e-6, [r["mismatch_kl"] for r in train]
+    assert all(r["policy/staleness"] == 0 for r in train)
