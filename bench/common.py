@@ -214,6 +214,25 @@ def median(values: Iterable[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
+# where a step's time goes, from our trainer's metrics.jsonl rows: key -> column header (time/handoff: what the
+# phases leave of a colocated step, the passing of the device between roles; 0 in the separate layout)
+STEP_TIMES = {
+    "time/step": "step",
+    "time/generate": "generate",
+    "time/train": "train",
+    "time/reload": "reload",
+    "time/export": "export",
+    "time/score": "score",
+    "time/handoff": "handoff",
+    "throughput/generate_tokens_per_s": "gen tok/s",
+}
+
+
+def step_times(rows: list[dict]) -> dict:
+    """Medians over a run's train rows of each STEP_TIMES key (None where no row has it)."""
+    return {key: median(r.get(key) for r in rows) for key in STEP_TIMES}
+
+
 def fmt(value, spec: str = "{:.3g}") -> str:
     if value is None:
         return "—"

@@ -1,14 +1,26 @@
-"""Model-size curve: this project vs TRL's GRPOTrainer as the built-in model grows from 0.4 M to ~48 M
-parameters, with completions of 48-64 tokens (the reverse task on words of that length: `task.options`) and the
-same batch, learning rate and steps on both sides. Where does the vLLM-server architecture start to pay?
+"""Model-size curve: this project, in each of its two layouts, vs TRL's GRPOTrainer as the built-in model grows
+from 0.4 M to ~48 M parameters, with completions of 48-64 tokens (the reverse task on words of that length:
+`task.options`; the tiny student's tokenizer has one token per letter) and the same batch, learning rate and
+steps on every side. Where does the vLLM-server architecture start to pay, and in which layout?
 
-Per size and side: optimizer steps per minute (between the first and the last step), generate tokens/s (ours:
-the orchestrator's throughput/generate_tokens_per_s; TRL: its model.generate call per step, timed), the eval
-reward before and after the steps, the seconds to a fixed eval gain, and our pipeline efficiency
-(Σ max(generate, train) / Σ step time, bench/pipeline.py's measure; TRL generates and trains in turn).
-Each size's student is warm-started once (cached) before any clock starts; the sides alternate per run.
+Sides: separate (deployment=local: every role at once, each on its share of the cores), colocated
+(deployment=colocated: generation, then training, in turns, each with every core) and TRL (2 torch threads:
+every core). Our trainer's threads are the layout's own (trainer.num_threads=0: every core colocated, 1 beside
+the server) unless --trainer-threads sets them. Per size and side: optimizer steps per minute (between the first
+and the last step), generate tokens/s (ours: the orchestrator's throughput/generate_tokens_per_s; TRL: its
+model.generate call per step, timed), the eval reward before and after the steps, the seconds to a fixed eval
+gain, and for the separate layout the pipeline efficiency (Σ max(generate, train) / Σ step time,
+bench/pipeline.py's measure; in turns, colocated and TRL, nothing overlaps); per our layout also where a step's
+time goes (medians of its train rows, as in bench/vs_trl.py). Each size's student is warm-started once (cached)
+before any clock starts; the sides alternate per run.
 
-    .venv/bin/python bench/model_size.py --runs 3        # full: ~35 min on the 2-core machine
+--gen-heavy is the generation-heavy point: words, so completions, of 128-240 letters (max_tokens 256). The
+prompt is the word plus 7 tokens of "reverse: " and the chat template, so prompt and completion (at most
+247 + 256 = 503 tokens) fit the default inference.max_model_len of 512, which is also as far as the built-in
+model's positions go (max_position_embeddings=512: vLLM refuses a longer max_model_len).
+
+    .venv/bin/python bench/model_size.py --runs 3        # full: ~55-65 min on the 2-core machine
+    .venv/bin/python bench/model_size.py --runs 3 --sizes m,l --gen-heavy    # ~1.5-2.5 h, new students included
     .venv/bin/python bench/model_size.py --runs 1 --sizes xs --steps 3 --smoke
 Needs TRL's venv (see bench/vs_trl.py).
 """
@@ -18,11 +30,12 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from common import add_runs_arg, bench_dir, compose, finish, median, print_table, run_launcher
+from common import STEP_TIMES, add_runs_arg, bench_dir, compose, finish, median, print_table, run_launcher, step_times
 from pipeline import efficiency
-from vs_trl import Curve, require_trl, run_trl, side_stats, trl_version
+from vs_trl import COLORS, LAYOUTS, Curve, add_layouts_arg, require_trl, run_trl, side_stats, trl_version
 
 NAME = "model_size"
+GEN_HEAVY = (128, 240)  # --gen-heavy's word lengths: the longest whose prompt + completion fit 512 positions
 
 
 @dataclass(frozen=True)
@@ -60,10 +73,10 @@ def overrides(size: Size, args, seed: int) -> list[str]:
         f"orchestrator.rollouts_per_example={args.group}",
         f"orchestrator.eval.num_examples={args.eval_examples}",
         f"orchestrator.eval.interval={max(1, steps(size, args) // 2)}",  # eval at 0, midway and the end
-        f"trainer.num_threads={args.trainer_threads}",
         f"max_steps={steps(size, args)}",
         "monitor=off",
         f"seed={seed}",
+        *([f"trainer.num_threads={args.trainer_threads}"] if args.trainer_threads else []),
     ]
 
 
@@ -71,8 +84,8 @@ def steps(size: Size, args) -> int:
     return args.steps or size.steps
 
 
-def run_ours(size: Size, args, seed: int, out: Path) -> dict:
-    launch = run_launcher(overrides(size, args, seed), out, timeout_s=args.timeout)
+def run_ours(size: Size, args, seed: int, layout: str, out: Path) -> dict:
+    launch = run_launcher([*overrides(size, args, seed), LAYOUTS[layout]], out, timeout_s=args.timeout)
     curve = [(t, r["step"], r["eval/reward"]) for t, r in launch.eval_rows()]
     train = launch.train_rows()
     stats = side_stats(curve, [t for t, _ in train], launch.process.duration_s, launch.ok, target=math.inf)
@@ -82,7 +95,9 @@ def run_ours(size: Size, args, seed: int, out: Path) -> dict:
         **gain_stats(curve, args.gain),
         "generate_tokens_per_s": median(r.get("throughput/generate_tokens_per_s") for r in rows),
         "completion_tokens": median(r.get("seq_len/completion") for r in rows),
-        "pipeline_efficiency": efficiency(rows, skip=1).get("efficiency"),
+        # only the separate layout overlaps generation and training
+        "pipeline_efficiency": efficiency(rows, skip=1).get("efficiency") if layout == "separate" else None,
+        "step_times": step_times(rows),
     }
 
 
@@ -113,20 +128,29 @@ def parameters(student: Path) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_runs_arg(parser)
+    add_layouts_arg(parser)
     parser.add_argument("--sizes", default=",".join(SIZES), help=f"comma-separated, of {', '.join(SIZES)}")
     parser.add_argument("--steps", type=int, default=0, help="steps per run at every size (0: each size's own)")
     parser.add_argument("--prompts", type=int, default=8, help="prompts per step")
     parser.add_argument("--group", type=int, default=4, help="rollouts per prompt")
     parser.add_argument("--min-len", type=int, default=48, help="shortest word: the completion's length")
     parser.add_argument("--max-len", type=int, default=64, help="longest word")
+    parser.add_argument(
+        "--gen-heavy",
+        action="store_true",
+        help=f"the generation-heavy point: --min-len {GEN_HEAVY[0]} --max-len {GEN_HEAVY[1]}",
+    )
     parser.add_argument("--warm-start-steps", type=int, default=30, help="SFT steps that make each size's student")
     parser.add_argument("--eval-examples", type=int, default=32, help="eval prompts (eval at 0, midway, the end)")
     parser.add_argument("--gain", type=float, default=0.05, help="eval reward gain whose time-to-reach is compared")
-    # measured at m and l (2026-12-01): 1 thread beside the 1-thread vLLM engine beats 2 (OMP threads contend)
-    parser.add_argument("--trainer-threads", type=int, default=1, help="our trainer's torch threads")
-    parser.add_argument("--trl-threads", type=int, default=2, help="torch threads of the TRL process")
+    parser.add_argument(
+        "--trainer-threads", type=int, default=0, help="our trainer's torch threads (0: the layout's own)"
+    )
+    parser.add_argument("--trl-threads", type=int, default=2, help="torch threads of the TRL process (2: every core)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run and side")
     args = parser.parse_args()
+    if args.gen_heavy:
+        args.min_len, args.max_len = GEN_HEAVY
     require_trl()
     from prime_rl.prepare import prepare_student
 
@@ -139,29 +163,49 @@ def main() -> None:
         runs = []
         for seed in range(args.runs):
             print(f"size {name}, run {seed + 1}/{args.runs}", flush=True)
-            ours = run_ours(size, args, seed, out / f"{name}-ours-{seed}")
-            trl = run_trl_side(cfg, student, size, args, seed, out / name)
-            runs.append({"seed": seed, "ours": ours, "trl": trl})
+            ours = {
+                layout: run_ours(size, args, seed, layout, out / f"{name}-{layout}-{seed}") for layout in args.layouts
+            }
+            runs.append({"seed": seed, **ours, "trl": run_trl_side(cfg, student, size, args, seed, out / name)})
         results[name] = {"params": parameters(student), "steps": steps(size, args), "size": vars(size), "runs": runs}
     report(args, results, out)
 
 
-KEYS = ["steps_per_min", "generate_tokens_per_s", "completion_tokens", "eval_first", "eval_final", "gain_s"]
+KEYS = [
+    "steps_per_min",
+    "generate_tokens_per_s",
+    "completion_tokens",
+    "eval_first",
+    "eval_final",
+    "gain_s",
+    "pipeline_efficiency",
+]
 
 
 def report(args, results: dict, out: Path) -> None:
-    rows, summary = [], {}
+    sides = [*args.layouts, "trl"]
+    rows, time_rows, summary = [], [], {}
     for name, res in results.items():
-        med = {side: {k: median(r[side][k] for r in res["runs"]) for k in KEYS} for side in ("ours", "trl")}
-        med["ours"]["pipeline_efficiency"] = median(r["ours"]["pipeline_efficiency"] for r in res["runs"])
-        speed = ratio(med["ours"]["steps_per_min"], med["trl"]["steps_per_min"])
-        summary[name] = {"params": res["params"], "steps": res["steps"], "median": med, "steps_per_min_ratio": speed}
-        for side in ("ours", "trl"):
-            m = med[side]
-            rows.append(
-                [name, f"{res['params'] / 1e6:.1f} M", side, *(m[k] for k in KEYS), m.get("pipeline_efficiency")]
-            )
-        rows.append([name, "", "ours / TRL", speed, ratio(*(med[s]["generate_tokens_per_s"] for s in ("ours", "trl")))])
+        med = {side: {k: median(r[side][k] for r in res["runs"]) for k in KEYS} for side in sides}
+        times = {
+            ours: {k: median(r[ours]["step_times"][k] for r in res["runs"]) for k in STEP_TIMES}
+            for ours in args.layouts
+        }
+        ratios = {
+            ours: {k: ratio(med[ours][k], med["trl"][k]) for k in ("steps_per_min", "generate_tokens_per_s")}
+            for ours in args.layouts
+        }
+        summary[name] = {
+            "params": res["params"],
+            "steps": res["steps"],
+            "median": med,
+            "step_times": times,
+            "ratio_over_trl": ratios,
+        }
+        params = f"{res['params'] / 1e6:.1f} M"
+        rows += [[name, params, side, *(med[side][k] for k in KEYS)] for side in sides]
+        rows += [[name, "", f"{ours} / TRL", *ratios[ours].values()] for ours in args.layouts]
+        time_rows += [[name, params, ours, *times[ours].values()] for ours in args.layouts]
     print_table(
         f"model-size curve: medians of {args.runs} run(s), {args.prompts} prompts x {args.group}, "
         f"completions {args.min_len}-{args.max_len} chars",
@@ -179,14 +223,21 @@ def report(args, results: dict, out: Path) -> None:
         ],
         rows,
     )
-    plot(summary, out / "model_size.png")
+    print_table(
+        "where a step's time goes (medians, s): our train rows of steps 1.., median over runs",
+        ["size", "params", "side", *STEP_TIMES.values()],
+        time_rows,
+    )
+    plot(summary, sides, out / "model_size.png")
     print(f"plot: {out / 'model_size.png'}")
     finish(
         NAME,
         {
             "runs": args.runs,
             "batch": f"{args.prompts} prompts x {args.group}",
+            "layouts": args.layouts,
             "completion_chars": [args.min_len, args.max_len],
+            "gen_heavy": args.gen_heavy,
             "warm_start_steps": args.warm_start_steps,
             "trainer_threads": args.trainer_threads,
             "trl_threads": args.trl_threads,
@@ -203,7 +254,7 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def plot(summary: dict, path: Path) -> None:
+def plot(summary: dict, sides: list[str], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -212,12 +263,12 @@ def plot(summary: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     params = [s["params"] for s in summary.values()]
     for ax, key, label in ((axes[0], "steps_per_min", "steps / min"), (axes[1], "generate_tokens_per_s", "gen tok/s")):
-        for side, color in (("ours", "tab:blue"), ("trl", "tab:orange")):
+        for side in sides:
             ax.plot(
                 params,
                 [s["median"][side][key] or float("nan") for s in summary.values()],
                 "o-",
-                color=color,
+                color=COLORS[side],
                 label=side,
             )
         ax.set_xscale("log")

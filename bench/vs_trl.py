@@ -1,13 +1,18 @@
-"""This project vs TRL's GRPOTrainer: eval reward vs wall-clock, steps/min, and how much sooner one reaches the
-same eval reward, on the same tiny student, task, verifier, batch shape, learning rate, steps and completion
-length, on this CPU.
+"""This project, in each of its two layouts, vs TRL's GRPOTrainer: eval reward vs wall-clock, steps/min, and how
+much sooner one reaches the same eval reward, on the same tiny student, task, verifier, batch shape, learning rate,
+steps and completion length, on this CPU.
 
 Ours: `python launch.py` (vLLM server + orchestrator + trainer), its metrics.jsonl rows time-stamped as they
-appear. TRL: bench/trl_grpo.py in bench/.venv-trl (transformers generate, use_vllm=False) with an eval callback
-that computes the same eval reward on the same eval prompts. Both clocks start when the benchmark starts the
-command, so start-up (imports, model load, vLLM's server start) counts on both sides.
+appear, in the separate layout (deployment=local: every role at once, each on its share of the cores) and the
+colocated one (deployment=colocated: generation, then training, in turns, each with every core); per layout
+also the medians of where a step's time goes (its train rows). TRL: bench/trl_grpo.py in bench/.venv-trl
+(transformers generate, use_vllm=False) with an eval callback that computes the same eval reward on the same
+eval prompts, on 2 torch threads by default: both cores, as our colocated layout has, the fair comparison.
+Both clocks start when the benchmark starts the command, so start-up (imports, model load, vLLM's server start)
+counts on every side. Each run runs the sides in turn (--layouts' order, then TRL).
 
-    .venv/bin/python bench/vs_trl.py --runs 3            # full: ~20-30 min on the 2-core machine
+    .venv/bin/python bench/vs_trl.py --runs 3            # full: ~15-25 min on the 2-core machine
+    .venv/bin/python bench/vs_trl.py --runs 3 --layouts colocated    # one layout vs TRL: ~10-15 min
     .venv/bin/python bench/vs_trl.py --runs 1 --steps 3 --smoke
 Set up TRL's venv first:
     python3 -m venv bench/.venv-trl && bench/.venv-trl/bin/pip install -r bench/requirements-trl.txt
@@ -18,10 +23,25 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from common import REPO, add_runs_arg, bench_dir, compose, finish, median, print_table, run_launcher, run_stamped
+from common import (
+    REPO,
+    STEP_TIMES,
+    add_runs_arg,
+    bench_dir,
+    compose,
+    finish,
+    fmt,
+    median,
+    print_table,
+    run_launcher,
+    run_stamped,
+    step_times,
+)
 
 NAME = "vs_trl"
 TRL_PYTHON = REPO / "bench" / ".venv-trl" / "bin" / "python"
+LAYOUTS = {"separate": "deployment=local", "colocated": "deployment=colocated"}  # our side's name -> override
+COLORS = {"separate": "tab:blue", "colocated": "tab:green", "trl": "tab:orange"}
 
 Curve = list[tuple[float, int, float]]  # (seconds since the command started, step, eval reward)
 
@@ -32,6 +52,19 @@ def require_trl() -> None:
             f"{TRL_PYTHON} missing; set it up: python3 -m venv bench/.venv-trl && "
             "bench/.venv-trl/bin/pip install -r bench/requirements-trl.txt"
         )
+
+
+def add_layouts_arg(parser) -> None:
+    text = f"our sides, comma-separated, of {', '.join(LAYOUTS)}; each run runs them in this order, then TRL"
+    parser.add_argument("--layouts", type=layouts, default=",".join(LAYOUTS), help=text)
+
+
+def layouts(value: str) -> list[str]:
+    names = value.split(",")
+    unknown = [n for n in names if n not in LAYOUTS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown layout(s) {unknown}; use some of {', '.join(LAYOUTS)}")
+    return names
 
 
 def our_overrides(args, seed: int) -> list[str]:
@@ -97,11 +130,14 @@ def trl_spec(cfg, student: Path, args, seed: int, out: Path) -> dict:
     }
 
 
-def run_ours(args, seed: int, out: Path) -> dict:
-    launch = run_launcher(our_overrides(args, seed), out / f"ours-{seed}", timeout_s=args.timeout)
+def run_ours(args, seed: int, layout: str, out: Path) -> dict:
+    overrides = [*our_overrides(args, seed), LAYOUTS[layout]]
+    launch = run_launcher(overrides, out / f"{layout}-{seed}", timeout_s=args.timeout)
     curve = [(t, r["step"], r["eval/reward"]) for t, r in launch.eval_rows()]
-    step_times = [t for t, _ in launch.train_rows()]
-    return side_stats(curve, step_times, launch.process.duration_s, launch.ok, args.target)
+    train = launch.train_rows()
+    stats = side_stats(curve, [t for t, _ in train], launch.process.duration_s, launch.ok, args.target)
+    # step 0 also waits for the orchestrator's start-up
+    return {**stats, "step_times": step_times([r for _, r in train if r["step"] >= 1])}
 
 
 def run_trl(cfg, student: Path, args, seed: int, out: Path) -> dict:
@@ -157,8 +193,8 @@ def reward_at(curve: Curve, t: float) -> float | None:
     return seen[-1] if seen else None
 
 
-def wallclock_marks(runs: list[dict], every_s: float) -> list[float]:
-    longest = max((r[side]["wall_s"] for r in runs for side in ("ours", "trl")), default=0.0)
+def wallclock_marks(runs: list[dict], sides: list[str], every_s: float) -> list[float]:
+    longest = max((r[side]["wall_s"] for r in runs for side in sides), default=0.0)
     return [every_s * k for k in range(1, int(longest // every_s) + 2)]
 
 
@@ -166,17 +202,17 @@ def ratio(trl: float | None, ours: float | None) -> float | None:
     return trl / ours if trl is not None and ours else None
 
 
-def plot(runs: list[dict], path: Path) -> None:
+def plot(runs: list[dict], sides: list[str], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for side, color in (("ours", "tab:blue"), ("trl", "tab:orange")):
+    for side in sides:
         for i, run in enumerate(runs):
             t, _, r = zip(*run[side]["curve"]) if run[side]["curve"] else ((), (), ())
-            ax.plot(t, r, color=color, alpha=0.7, label=side if i == 0 else None)
+            ax.plot(t, r, color=COLORS[side], alpha=0.7, label=side if i == 0 else None)
     ax.set_xlabel("seconds since the command started")
     ax.set_ylabel("eval reward")
     ax.legend()
@@ -187,11 +223,14 @@ def plot(runs: list[dict], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_runs_arg(parser)
-    parser.add_argument("--steps", type=int, default=250, help="optimizer steps on both sides")
-    parser.add_argument("--eval-interval", type=int, default=10, help="evaluate every N steps on both sides")
+    add_layouts_arg(parser)
+    parser.add_argument("--steps", type=int, default=250, help="optimizer steps on every side")
+    parser.add_argument("--eval-interval", type=int, default=10, help="evaluate every N steps on every side")
     parser.add_argument("--target", type=float, default=0.8, help="eval reward whose time-to-reach is compared")
     parser.add_argument("--mark-s", type=float, default=30, help="wall-clock marks of the reward-vs-time table")
-    parser.add_argument("--trl-threads", type=int, default=1, help="torch threads of the TRL process")
+    parser.add_argument(
+        "--trl-threads", type=int, default=2, help="torch threads of the TRL process (2: every core, as colocated)"
+    )
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per run and side")
     args = parser.parse_args()
     require_trl()
@@ -202,16 +241,18 @@ def main() -> None:
     student = prepare_student(cfg)  # built (or taken from the cache) before any clock starts
     out = bench_dir(NAME)
     runs = []
-    for seed in range(args.runs):  # the two sides alternate, so a change in machine load hits both
+    for seed in range(args.runs):  # the sides alternate, so a change in machine load hits all of them
         print(f"run {seed + 1}/{args.runs}", flush=True)
-        runs.append({"seed": seed, "ours": run_ours(args, seed, out), "trl": run_trl(cfg, student, args, seed, out)})
+        ours = {layout: run_ours(args, seed, layout, out) for layout in args.layouts}
+        runs.append({"seed": seed, **ours, "trl": run_trl(cfg, student, args, seed, out)})
     report(args, cfg, runs, out)
 
 
 def report(args, cfg, runs: list[dict], out: Path) -> None:
+    sides = [*args.layouts, "trl"]
     keys = ["wall_s", "first_step_s", "steps_per_min", "eval_first", "eval_final", "target_s", "target_step"]
-    med = {side: {k: median(r[side][k] for r in runs) for k in keys} for side in ("ours", "trl")}
-    rows = [[side] + [med[side][k] for k in keys] for side in ("ours", "trl")]
+    med = {side: {k: median(r[side][k] for r in runs) for k in keys} for side in sides}
+    rows = [[side] + [med[side][k] for k in keys] for side in sides]
     print_table(
         f"vs TRL: medians of {len(runs)} run(s), {args.steps} steps, target eval reward {args.target}",
         [
@@ -226,19 +267,27 @@ def report(args, cfg, runs: list[dict], out: Path) -> None:
         ],
         rows,
     )
-    marks = wallclock_marks(runs, args.mark_s)
-    at = {side: {m: median(reward_at(r[side]["curve"], m) for r in runs) for m in marks} for side in ("ours", "trl")}
+    marks = wallclock_marks(runs, sides, args.mark_s)
+    at = {side: {m: median(reward_at(r[side]["curve"], m) for r in runs) for m in marks} for side in sides}
     print("eval reward vs wall-clock: the latest eval at each time since the command started, median over runs")
     print_table(
         "eval reward at", ["side"] + [f"{m:g} s" for m in marks], [[side] + list(at[side].values()) for side in at]
     )
-    pair_ratios = [ratio(r["trl"]["target_s"], r["ours"]["target_s"]) for r in runs]
-    speed = ratio(med["ours"]["steps_per_min"], med["trl"]["steps_per_min"])
-    print(
-        f"wall-clock to reach {args.target}: TRL / ours = {median(pair_ratios)} (median of per-run ratios "
-        f"{pair_ratios}); steps/min ours / TRL = {speed}"
+    pair_ratios = {ours: [ratio(r["trl"]["target_s"], r[ours]["target_s"]) for r in runs] for ours in args.layouts}
+    to_target = {ours: median(pair_ratios[ours]) for ours in args.layouts}
+    speed = {ours: ratio(med[ours]["steps_per_min"], med["trl"]["steps_per_min"]) for ours in args.layouts}
+    for ours in args.layouts:
+        print(
+            f"{ours}: wall-clock to reach {args.target}: TRL / ours = {fmt(to_target[ours])} (median of per-run "
+            f"ratios {', '.join(map(fmt, pair_ratios[ours]))}); steps/min ours / TRL = {fmt(speed[ours])}"
+        )
+    times = {ours: {k: median(r[ours]["step_times"][k] for r in runs) for k in STEP_TIMES} for ours in args.layouts}
+    print_table(
+        f"where a step's time goes (medians, s): our train rows of steps 1..{args.steps - 1}, median over runs",
+        ["side", *STEP_TIMES.values()],
+        [[ours, *times[ours].values()] for ours in args.layouts],
     )
-    plot(runs, out / "eval_vs_wallclock.png")
+    plot(runs, sides, out / "eval_vs_wallclock.png")
     print(f"plot: {out / 'eval_vs_wallclock.png'}")
     o = cfg.orchestrator
     finish(
@@ -250,11 +299,13 @@ def report(args, cfg, runs: list[dict], out: Path) -> None:
             "eval_interval": args.eval_interval,
             "batch": f"{o.batch_size // o.rollouts_per_example} prompts x {o.rollouts_per_example}",
             "lr": cfg.trainer.optim.lr,
+            "layouts": args.layouts,
             "trl_threads": args.trl_threads,
             "trl_version": trl_version(),
             "median": med,
+            "step_times": times,
             "reward_at_s": at,
-            "time_to_target_ratio_trl_over_ours": median(pair_ratios),
+            "time_to_target_ratio_trl_over_ours": to_target,
             "per_run_ratios": pair_ratios,
             "steps_per_min_ratio_ours_over_trl": speed,
             "run_dir": str(out),
