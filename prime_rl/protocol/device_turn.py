@@ -49,7 +49,7 @@ class DeviceTurn:
         self.__exit__()
 
     def take_times(self) -> dict[str, float]:
-        """The waits and hand-offs since the last call, for the step's metrics."""
-        times = {"time/wait_turn": self.wait_s, "time/handoff": self.idle_s}
+        """The waits and hand-offs since the last call, for the step's metrics (none when nothing is shared)."""
+        times = {"time/wait_turn": self.wait_s, "time/handoff": self.idle_s} if self.shared else {}
         self.wait_s = self.idle_s = 0.0
         return times
