@@ -214,8 +214,8 @@ def median(values: Iterable[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
-# where a step's time goes, from our trainer's metrics.jsonl rows: key -> column header (time/handoff: what the
-# phases leave of a colocated step, the passing of the device between roles; 0 in the separate layout)
+# where a step's time goes, from our trainer's metrics.jsonl rows: key -> column header (time/handoff: the device
+# idle between two turns of a colocated step; absent in the separate layout)
 STEP_TIMES = {
     "time/step": "step",
     "time/generate": "generate",

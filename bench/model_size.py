@@ -3,7 +3,7 @@ from 0.4 M to ~48 M parameters, with completions of 48-64 tokens (the reverse ta
 `task.options`; the tiny student's tokenizer has one token per letter) and the same batch, learning rate and
 steps on every side. Where does the vLLM-server architecture start to pay, and in which layout?
 
-Sides: separate (deployment=local: every role at once, each on its share of the cores), colocated
+Sides: separate (deployment.layout=separate: every role at once, each on its share of the cores), colocated
 (deployment=colocated: generation, then training, in turns, each with every core) and TRL (2 torch threads:
 every core). Our trainer's threads are the layout's own (trainer.num_threads=0: every core colocated, 1 beside
 the server) unless --trainer-threads sets them. Per size and side: optimizer steps per minute (between the first

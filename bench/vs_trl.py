@@ -3,8 +3,9 @@ much sooner one reaches the same eval reward, on the same tiny student, task, ve
 steps and completion length, on this CPU.
 
 Ours: `python launch.py` (vLLM server + orchestrator + trainer), its metrics.jsonl rows time-stamped as they
-appear, in the separate layout (deployment=local: every role at once, each on its share of the cores) and the
-colocated one (deployment=colocated: generation, then training, in turns, each with every core); per layout
+appear, in the separate layout (deployment.layout=separate: every role at once, each on its share of the cores)
+and the colocated one (deployment.layout=colocated, the default on CPU: generation, then training, in turns,
+each with every core); per layout
 also the medians of where a step's time goes (its train rows). TRL: bench/trl_grpo.py in bench/.venv-trl
 (transformers generate, use_vllm=False) with an eval callback that computes the same eval reward on the same
 eval prompts, on 2 torch threads by default: both cores, as our colocated layout has, the fair comparison.
@@ -40,7 +41,10 @@ from common import (
 
 NAME = "vs_trl"
 TRL_PYTHON = REPO / "bench" / ".venv-trl" / "bin" / "python"
-LAYOUTS = {"separate": "deployment=local", "colocated": "deployment=colocated"}  # our side's name -> override
+LAYOUTS = {
+    "separate": "deployment.layout=separate",
+    "colocated": "deployment.layout=colocated",
+}  # our side's name -> override
 COLORS = {"separate": "tab:blue", "colocated": "tab:green", "trl": "tab:orange"}
 
 Curve = list[tuple[float, int, float]]  # (seconds since the command started, step, eval reward)
