@@ -219,7 +219,8 @@ class PortThief:
 def test_runs_started_together_all_finish_with_a_port_thief_about(tmp_path):
     """Default run dirs (no hydra.run.dir): launchers started in the same second each get their own dir and server
     ports. No port is named before its server binds it (the kernel picks it at bind), so the thief finds none."""
-    cmd = launch_cmd("max_steps=2", "orchestrator.eval.interval=0", "monitor=off")
+    # separate: runs in turns expect the cores to themselves, and these share them
+    cmd = launch_cmd("max_steps=2", "orchestrator.eval.interval=0", "monitor=off", "deployment.layout=separate")
     thief = PortThief(tmp_path)
     try:
         procs = [

@@ -5,7 +5,7 @@ does in its turn all come from here."""
 import os
 from dataclasses import dataclass
 
-from prime_rl.config.schema import Config, Layout, TeacherKind
+from prime_rl.config.schema import Config, Layout, TeacherKind, num_nodes
 
 GIB = 1 << 30
 # what the CUDA contexts of three processes and the allocators' slack take beside the counted shares
@@ -16,7 +16,12 @@ FROZEN_BYTES_PER_PARAM = 4  # LoRA: the frozen base in fp32 (the adapter itself 
 
 
 def is_colocated(cfg: Config) -> bool:
-    return cfg.deployment.layout == Layout.colocated
+    """The layout's choice, or for `auto` the faster one where it was measured: in turns on a CPU (BENCHMARKS.md
+    §10), a device per role on GPUs; a multi-node job or a multi-process CPU trainer cannot share one device."""
+    d = cfg.deployment
+    if d.layout != Layout.auto:
+        return d.layout == Layout.colocated
+    return d.num_infer_gpus == d.num_train_gpus == 0 and num_nodes(d) == 1 and cfg.trainer.num_procs == 1
 
 
 def on_gpu(cfg: Config) -> bool:

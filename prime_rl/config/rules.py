@@ -456,7 +456,7 @@ def _gpus(cfg: Config, visible_gpus: int) -> None:
         f"GPUs for a teacher server, but teacher={cfg.teacher.kind.value} starts none",
         "drop deployment.num_teacher_gpus or use teacher=local_vllm",
     )
-    if d.num_infer_gpus > 0 and cfg.teacher.kind == TeacherKind.local_vllm and d.layout == Layout.separate:
+    if d.num_infer_gpus > 0 and cfg.teacher.kind == TeacherKind.local_vllm and d.layout != Layout.colocated:
         check(
             bool(d.num_teacher_gpus),
             ["deployment.num_teacher_gpus"],

@@ -48,6 +48,7 @@ class ReasoningMode(str, Enum):
 
 
 class Layout(str, Enum):
+    auto = "auto"  # colocated on a CPU of one node with one trainer process (measured faster), else separate
     separate = "separate"  # every role on its own share of the devices (cores or GPUs), working at once
     colocated = "colocated"  # every role on the same device (the CPU or one GPU), taking turns at step boundaries
 
@@ -257,7 +258,7 @@ class TeacherConfig:
 
 @dataclass
 class DeploymentConfig:
-    layout: Layout = Layout.separate  # separate | colocated (one device shared in turns; docs/deployment.md)
+    layout: Layout = Layout.auto  # auto | separate | colocated (one device shared in turns; README "One device")
     num_infer_gpus: int = 0  # GPUs of the student vLLM server (per inference node when multi-node); 0 = CPU
     num_train_gpus: int = 0  # GPUs of the trainer (per trainer node when multi-node); 0 = CPU
     num_teacher_gpus: int | None = None  # GPUs of the local teacher vLLM server; None = no GPUs for it
