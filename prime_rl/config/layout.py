@@ -5,6 +5,7 @@ does in its turn all come from here."""
 import os
 from dataclasses import dataclass
 
+from prime_rl.config.modes import RolloutSource, mode_of
 from prime_rl.config.schema import Config, Layout, TeacherKind, num_nodes
 
 GIB = 1 << 30
@@ -46,14 +47,13 @@ class Turn:
 
 def turns(cfg: Config) -> list[Turn]:
     """One step of the colocated layout: the orchestrator's turn, then the trainer's."""
-    gpu = on_gpu(cfg)
+    gpu, mode = on_gpu(cfg), mode_of(cfg)
     servers = "the student and teacher servers" if cfg.teacher.kind == TeacherKind.local_vllm else "the student server"
-    scoring = {"opd": "teacher scores the rollouts", "sft": "teacher writes the rollouts"}.get(cfg.training_mode.value)
     orchestrator = [
         *([f"wake {servers}"] if gpu else []),
         "reload the newest weights",
-        "student generates" if cfg.training_mode.value != "sft" else "",
-        scoring or "",
+        "student generates" if mode.rollouts == RolloutSource.student else "teacher writes the rollouts",
+        "teacher scores the rollouts" if mode.teacher_term else "",
         "rewards, advantages, evaluation when due",
         *([f"{servers} sleep"] if gpu else []),
         "write the batch",
