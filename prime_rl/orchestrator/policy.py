@@ -4,11 +4,10 @@ import time
 
 from prime_rl.config.schema import Config, num_nodes
 from prime_rl.inference.client import InferenceClient
-from prime_rl.protocol.handoff import Listener
+from prime_rl.protocol.handoff import Listener, fallback_s
 from prime_rl.protocol.run_dir import RunDir
 
 WEIGHTS_POLL_S = 0.05  # multi-node: how often the shared run dir is looked at for new weights
-ANNOUNCED_FALLBACK_S = 1.0  # one node: the trainer announces its exports; this only bounds a lost announcement
 
 
 class PolicySync:
@@ -17,8 +16,7 @@ class PolicySync:
         self.client = client
         self.lora_name = lora_name  # reload the adapter under this name instead of full weights
         self.wait_timeout_s = cfg.step_timeout_s
-        # the trainer announces each export; across machines the announcement does not arrive, so look often
-        self.fallback_s = WEIGHTS_POLL_S if num_nodes(cfg.deployment) > 1 else ANNOUNCED_FALLBACK_S
+        self.fallback_s = fallback_s(num_nodes(cfg.deployment) > 1, WEIGHTS_POLL_S)  # the trainer announces exports
         self.listener = Listener(run_dir.handoff("weights"))
         self.version = -1  # nothing loaded yet: the trainer exports the starting weights as weights/step_<start>
         self.reload_s = 0.0  # time spent reloading, for the step's metrics

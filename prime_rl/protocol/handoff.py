@@ -20,6 +20,13 @@ from prime_rl.protocol.polling import TimeoutErrorSpec, timeout_error
 
 T = TypeVar("T")
 
+ANNOUNCED_FALLBACK_S = 1.0  # one machine: how long a lost announcement can delay a waiter
+
+
+def fallback_s(across_machines: bool, poll_s: float) -> float:
+    """How often a waiter looks without an announcement: across machines none arrives, so at `poll_s`."""
+    return poll_s if across_machines else ANNOUNCED_FALLBACK_S
+
 
 def announce(channel: Path) -> None:
     """Wake whoever waits on `channel` now (each waiter has its own pipe); nothing happens when nobody does."""

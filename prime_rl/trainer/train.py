@@ -13,7 +13,7 @@ from prime_rl.models.chat import padding_id
 from prime_rl.monitor.wandb_run import WandbRun
 from prime_rl.protocol.batch import Batch, BatchFormatError, read_batch
 from prime_rl.protocol.device_turn import DeviceTurn
-from prime_rl.protocol.handoff import Listener, announce
+from prime_rl.protocol.handoff import Listener, announce, fallback_s
 from prime_rl.protocol.metrics import append_row
 from prime_rl.protocol.policy import policy_window
 from prime_rl.protocol.run_dir import RunDir
@@ -25,7 +25,6 @@ from prime_rl.trainer.step import make_optimizer, train_step
 from prime_rl.trainer.weights import export_merged, export_weights, prune_weights
 
 BATCH_POLL_S = 0.02  # multi-node: how often the shared run dir is looked at for the step's batch
-ANNOUNCED_FALLBACK_S = 1.0  # one node: the orchestrator announces each batch; this only bounds a lost announcement
 
 
 def train(cfg: Config) -> None:
@@ -98,8 +97,7 @@ class BatchWait:
     def __init__(self, cfg: Config):
         self.run_dir = RunDir(cfg.run_dir)
         self.timeout_s = cfg.step_timeout_s
-        # across machines the announcement does not arrive, so look often
-        self.fallback_s = BATCH_POLL_S if num_nodes(cfg.deployment) > 1 else ANNOUNCED_FALLBACK_S
+        self.fallback_s = fallback_s(num_nodes(cfg.deployment) > 1, BATCH_POLL_S)  # the orchestrator announces batches
         self.listener = Listener(self.run_dir.handoff("batch"))
         self.wait_s = 0.0
 
