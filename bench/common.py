@@ -178,15 +178,22 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def run_launcher(overrides: Sequence[str], run_dir: Path, timeout_s: float = 3600, stop_when=None) -> Launch:
-    """`python launch.py <overrides>` into `run_dir`, with its metrics rows time-stamped as they appear."""
+def run_launcher(
+    overrides: Sequence[str],
+    run_dir: Path,
+    timeout_s: float = 3600,
+    stop_when=None,
+    env: dict[str, str] | None = None,
+) -> Launch:
+    """`python launch.py <overrides>` into `run_dir` (with `env` added to the environment every process it starts
+    inherits), with its metrics rows time-stamped as they appear."""
     argv = [sys.executable, "launch.py", *overrides, f"hydra.run.dir={run_dir}"]
     print(f"  $ {shlex.join(argv[1:])}", flush=True)
     # A wide virtual terminal: rich wraps the launcher's lines at 80 columns when it is not writing to a tty.
     process, rows = run_stamped(
         argv,
         run_dir.parent / f"{run_dir.name}.console.log",
-        env={"COLUMNS": "250"},
+        env={"COLUMNS": "250", **(env or {})},
         timeout_s=timeout_s,
         metrics=MetricsTail(run_dir / "metrics.jsonl"),
         stop_when=stop_when,

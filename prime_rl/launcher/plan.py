@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 from prime_rl.config.layout import is_colocated, on_gpu
 from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.inference.server import vllm_command
+from prime_rl.launcher.allocator import preload_env
 from prime_rl.launcher.gpus import gpu_slices
 from prime_rl.models import student_dir, teacher_dir
 from prime_rl.protocol.atomic import write_text
@@ -143,6 +144,8 @@ def build_plan(cfg: Config, run_dir: Path, visible: list[str], node: Node = LOCA
         )
     for role in plan.roles:
         role.withheld = () if role.name == "orchestrator" else secrets
+        if not role.gpus:
+            role.env.update(preload_env(cfg.launcher.tcmalloc))
     return plan
 
 
