@@ -171,6 +171,27 @@ CASES = [
     Case("missing file", "dataset not given", ("task=jsonl",), "[task.path]"),
     Case("missing file", "verifiers taskset not installed", ("task=verifiers", "task.env=my_tasks"), "[task.env]"),
     Case(
+        "missing file",
+        "gym environment factory not importable",
+        ("task=gym", "task.env=my_envs:make_env", "model.warm_start.task=reverse"),
+        "[task.env]",
+    ),
+    Case(
+        "unknown choice",
+        "option the environment does not take",
+        ("task=retry", "+task.options.lives=3"),
+        "[task.options]",
+    ),
+    Case(
+        "mode conflict", "sft on multi-turn episodes", ("task=retry", "training_mode=sft"), "[training_mode, task.name]"
+    ),
+    Case(
+        "mode conflict",
+        "tiny model warm-started on episodes",
+        ("task=gym", "task.env=prime_rl.tasks.retry_env:ReverseRetry"),
+        "[model.warm_start.task, task.env]",
+    ),
+    Case(
         "GPUs",
         "more GPUs than visible",
         ("deployment.num_infer_gpus=1", "deployment.num_train_gpus=1"),

@@ -22,7 +22,7 @@ CHAT_FIELDS = ("model", "messages", "n", "max_tokens", "max_completion_tokens", 
 
 def check_rules(cfg: Config, visible_gpus: int) -> None:
     """Raise ConfigError on the first broken rule. `visible_gpus`: GPUs the job will see."""
-    for rule in (_ranges, _pairs, _mode, _teacher, _lora, _nodes, _colocated, _gpus, _parallel):
+    for rule in (_ranges, _pairs, _mode, _episodes, _teacher, _lora, _nodes, _colocated, _gpus, _parallel):
         rule(cfg, visible_gpus)
 
 
@@ -42,6 +42,7 @@ def _knobs(cfg: Config) -> list[tuple[str, bool, str, str]]:
         ("orchestrator.rollouts_per_example", o.rollouts_per_example >= 1, "must be >= 1", "set it to 1 or more"),
         ("orchestrator.max_async_level", o.max_async_level >= 0, "must be >= 0", "use 0 (synchronous) or more"),
         ("orchestrator.requests_per_step", o.requests_per_step >= 1, "must be >= 1", "use e.g. 8"),
+        ("orchestrator.log_samples", o.log_samples >= 0, "must be >= 0", "use 0 to log no samples"),
         ("orchestrator.sampling.temperature", o.sampling.temperature >= 0, "must be >= 0", "use e.g. 1.0"),
         ("orchestrator.sampling.top_p", 0 < o.sampling.top_p <= 1, "must be in (0, 1]", "use e.g. 1.0"),
         ("orchestrator.eval.interval", o.eval.interval >= 0, "must be >= 0", "use 0 to disable eval"),
@@ -294,6 +295,16 @@ def _mode(cfg: Config, _: int) -> None:
             f"adv_tau={loss.adv_tau} weighs GRPO advantages, which are always 0 with one rollout per prompt",
             "set orchestrator.rollouts_per_example=2 or more, or trainer.loss.adv_tau=0 (pure distillation)",
         )
+
+
+def _episodes(cfg: Config, _: int) -> None:
+    """A gym task's episodes are played by the student (launcher/preflight.py checks the warm start on them)."""
+    check(
+        mode_of(cfg).trains_sampled_policy or not any(src.name == "gym" for src in (cfg.task, *cfg.task.mix)),
+        ["training_mode", "task.name"],
+        f"{cfg.training_mode.value}'s teacher cannot play task=gym episodes yet (only the student plays them)",
+        "use training_mode=rl or training_mode=opd with task=gym",
+    )
 
 
 def _sampling_policy(cfg: Config) -> None:

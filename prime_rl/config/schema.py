@@ -82,6 +82,7 @@ class WarmStartConfig:
     warmup_steps: int = 20  # linear warmup steps
     schedule: LrSchedule = LrSchedule.constant  # lr after warmup: constant | cosine (to 0 at the last step)
     seed: int = 0  # data order seed
+    task: str | None = None  # a built-in task (reverse, sort) to learn instead of the run's: a gym task has no answers
 
 
 @dataclass
@@ -97,7 +98,7 @@ class ModelConfig:
 
 @dataclass
 class TaskSourceConfig:
-    name: str = "reverse"  # reverse, sort (built-in) | hf (datasets) | jsonl (hf, a file) | reasoning_gym | verifiers
+    name: str = "reverse"  # reverse, sort (built-in) | hf | jsonl (hf, a file) | reasoning_gym | verifiers | gym
     path: str | None = None  # hf, jsonl: a data dir, a .json/.jsonl/.csv/.parquet file, or a Hub dataset id
     subset: str | None = None  # hf: the dataset's configuration, e.g. main for openai/gsm8k (None: its only one)
     split: str = "train"  # hf: the split trained on
@@ -108,8 +109,11 @@ class TaskSourceConfig:
     system_prompt: str | None = None  # a system message before every prompt (None: the chat template's default)
     verifier: str = "similarity"  # similarity | exact | contains | math | <module>:<function> (see README)
     dataset: str | None = None  # reasoning_gym: the dataset's name, e.g. spell_backward
-    env: str | None = None  # verifiers: the taskset id, an installed module exporting a verifiers.v1 Taskset
-    options: dict[str, Any] = field(default_factory=dict)  # reasoning_gym/verifiers options; built-in: min_len, max_len
+    env: str | None = None  # verifiers: the taskset id (a module exporting a Taskset); gym: <module>:<factory>
+    max_turns: int = 4  # gym: an episode's turns at most (it ends sooner when the environment says so)
+    env_timeout_s: float = 10.0  # gym: one environment call's limit (reset or step); over it, the episode scores 0
+    tool_parser: str = "hermes"  # gym with tools: the vLLM tool parser that reads calls from a reply (its format)
+    options: dict[str, Any] = field(default_factory=dict)  # per kind (built-in: min_len, max_len; gym: factory kwargs)
     num_train: int = 20000  # built-in, reasoning_gym, verifiers: size of the train split
     num_eval: int = 128  # size of the eval split
     seed: int = 0  # examples' seed (built-in: eval is one list's tail; reasoning_gym: eval seed+1; verifiers: shuffle)
@@ -156,6 +160,7 @@ class OrchestratorConfig:
     requests_per_step: int = 8  # concurrent requests a step's rollouts (and opd's teacher scoring) are split into
     request_timeout_s: float = 120.0  # per HTTP request to an inference server
     max_retries: int = 3  # retries (with backoff) of a failed request (each request alone) before the run fails
+    log_samples: int = 2  # each step's first N samples (text, token ids, loss mask, reward) go to <run>/samples.jsonl
 
 
 @dataclass

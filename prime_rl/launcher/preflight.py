@@ -22,6 +22,7 @@ from prime_rl.config.user_error import check
 from prime_rl.launcher.gpus import visible_gpus
 from prime_rl.models.hub import hub_model_problem, is_hub_id
 from prime_rl.monitor.wandb_mode import settle_wandb_mode
+from prime_rl.tasks.gym_env import demonstrates
 from prime_rl.tasks.registry import HF_DATA, KINDS, MIX, SOURCE_KINDS, TASK_KINDS, check_data_key, train_sizes
 from prime_rl.teacher.chat_api import resolve_teacher_api
 
@@ -126,6 +127,7 @@ def _task(cfg: Config) -> None:
         check(src.weight > 0, [f"{key}.weight"], "must be > 0", "give each source a positive weight")
         check_data_key(key, src)
     sizes = train_sizes(task)
+    _warm_start(cfg, sources)
     # a step draws its prompts without replacement, from one source in a mix (a step may draw all from one)
     per_step = cfg.orchestrator.batch_size // cfg.orchestrator.rollouts_per_example
     for (key, src), size in zip(sources, sizes):
@@ -135,6 +137,24 @@ def _task(cfg: Config) -> None:
             f"{size} train prompts, fewer than the {per_step} a step draws (batch_size / rollouts_per_example)",
             "give the task more train prompts (more rows, or fewer held out by num_eval) or lower the batch_size",
         )
+
+
+def _warm_start(cfg: Config, sources: list[tuple[str, TaskSourceConfig]]) -> None:
+    """A built-in model warm-starts on its task's answers; a gym source has none unless its environment
+    demonstrates its episodes (`demonstration()`)."""
+    tiny = [("model", cfg.model.name, cfg.model.warm_start)]
+    if cfg.teacher.kind == TeacherKind.local_vllm:
+        tiny.append(("teacher", cfg.teacher.model, cfg.teacher.warm_start))
+    for key, name, warm_start in tiny:
+        if name != "tiny" or warm_start.steps == 0 or warm_start.task is not None:
+            continue
+        for src_key, src in sources:
+            check(
+                src.name != "gym" or demonstrates(src),
+                [f"{key}.warm_start.task", f"{src_key}.env"],
+                f"the built-in {key} has nothing to warm-start on: {src.env} has no demonstration()",
+                f"set {key}.warm_start.task=reverse (a built-in task to learn first) or {key}.warm_start.steps=0",
+            )
 
 
 def _size_key(key: str, src: TaskSourceConfig) -> str:

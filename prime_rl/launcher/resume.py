@@ -13,6 +13,7 @@ def prepare_resume(run_dir: RunDir) -> int:
         run_dir.rollouts(step).unlink(missing_ok=True)
     for step in run_dir.steps_in("weights"):
         shutil.rmtree(run_dir.weights(step), ignore_errors=True)
-    if run_dir.metrics.exists():
-        keep_rows_before(run_dir.metrics, start)
+    for log in (run_dir.metrics, run_dir.samples):
+        if log.exists():
+            keep_rows_before(log, start)
     return start

@@ -6,6 +6,7 @@ template closes an assistant turn with (which is also where sampling stops), unl
 """
 
 import functools
+import itertools
 import re
 
 from transformers import AutoTokenizer
@@ -23,26 +24,62 @@ def as_messages(prompt: str | list[dict]) -> list[dict]:
     return [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
 
 
-def prompt_ids(tokenizer, prompt: str | list[dict]) -> list[int]:
-    """The prompt's turns, ending with the assistant generation prompt."""
+def prompt_ids(tokenizer, prompt: str | list[dict], tools: list[dict] | None = None) -> list[int]:
+    """The prompt's turns, ending with the assistant generation prompt; `tools`: JSON schemas the template lists."""
     chat = as_messages(prompt)
-    return list(tokenizer.apply_chat_template(chat, add_generation_prompt=True, return_dict=False))
+    return list(tokenizer.apply_chat_template(chat, tools=tools, add_generation_prompt=True, return_dict=False))
 
 
-def answer_ids(tokenizer, prompt: str | list[dict], answer: str, finished: bool = True) -> list[int]:
+def answer_ids(
+    tokenizer, prompt: str | list[dict], answer: str, finished: bool = True, tools: list[dict] | None = None
+) -> list[int]:
     """The assistant's answer tokenized where the template puts it, after `prompt`'s generation prompt (so a
     SentencePiece tokenizer does not add a word-start `▁` the conversation would not have), then the end-of-turn
     token: what a sampled completion looks like. An answer cut off by a token limit (`finished=False`) gets no
     end token, so it does not teach stopping mid-answer."""
-    head = prompt_ids(tokenizer, prompt)
+    head = prompt_ids(tokenizer, prompt, tools)
     chat = as_messages(prompt) + [{"role": "assistant", "content": answer}]
-    full = list(tokenizer.apply_chat_template(chat, return_dict=False))
+    full = list(tokenizer.apply_chat_template(chat, tools=tools, return_dict=False))
     if full[: len(head)] != head:
         raise ValueError("the chat template renders the user turn differently once an answer follows it")
     eot = end_of_turn_id(tokenizer)
     ids = full[len(head) :]
     ids = ids[: ids.index(eot)]
     return ids + [eot] if finished else ids
+
+
+def next_turn_ids(
+    tokenizer, history: list[dict], new_messages: list[dict], sampled: list[int], tools: list[dict] | None = None
+) -> list[int]:
+    """The tokens between a sampled reply and the next one: the end of the assistant turn the model did not sample
+    (all of it when max_tokens cut the reply off), then `new_messages` and the generation prompt. They are cut from
+    one render of the conversation with the reply's text stood in for, after the stand-in: rendered alone, the new
+    messages would get a template's default system turn, and re-rendering the reply could change its tokens (a
+    sampled `s o r t :` renders as the word token `sort: `), so the sampled ids are never re-tokenized."""
+    chat = as_messages(history) + [{"role": "assistant", "content": SENTINEL}, *new_messages]
+    text = tokenizer.apply_chat_template(chat, tools=tools, add_generation_prompt=True, tokenize=False)
+    ids = tokenizer.encode(text[text.index(SENTINEL) + len(SENTINEL) :], add_special_tokens=False)
+    if sampled and ids and sampled[-1] == ids[0]:  # the model ended its turn itself
+        return ids[1:]
+    return ids
+
+
+def transcript_ids(tokenizer, messages: list[dict], tools: list[dict] | None = None):
+    """A whole multi-turn conversation as an episode would hold it: (the prompt up to the first assistant turn,
+    everything after it, a mask that is true at the assistant's tokens), each reply tokenized where the template
+    puts it and closed by its end of turn, the turns between them bridged as in an episode (next_turn_ids)."""
+    first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    history, ids, mask = list(messages[:first]), [], []
+    for i in range(first, len(messages)):
+        if messages[i]["role"] != "assistant":
+            continue
+        reply = answer_ids(tokenizer, history, messages[i]["content"], tools=tools)
+        following = list(itertools.takewhile(lambda m: m["role"] != "assistant", messages[i + 1 :]))
+        between = next_turn_ids(tokenizer, history, following, reply, tools) if following else []
+        ids += reply + between
+        mask += [True] * len(reply) + [False] * len(between)
+        history += [messages[i], *following]
+    return prompt_ids(tokenizer, messages[:first], tools), ids, mask
 
 
 @functools.cache

@@ -8,13 +8,13 @@ names its cache dir: a changed knob builds a new model, an unchanged one reuses 
 import hashlib
 import json
 import os
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from prime_rl.config.schema import Config, TaskConfig, TinyModelConfig, WarmStartConfig
 from prime_rl.models.hub import is_hub_id
 
-RECIPE_VERSION = 2  # bump when the builder changes what a recipe produces (2: the trainer's own step and warmup)
+RECIPE_VERSION = 3  # bump when the builder changes what a recipe produces (3: chat templates that list tools)
 
 
 def cache_root(cache_dir: str | None) -> Path:
@@ -25,12 +25,21 @@ def recipe(tiny: TinyModelConfig, warm_start: WarmStartConfig, task: TaskConfig)
     return {"version": RECIPE_VERSION, "tiny": asdict(tiny), "warm_start": asdict(warm_start), "task": asdict(task)}
 
 
+def trained_on(warm_start: WarmStartConfig, task: TaskConfig) -> tuple[WarmStartConfig, TaskConfig]:
+    """What a tiny model's warm start learns: the run's task, or the built-in task `warm_start.task` names, whose
+    recipe is then that task's own (a task=retry run shares the build of a task=reverse run)."""
+    if warm_start.task is None:
+        return warm_start, task
+    return replace(warm_start, task=None), TaskConfig(name=warm_start.task)
+
+
 def model_dir(name: str, tiny: TinyModelConfig, warm_start: WarmStartConfig, task: TaskConfig, cache_dir) -> Path:
     """A tiny model's cache dir, a user's model dir; a Hub id as given (a dry run shows it before it is fetched)."""
     if is_hub_id(name):
         return Path(name)
     if name != "tiny":
         return Path(name).expanduser().resolve()
+    warm_start, task = trained_on(warm_start, task)
     key = hashlib.sha256(json.dumps(recipe(tiny, warm_start, task), sort_keys=True).encode()).hexdigest()[:16]
     return cache_root(cache_dir) / "models" / f"tiny-{task.name}-{warm_start.steps}-{key}"
 

@@ -15,9 +15,18 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 from transformers import PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
-WORD_TOKENS = ["user\n", "assistant\n", "system\n", "reverse: ", "sort: "]
+# task=lookup's call opens and closes with a tag: one token each, as in Qwen's vocabulary
+WORD_TOKENS = ["user\n", "assistant\n", "system\n", "reverse: ", "sort: ", "<tool_call>", "</tool_call>"]
+# The tools an episode's environment offers (JSON schemas), one line in a system turn: `tools: get(key)`. Calls are
+# the reply's text, in the hermes format vLLM's `hermes` tool parser reads: <tool_call>{"name": …}</tool_call>.
+TOOLS_TURN = (
+    "{% if tools %}{{ '<|im_start|>system\\ntools:' }}{% for tool in tools %}"
+    "{% set function = tool['function'] %}"
+    "{{ ' ' + function['name'] + '(' + (function['parameters']['properties'] | list | join(', ')) + ')' }}"
+    "{% endfor %}{{ '<|im_end|>\\n' }}{% endif %}"
+)
 CHAT_TEMPLATE = (
-    "{% for message in messages %}"
+    TOOLS_TURN + "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
@@ -31,7 +40,7 @@ QWEN_PRETOKENIZE = (
 )
 DEFAULT_SYSTEM = "You are a helpful assistant."
 QWEN_CHAT_TEMPLATE = (
-    "{%- if messages[0]['role'] != 'system' %}"
+    TOOLS_TURN + "{%- if messages[0]['role'] != 'system' %}"
     "{{- '<|im_start|>system\\n" + DEFAULT_SYSTEM + "<|im_end|>\\n' }}"
     "{%- endif %}"
     "{%- for message in messages %}"

@@ -1,11 +1,13 @@
 """What every part of an orchestrator step works with: the config, the task, the tokenizer, the clients."""
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.inference.client import InferenceClient, Sampling
 from prime_rl.models.chat import final_answer, student_tokenizer, turn_end_ids
+from prime_rl.orchestrator.env_pool import EnvPool
 from prime_rl.orchestrator.students import StudentServers, student_client
+from prime_rl.orchestrator.tool_calls import ToolReader
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.protocol.servers import STUDENT_MODEL_NAME
 from prime_rl.tasks import Task, load_task
@@ -26,6 +28,8 @@ class Context:
     teacher: InferenceClient | None
     teacher_model: str | None
     answers: TeacherAnswers | None  # the teacher's chat answers (sft rollouts, its eval), cached and counted
+    envs: EnvPool = field(default_factory=EnvPool)  # task=gym: the environments episodes are played against
+    tool_readers: dict[str, ToolReader] = field(default_factory=dict)  # task=gym with tools: by parser name
 
 
 def make_context(cfg: Config) -> Context:

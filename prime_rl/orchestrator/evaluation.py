@@ -1,36 +1,31 @@
-"""Evaluation on the task's eval split: k samples per prompt (`orchestrator.eval.samples_per_prompt`), sent as
-a few batched requests, scored by the verifier processes; and, at the run's first step, the teacher's level."""
+"""Evaluation on the task's eval split: k samples per prompt (`orchestrator.eval.samples_per_prompt`), sent as a
+few batched requests (episodes, where the task has an environment), scored by the verifier processes (or by the
+episode's environment); and, at the run's first step, the teacher's level."""
 
 import asyncio
 import math
 import statistics
 
-from prime_rl.models.chat import final_answer, prompt_ids
-from prime_rl.orchestrator.context import Context, completion_text, student_sampling, teacher_sampling
-from prime_rl.orchestrator.students import sample_groups
+from prime_rl.models.chat import final_answer
+from prime_rl.orchestrator.context import Context, student_sampling, teacher_sampling
+from prime_rl.orchestrator.rollouts import rewards_of, student_rollouts
 
 
 async def evaluate(ctx: Context) -> dict[str, float]:
-    cfg, e = ctx.cfg, ctx.cfg.orchestrator.eval
+    e = ctx.cfg.orchestrator.eval
     examples = ctx.task.eval[: e.num_examples]
-    prompts = [prompt_ids(ctx.tokenizer, ex.messages) for ex in examples]
     # Unseeded: vLLM gives every prompt of a seeded request the same random stream, so one seed made all the
     # eval samples move together (one policy scored 0.27, 0.39 and 0.61 under three seeds). Independent
     # samples give an ordinary estimate, with its standard error in the metrics; greedy eval is temperature 0.
-    groups = await sample_groups(
-        ctx.student,
-        ctx.student_model,
-        prompts,
-        e.samples_per_prompt,
-        student_sampling(ctx, temperature=e.temperature),
-        cfg.orchestrator.requests_per_step,
-    )
-    pairs = [(completion_text(ctx, c.token_ids), ex) for ex, group in zip(examples, groups) for c in group]
-    rewards = await ctx.verification.rewards(pairs)
     k = e.samples_per_prompt
+    groups, made = await student_rollouts(ctx, examples, k, student_sampling(ctx, temperature=e.temperature))
+    rewards = await rewards_of(ctx, examples, groups)
     metrics = eval_metrics(rewards, k)
+    if "env/turns" in made:  # episodes: how long they took
+        metrics["eval/turns"] = made["env/turns"]
+    sources = [ex.source for ex in examples for _ in range(k)]
     for label in ctx.task.weights:  # a mix: each source's own numbers too
-        mine = [r for (_, ex), r in zip(pairs, rewards) if ex.source == label]
+        mine = [r for source, r in zip(sources, rewards) if source == label]
         if mine:
             metrics.update(eval_metrics(mine, k, prefix=f"eval/{label}"))
     return metrics
@@ -69,9 +64,12 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 async def evaluate_teacher(ctx: Context) -> dict[str, float]:
-    """The teacher's eval reward under the same sampling, one answer per prompt: the level distilled toward."""
+    """The teacher's eval reward under the same sampling, one answer per prompt: the level distilled toward (on the
+    single-turn prompts: the teacher does not play episodes)."""
     cfg = ctx.cfg
-    examples = ctx.task.eval[: cfg.orchestrator.eval.num_examples]
+    examples = [ex for ex in ctx.task.eval[: cfg.orchestrator.eval.num_examples] if ex.env is None]
+    if not examples:
+        return {}
     eval_sampling = teacher_sampling(cfg, temperature=cfg.orchestrator.eval.temperature)
     answers = await asyncio.gather(*(ctx.answers.answers_at(ex.messages, [0], eval_sampling) for ex in examples))
     pairs = [(final_answer(a.text), ex) for [a], ex in zip(answers, examples)]

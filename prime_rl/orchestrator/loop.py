@@ -9,11 +9,12 @@ from prime_rl.config.evaluation import due_for_eval
 from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.orchestrator.advantages import grpo_advantages
 from prime_rl.orchestrator.algo import Algorithm, algorithm
-from prime_rl.orchestrator.context import Context, completion_text, make_context
+from prime_rl.orchestrator.context import Context, make_context
 from prime_rl.orchestrator.device import OrchestratorTurn
 from prime_rl.orchestrator.evaluation import evaluate, evaluate_teacher
 from prime_rl.orchestrator.policy import PolicySync
 from prime_rl.orchestrator.prompts import step_prompts
+from prime_rl.orchestrator.rollouts import rewards_of
 from prime_rl.orchestrator.server_urls import locate_servers
 from prime_rl.protocol.batch import Batch, Sample, write_batch
 from prime_rl.protocol.handoff import announce
@@ -47,6 +48,7 @@ async def run(cfg: Config) -> None:
                 await add_step_metrics(ctx, batch, step, start)
                 batch.metrics.update({**policy.take_times(), **device.take_times()})
                 write_batch(batch, ctx.run_dir.rollouts(step))
+                log_samples(ctx, batch)
             announce(ctx.run_dir.handoff("batch"))
             print(json.dumps({"step": step, **batch.metrics}), flush=True)
         await policy.wait_for(cfg.max_steps)
@@ -77,6 +79,24 @@ async def add_step_metrics(ctx: Context, batch: Batch, step: int, start: int) ->
     batch.metrics.update(ctx.verification.metrics())
 
 
+def log_samples(ctx: Context, batch: Batch) -> None:
+    """The step's first orchestrator.log_samples samples, to read what the policy does (an episode's whole
+    transcript: its loss mask tells the student's tokens from the environment's)."""
+    for s in batch.samples[: ctx.cfg.orchestrator.log_samples]:
+        record = {
+            "step": batch.step,
+            "mode": s.mode,
+            "reward": s.reward,
+            "advantage": s.advantage,
+            "prompt": ctx.tokenizer.decode(s.prompt_ids),
+            "completion": ctx.tokenizer.decode(s.completion_ids),
+            "prompt_ids": s.prompt_ids,
+            "completion_ids": s.completion_ids,
+            "loss_mask": s.loss_mask,
+        }
+        append_row(ctx.run_dir.samples, record)
+
+
 def resume_counts(ctx: Context, algo: Algorithm, start: int) -> None:
     """A resumed run goes on with the counts so far (verifier calls, the teacher's usage totals) and with what the
     mode keeps across steps."""
@@ -104,7 +124,7 @@ async def make_batch(ctx: Context, algo: Algorithm, step: int, version: int) -> 
         metrics.update(await score(ctx, examples, groups))
         metrics["time/score"] = time.monotonic() - score_start
     metrics.update(await algo.teacher_signal(ctx, samples))
-    n_tokens = sum(len(s.completion_ids) for s in samples)
+    n_tokens = sum(s.trained_tokens for s in samples)
     metrics["policy/staleness"] = float(step - version)
     metrics["time/generate"] = generate_s
     metrics["seq_len/completion"] = n_tokens / len(samples)
@@ -113,11 +133,9 @@ async def make_batch(ctx: Context, algo: Algorithm, step: int, version: int) -> 
 
 
 async def score(ctx: Context, examples: list[Example], groups: list[list[Sample]]) -> dict:
-    """Rewards from the task's verifier, GRPO advantages, and the step's reward metrics."""
-    pairs = [(completion_text(ctx, s.completion_ids), ex) for ex, group in zip(examples, groups) for s in group]
-    rewards = await ctx.verification.rewards(pairs)
-    for s, reward in zip((s for g in groups for s in g), rewards):
-        s.reward = reward
+    """Rewards (the verifier's, or an episode's own), GRPO advantages, and the step's reward metrics."""
+    rewards = await rewards_of(ctx, examples, groups)
+    sources = [ex.source for ex, group in zip(examples, groups) for _ in group]
     o = ctx.cfg.orchestrator
     for s, adv in zip(
         (s for g in groups for s in g), grpo_advantages(rewards, o.rollouts_per_example, o.std_normalize)
@@ -128,7 +146,7 @@ async def score(ctx: Context, examples: list[Example], groups: list[list[Sample]
         "reward/exact": sum(r == 1.0 for r in rewards) / len(rewards),
     }
     for label in ctx.task.weights:  # a mix: each source's mean reward in this step
-        mine = [r for (_, ex), r in zip(pairs, rewards) if ex.source == label]
+        mine = [r for source, r in zip(sources, rewards) if source == label]
         if mine:
             metrics[f"reward/{label}"] = sum(mine) / len(mine)
     return metrics

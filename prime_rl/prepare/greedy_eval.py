@@ -31,8 +31,11 @@ def generate(
     return tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
 
 
-def eval_reward(model, tokenizer, task: Task, temperature: float = 0.0, num: int | None = None) -> float:
-    """Mean task reward over (the first `num` of) the eval split."""
-    examples = task.eval[:num]
+def eval_reward(model, tokenizer, task: Task, temperature: float = 0.0, num: int | None = None) -> float | None:
+    """Mean task reward over (the first `num` of) the eval split's single-turn examples (None: it has none, an
+    episode needs its environment and a server: the run's own step-0 eval measures it)."""
+    examples = [e for e in task.eval[:num] if e.env is None]
+    if not examples:
+        return None
     completions = generate(model, tokenizer, [e.messages for e in examples], temperature=temperature)
     return sum(task.reward(final_answer(c), e) for c, e in zip(completions, examples)) / len(examples)

@@ -11,9 +11,10 @@ import time
 from pathlib import Path
 
 from prime_rl.config.schema import TaskConfig, TinyModelConfig, TinyTokenizer, WarmStartConfig
-from prime_rl.models.recipe import model_dir, recipe
+from prime_rl.models.recipe import model_dir, recipe, trained_on
 from prime_rl.protocol.atomic import is_complete, publish_dir
 from prime_rl.protocol.file_lock import FileLock
+from prime_rl.tasks.gym_env import demonstrated
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +26,7 @@ def prepare_model(
     target = model_dir(name, tiny, warm_start, task_cfg, cache_dir)
     if name != "tiny" or is_complete(target):
         return target
+    warm_start, task_cfg = trained_on(warm_start, task_cfg)
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(target.parent / f"{target.name}.lock"):
         if not is_complete(target):  # else another process built it while we waited
@@ -56,11 +58,16 @@ def _build(out: Path, tiny: TinyModelConfig, warm_start: WarmStartConfig, task_c
     model = sft_train(build_tiny_model(tiny, tokenizer), tokenizer, task.train, warm_start)
     save_model(model, tokenizer, out)
     info = {**recipe(tiny, warm_start, task_cfg), "build_s": round(time.time() - start, 1)}
-    info["eval_greedy_reward"] = round(eval_reward(model, tokenizer, task), 4)
+    greedy = eval_reward(model, tokenizer, task)
+    info["eval_greedy_reward"] = None if greedy is None else round(greedy, 4)
     (out / "recipe.json").write_text(json.dumps(info, indent=2) + "\n")
-    log.info("built in %.1f s, greedy eval reward %.3f", info["build_s"], info["eval_greedy_reward"])
+    log.info("built in %.1f s, greedy eval reward %s", info["build_s"], info["eval_greedy_reward"])
 
 
 def conversations(task) -> list[list[dict]]:
-    """The train split as chats: what the BPE tokenizer learns its merges from."""
-    return [[*ex.messages, {"role": "assistant", "content": ex.answer}] for ex in task.train]
+    """The train split as chats (an episode's: its environment's demonstration): what the BPE tokenizer learns its
+    merges from."""
+    return [
+        demonstrated(ex)[0] if ex.env else [*ex.messages, {"role": "assistant", "content": ex.answer}]
+        for ex in task.train
+    ]

@@ -28,6 +28,11 @@ class Sample:
     mode: str = ""  # the training mode whose objective trains it: rl | opd | sft
     teacher: str | None = None  # the model name of the teacher that scored or wrote it (None: no teacher)
 
+    @property
+    def trained_tokens(self) -> int:
+        """Completion tokens the loss sees: an episode's environment turns are context, not completion."""
+        return len(self.completion_ids) if self.loss_mask is None else sum(self.loss_mask)
+
 
 @dataclass
 class Batch:

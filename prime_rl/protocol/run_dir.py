@@ -24,6 +24,11 @@ class RunDir:
         return self.root / "handoff" / channel
 
     @property
+    def samples(self) -> Path:
+        """orchestrator -> you: each step's first orchestrator.log_samples samples, as text and token ids."""
+        return self.root / "samples.jsonl"
+
+    @property
     def device_lock(self) -> Path:
         """Colocated layout: held by whichever phase has the device (device_turn.py)."""
         return self.root / "device.lock"

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from prime_rl.config.schema import TaskConfig, TaskSourceConfig
 from prime_rl.config.user_error import check
 from prime_rl.tasks.builtin import check_builtin, reverse_task, sort_task
+from prime_rl.tasks.gym_env import episode_scorer, load_gym_task
 from prime_rl.tasks.hf import load_hf_task
 from prime_rl.tasks.mix import load_mix, mix_scorer
 from prime_rl.tasks.reasoning_gym_task import entry_scorer, load_reasoning_gym_task
@@ -41,6 +42,7 @@ KINDS: dict[str, TaskKind] = {
     "jsonl": TaskKind(load_hf_task, answer_scorer, HF_DATA),
     "reasoning_gym": TaskKind(load_reasoning_gym_task, entry_scorer, DataKey("dataset", "a dataset", "<name>")),
     "verifiers": TaskKind(load_verifiers_task, env_scorer, DataKey("env", "a taskset", "<taskset id>")),
+    "gym": TaskKind(load_gym_task, episode_scorer, DataKey("env", "an environment factory", "<module>:<factory>")),
 }
 MIX = "mix"
 SOURCE_KINDS = tuple(KINDS)  # what a source of a mix can be

@@ -1,9 +1,28 @@
-"""A task is a train split, an eval split and a verifier (the loader of each kind: tasks/registry.py)."""
+"""A task is a train split, an eval split and a verifier (the loader of each kind: tasks/registry.py). An example
+of task=gym is played as an episode against its environment instead, which gives the reward."""
 
 import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """How an example is played as a multi-turn episode (task=gym): the environment's factory and options, the
+    seed its reset() gets, and the episode's limits."""
+
+    factory: str  # <module>:<callable> returning an object with reset(seed=) and step(action) (tasks/gym_env.py)
+    options: dict = field(compare=False)  # the factory's keyword arguments (task.options)
+    seed: int  # reset(seed=...): every episode of the example plays the same instance
+    max_turns: int  # replies per episode at most
+    timeout_s: float  # one reset(), step() or tool call's limit
+    tool_parser: str  # the vLLM tool parser that reads the student's tool calls (where the environment has tools)
+
+    @property
+    def kind(self) -> str:
+        """Which environments can be reused for this example: the same factory with the same options."""
+        return f"{self.factory} {sorted(self.options.items())!r}"
 
 
 @dataclass(frozen=True)
@@ -13,6 +32,7 @@ class Example:
     system: str | None = None  # a system message before the prompt (None: the chat template's default)
     entry: dict | None = field(default=None, compare=False)  # reasoning_gym: the entry its score_answer reads
     source: str = ""  # in a task mix: the label of the source it comes from ("" outside a mix)
+    env: EnvSpec | None = field(default=None, compare=False)  # task=gym: played as an episode, prompt from reset()
 
     @property
     def messages(self) -> list[dict]:

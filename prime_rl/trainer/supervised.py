@@ -15,9 +15,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prime_rl.config.schema import Config, OptimConfig, TrainerConfig, TrainingMode, WarmStartConfig
-from prime_rl.models.chat import answer_ids, padding_id, prompt_ids
+from prime_rl.models.chat import answer_ids, padding_id, prompt_ids, transcript_ids
 from prime_rl.models.tiny import save_model
 from prime_rl.protocol.batch import Batch, Sample
+from prime_rl.tasks.gym_env import demonstrated
 from prime_rl.tasks.task import Example
 from prime_rl.trainer.model import head_is_plain
 from prime_rl.trainer.step import make_optimizer, train_step
@@ -34,11 +35,16 @@ def supervised_config(ws: WarmStartConfig) -> Config:
 
 
 def supervised_samples(tokenizer, examples: list[Example]) -> list[Sample]:
-    """Each example's prompt and answer in the model's tokens; the answer (with its end of turn) is what trains."""
-    return [
-        Sample(prompt_ids(tokenizer, e.messages), answer_ids(tokenizer, e.messages, e.answer), [], mode="sft")
-        for e in examples
-    ]
+    """Each example's prompt and answer in the model's tokens; the answer (with its end of turn) is what trains. An
+    example played as an episode (task=gym) is its environment's demonstration, whose assistant turns train."""
+    return [supervised_sample(tokenizer, e) for e in examples]
+
+
+def supervised_sample(tokenizer, e: Example) -> Sample:
+    if e.env is None:
+        return Sample(prompt_ids(tokenizer, e.messages), answer_ids(tokenizer, e.messages, e.answer), [], mode="sft")
+    prompt, ids, mask = transcript_ids(tokenizer, *demonstrated(e))
+    return Sample(prompt, ids, [], loss_mask=mask, mode="sft")
 
 
 def sft_train(model, tokenizer, examples: list[Example], ws: WarmStartConfig, out_dir: Path | None = None):

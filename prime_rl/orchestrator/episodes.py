@@ -1,0 +1,182 @@
+"""Multi-turn episodes: the student plays examples that carry an environment (task=gym) turn by turn.
+
+Each turn's prompt is token ids: the previous prompt, the ids the student sampled, then the end of its turn and the
+messages that answer it, with the generation prompt (models/chat.py next_turn_ids). A reply is never re-tokenized,
+so the trainer sees exactly the ids the server sampled; only they train (the loss mask), the rest is context. A
+reply that calls the environment's tools is answered by their results as tool messages (orchestrator/
+tool_calls.py), any other by the environment's step(). The live episodes of a step advance together: each turn is
+orchestrator.requests_per_step requests of one sample per episode (their histories differ). An episode ends when
+the environment says so, after task.max_turns replies, or when a whole reply (sampling.max_tokens) would no
+longer fit the context.
+
+An environment that raises, overruns task.env_timeout_s or breaks the API ends its episode with reward 0 and no
+token trained (env/errors, env/timeouts; orchestrator/env_pool.py); a step in which every episode failed stops the
+run.
+"""
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from prime_rl.config.modes import mode_of
+from prime_rl.config.user_error import UserError
+from prime_rl.inference.client import Completion, Sampling
+from prime_rl.models.chat import final_answer, next_turn_ids, prompt_ids
+from prime_rl.orchestrator.context import Context
+from prime_rl.orchestrator.env_pool import EnvPool, call_in_thread
+from prime_rl.orchestrator.students import even_shares
+from prime_rl.orchestrator.tool_calls import UNREADABLE, answer, tool_reader
+from prime_rl.protocol.batch import Sample
+from prime_rl.tasks import Example
+from prime_rl.tasks.gym_env import outcome_of, tool_schemas
+
+ENDS = ("done", "max_turns", "context", "error", "timeout")  # why an episode ended (env/end/<why>)
+
+
+class EnvFailed(UserError, RuntimeError):
+    """Every episode of a step failed: the environment is broken."""
+
+
+@dataclass
+class Episode:
+    example: Example
+    env: object = None
+    messages: list[dict] = field(default_factory=list)  # the conversation as text: the environment's view of it
+    prompt_ids: list[int] = field(default_factory=list)  # the first prompt
+    ids: list[int] = field(default_factory=list)  # everything after it: replies and the environment's turns
+    mask: list[bool] = field(default_factory=list)  # per id: sampled by the student (trains) or not
+    logprobs: list[float] = field(default_factory=list)  # the sampler's logprob per id (0 for the environment's)
+    tools: dict[str, Callable] = field(default_factory=dict)  # the environment's tools, by name
+    schemas: list[dict] | None = None  # their JSON schemas, which the chat template lists (None: no tools)
+    reward: float = 0.0  # the environment's rewards, summed
+    turns: int = 0  # replies so far
+    tool_calls: int = 0  # calls the student made
+    tool_errors: int = 0  # of them, the ones answered `invalid tool call` or `tool error`
+    end: str | None = None  # one of ENDS once it is over
+
+    @property
+    def prompt(self) -> list[int]:
+        return self.prompt_ids + self.ids
+
+    def sample(self, mode: str) -> Sample:
+        failed = self.end in ("error", "timeout")
+        mask = [False] * len(self.ids) if failed else self.mask  # an episode the environment broke teaches nothing
+        return Sample(
+            self.prompt_ids,
+            self.ids,
+            self.logprobs,
+            reward=0.0 if failed else self.reward,
+            loss_mask=None if all(mask) else mask,
+            mode=mode,
+        )
+
+
+async def play_episodes(
+    ctx: Context, examples: list[Example], n: int, sampling: Sampling
+) -> tuple[list[list[Sample]], dict[str, float]]:
+    """n episodes of each example (one group each), played turn by turn together; their samples and metrics."""
+    groups = [[Episode(ex) for _ in range(n)] for ex in examples]
+    episodes = [e for group in groups for e in group]
+    limit = ctx.cfg.inference.max_model_len - mode_of(ctx.cfg).context_margin  # the student server's context
+    await asyncio.gather(*(start(ctx, e, limit - sampling.max_tokens) for e in episodes))
+    live = [e for e in episodes if e.end is None]
+    while live:
+        replies = await sample_turn(ctx, live, sampling)
+        await asyncio.gather(*(advance(ctx, e, c, limit, sampling.max_tokens) for e, c in zip(live, replies)))
+        live = [e for e in live if e.end is None]
+    for e in episodes:
+        ctx.envs.release(e.example.env, e.env)
+    if all(e.end in ("error", "timeout") for e in episodes):
+        raise EnvFailed(f"every one of {len(episodes)} episodes failed in its environment (see the log)")
+    mode = ctx.cfg.training_mode.value
+    return [[e.sample(mode) for e in group] for group in groups], episode_metrics(episodes)
+
+
+async def start(ctx: Context, e: Episode, longest_prompt: int) -> None:
+    """The episode's environment (reused or made) reset to the example's seed: its first prompt."""
+    try:
+        e.env, observation = await ctx.envs.reset(e.example.env)
+        e.schemas = tool_schemas(e.env) or None
+    except Exception as error:
+        fail(ctx.envs, e, error)
+        return
+    e.tools = {tool.__name__: tool for tool in getattr(e.env, "tools", None) or []}
+    e.messages = [*e.example.messages[:-1], {"role": "user", "content": observation}]  # after any system prompt
+    e.prompt_ids = prompt_ids(ctx.tokenizer, e.messages, e.schemas)
+    if len(e.prompt_ids) > longest_prompt:  # no room for a whole reply
+        e.end = "context"
+
+
+def fail(pool: EnvPool, e: Episode, error: BaseException) -> None:
+    e.end = "timeout" if isinstance(error, TimeoutError) else "error"
+    e.env = None  # a broken or still-running environment is never reused
+    pool.report(error)
+
+
+async def sample_turn(ctx: Context, live: list[Episode], sampling: Sampling) -> list[Completion]:
+    """One reply per live episode, in orchestrator.requests_per_step concurrent requests."""
+    shares = even_shares([e.prompt for e in live], ctx.cfg.orchestrator.requests_per_step)
+    replies = await asyncio.gather(*(ctx.student.complete(ctx.student_model, share, 1, sampling) for share in shares))
+    return [group[0] for reply in replies for group in reply]
+
+
+async def advance(ctx: Context, e: Episode, reply: Completion, limit: int, max_tokens: int) -> None:
+    """The reply joins the episode; the tools or the environment answer it; the episode ends or gets its next
+    prompt."""
+    e.ids += reply.token_ids
+    e.mask += [True] * len(reply.token_ids)
+    e.logprobs += reply.logprobs
+    e.turns += 1
+    text = final_answer(ctx.tokenizer.decode(reply.token_ids, skip_special_tokens=True))
+    try:
+        following = await respond(ctx, e, text)
+    except Exception as error:
+        fail(ctx.envs, e, error)
+        return
+    if following is None:
+        e.end = "done"
+        return
+    if e.turns >= e.example.env.max_turns:
+        e.end = "max_turns"
+        return
+    bridge = next_turn_ids(ctx.tokenizer, e.messages, following, reply.token_ids, e.schemas)
+    e.messages += [{"role": "assistant", "content": text}, *following]
+    if len(e.prompt) + len(bridge) + max_tokens > limit:
+        e.end = "context"
+        return
+    e.ids += bridge
+    e.mask += [False] * len(bridge)
+    e.logprobs += [0.0] * len(bridge)
+
+
+async def respond(ctx: Context, e: Episode, text: str) -> list[dict] | None:
+    """The messages that answer a reply: a tool message per call it makes, else the environment's next message;
+    None when the environment ends the episode."""
+    spec = e.example.env
+    calls = tool_reader(ctx.tool_readers, spec.tool_parser, ctx.tokenizer).calls(text) if e.tools else None
+    if calls is not None:
+        answers = [await answer(call, e.tools, spec.timeout_s) for call in calls] or [UNREADABLE]
+        e.tool_calls += len(answers)
+        e.tool_errors += sum(invalid for _, invalid in answers)
+        return [{"role": "tool", "content": content} for content, _ in answers]
+    observation, reward, done = await call_in_thread(lambda: outcome_of(e.env.step(text)), spec.timeout_s)
+    e.reward += reward
+    return None if done else [{"role": "user", "content": observation}]
+
+
+def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
+    """Per step: turns per episode, the tokens the student sampled and the environment's, how the episodes
+    ended (fractions), and the environment's failures (counts)."""
+    n = len(episodes)
+    sampled = sum(sum(e.mask) for e in episodes)
+    metrics = {
+        "env/turns": sum(e.turns for e in episodes) / n,
+        "env/sampled_tokens": sampled / n,
+        "env/env_tokens": sum(len(e.ids) for e in episodes) / n - sampled / n,
+        "env/tool_calls": sum(e.tool_calls for e in episodes) / n,
+        "env/tool_errors": sum(e.tool_errors for e in episodes) / n,
+        "env/errors": float(sum(e.end == "error" for e in episodes)),
+        "env/timeouts": float(sum(e.end == "timeout" for e in episodes)),
+    }
+    metrics.update({f"env/end/{why}": sum(e.end == why for e in episodes) / n for why in ENDS[:3]})
+    return metrics

@@ -1,0 +1,55 @@
+"""The student's rollouts of a list of examples (a step's, or an eval's), in groups of n per example, in order: one
+sampled reply each, or, for an example that carries an environment (task=gym), an episode (orchestrator/episodes.py);
+and their rewards: an episode's from its environment, a reply's from the task's verifier processes."""
+
+import asyncio
+
+from prime_rl.inference.client import Sampling
+from prime_rl.models.chat import prompt_ids
+from prime_rl.orchestrator.context import Context, completion_text
+from prime_rl.orchestrator.episodes import play_episodes
+from prime_rl.orchestrator.students import sample_groups
+from prime_rl.protocol.batch import Sample
+from prime_rl.tasks import Example
+
+Groups = list[list[Sample]]
+
+
+async def student_rollouts(
+    ctx: Context, examples: list[Example], n: int, sampling: Sampling
+) -> tuple[Groups, dict[str, float]]:
+    """n samples of each example, the replies and the episodes made concurrently; the metrics of making them."""
+    replies = [i for i, ex in enumerate(examples) if ex.env is None]
+    played = [i for i, ex in enumerate(examples) if ex.env is not None]
+    jobs = [(replies, single_turn), (played, play_episodes)]
+    parts = await asyncio.gather(*(make(ctx, [examples[i] for i in idx], n, sampling) for idx, make in jobs if idx))
+    groups: Groups = [[] for _ in examples]
+    metrics: dict[str, float] = {}
+    for (idx, _), (part, part_metrics) in zip([job for job in jobs if job[0]], parts):
+        for i, group in zip(idx, part):
+            groups[i] = group
+        metrics.update(part_metrics)
+    return groups, metrics
+
+
+async def single_turn(ctx: Context, examples: list[Example], n: int, sampling: Sampling) -> tuple[Groups, dict]:
+    """In orchestrator.requests_per_step requests of whole groups; also the fraction cut off by max_tokens."""
+    prompts = [prompt_ids(ctx.tokenizer, ex.messages) for ex in examples]
+    # No per-request seed: vLLM would give every prompt of the request the same random stream.
+    groups = await sample_groups(
+        ctx.student, ctx.student_model, prompts, n, sampling, ctx.cfg.orchestrator.requests_per_step
+    )
+    cut = [c.finish_reason == "length" for group in groups for c in group]
+    mode = ctx.cfg.training_mode.value
+    samples = [[Sample(p, c.token_ids, c.logprobs, mode=mode) for c in group] for p, group in zip(prompts, groups)]
+    return samples, {"seq_len/truncated": sum(cut) / len(cut)}
+
+
+async def rewards_of(ctx: Context, examples: list[Example], groups: Groups) -> list[float]:
+    """Every sample's reward, in order: what its episode earned, or what the verifier gives its reply."""
+    pending = [(s, ex) for ex, group in zip(examples, groups) for s in group if s.reward is None]
+    if pending:
+        scored = await ctx.verification.rewards([(completion_text(ctx, s.completion_ids), ex) for s, ex in pending])
+        for (s, _), reward in zip(pending, scored):
+            s.reward = reward
+    return [s.reward for group in groups for s in group]
