@@ -82,7 +82,7 @@ class WarmStartConfig:
     warmup_steps: int = 20  # linear warmup steps
     schedule: LrSchedule = LrSchedule.constant  # lr after warmup: constant | cosine (to 0 at the last step)
     seed: int = 0  # data order seed
-    task: str | None = None  # a built-in task (reverse, sort) to learn instead of the run's: a gym task has no answers
+    task: str | None = None  # a built-in task (reverse, sort) to learn instead of the run's (a gym task's episodes)
 
 
 @dataclass

@@ -30,7 +30,8 @@ from prime_rl.protocol.batch import Sample
 from prime_rl.tasks import Example
 from prime_rl.tasks.gym_env import outcome_of, tool_schemas
 
-ENDS = ("done", "max_turns", "context", "error", "timeout")  # why an episode ended (env/end/<why>)
+ENDS = ("done", "max_turns", "context")  # how an episode ends by the rules (env/end/<why>: fractions)
+FAILURES = ("error", "timeout")  # how an environment's failure ends it (env/errors, env/timeouts: counts)
 
 
 class EnvFailed(UserError, RuntimeError):
@@ -52,14 +53,14 @@ class Episode:
     turns: int = 0  # replies so far
     tool_calls: int = 0  # calls the student made
     tool_errors: int = 0  # of them, the ones answered `invalid tool call` or `tool error`
-    end: str | None = None  # one of ENDS once it is over
+    end: str | None = None  # one of ENDS or FAILURES once it is over
 
     @property
     def prompt(self) -> list[int]:
         return self.prompt_ids + self.ids
 
     def sample(self, mode: str) -> Sample:
-        failed = self.end in ("error", "timeout")
+        failed = self.end in FAILURES
         mask = [False] * len(self.ids) if failed else self.mask  # an episode the environment broke teaches nothing
         return Sample(
             self.prompt_ids,
@@ -75,6 +76,8 @@ async def play_episodes(
     ctx: Context, examples: list[Example], n: int, sampling: Sampling
 ) -> tuple[list[list[Sample]], dict[str, float]]:
     """n episodes of each example (one group each), played turn by turn together; their samples and metrics."""
+    if not examples:
+        return [], {}
     groups = [[Episode(ex) for _ in range(n)] for ex in examples]
     episodes = [e for group in groups for e in group]
     limit = ctx.cfg.inference.max_model_len - mode_of(ctx.cfg).context_margin  # the student server's context
@@ -86,7 +89,7 @@ async def play_episodes(
         live = [e for e in live if e.end is None]
     for e in episodes:
         ctx.envs.release(e.example.env, e.env)
-    if all(e.end in ("error", "timeout") for e in episodes):
+    if all(e.end in FAILURES for e in episodes):
         raise EnvFailed(f"every one of {len(episodes)} episodes failed in its environment (see the log)")
     mode = ctx.cfg.training_mode.value
     return [[e.sample(mode) for e in group] for group in groups], episode_metrics(episodes)
@@ -178,5 +181,5 @@ def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
         "env/errors": float(sum(e.end == "error" for e in episodes)),
         "env/timeouts": float(sum(e.end == "timeout" for e in episodes)),
     }
-    metrics.update({f"env/end/{why}": sum(e.end == why for e in episodes) / n for why in ENDS[:3]})
+    metrics.update({f"env/end/{why}": sum(e.end == why for e in episodes) / n for why in ENDS})
     return metrics

@@ -19,21 +19,19 @@ async def student_rollouts(
     ctx: Context, examples: list[Example], n: int, sampling: Sampling
 ) -> tuple[Groups, dict[str, float]]:
     """n samples of each example, the replies and the episodes made concurrently; the metrics of making them."""
-    replies = [i for i, ex in enumerate(examples) if ex.env is None]
-    played = [i for i, ex in enumerate(examples) if ex.env is not None]
-    jobs = [(replies, single_turn), (played, play_episodes)]
-    parts = await asyncio.gather(*(make(ctx, [examples[i] for i in idx], n, sampling) for idx, make in jobs if idx))
-    groups: Groups = [[] for _ in examples]
-    metrics: dict[str, float] = {}
-    for (idx, _), (part, part_metrics) in zip([job for job in jobs if job[0]], parts):
-        for i, group in zip(idx, part):
-            groups[i] = group
-        metrics.update(part_metrics)
-    return groups, metrics
+    played = [ex.env is not None for ex in examples]
+    (replies, reply_metrics), (episodes, episode_metrics) = await asyncio.gather(
+        single_turn(ctx, [ex for ex, p in zip(examples, played) if not p], n, sampling),
+        play_episodes(ctx, [ex for ex, p in zip(examples, played) if p], n, sampling),
+    )
+    each_reply, each_episode = iter(replies), iter(episodes)
+    return [next(each_episode if p else each_reply) for p in played], {**reply_metrics, **episode_metrics}
 
 
 async def single_turn(ctx: Context, examples: list[Example], n: int, sampling: Sampling) -> tuple[Groups, dict]:
     """In orchestrator.requests_per_step requests of whole groups; also the fraction cut off by max_tokens."""
+    if not examples:
+        return [], {}
     prompts = [prompt_ids(ctx.tokenizer, ex.messages) for ex in examples]
     # No per-request seed: vLLM would give every prompt of the request the same random stream.
     groups = await sample_groups(
