@@ -11,11 +11,20 @@ HANG_S = 3.0  # longer than the tests' task.env_timeout_s
 
 
 class Faulty(ReverseRetry):
-    """The built-in environment, except that its step() calls take turns at failing: of every four calls in the
-    process, the second raises, the third hangs and the fourth returns a number as the observation."""
+    """The built-in environment, except that its calls take turns at failing: of every four step() calls in the
+    process, the second raises, the third hangs and the fourth returns a number as the observation; of every five
+    reset() calls, the fourth raises (the launcher's check, the first, passes)."""
 
     calls = itertools.count()
+    resets = itertools.count()
     lock = threading.Lock()
+
+    def reset(self, seed=None):
+        with Faulty.lock:
+            n = next(Faulty.resets) % 5
+        if n == 3:
+            raise RuntimeError("the environment cannot start")
+        return super().reset(seed)
 
     def step(self, action: str):
         with Faulty.lock:

@@ -183,6 +183,12 @@ CASES = [
         "[task.options]",
     ),
     Case(
+        "unknown choice",
+        "warm start on a task that is not built in",
+        ("task=retry", "model.warm_start.task=retry"),
+        "[model.warm_start.task]",
+    ),
+    Case(
         "mode conflict", "sft on multi-turn episodes", ("task=retry", "training_mode=sft"), "[training_mode, task.name]"
     ),
     Case(

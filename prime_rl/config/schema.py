@@ -317,7 +317,7 @@ class LauncherConfig:
     prepare_only: bool = False  # build (SFT warm-start) the student and local teacher, print their dirs, start nothing
     ready_timeout_s: float = 300.0  # give up on a server that is not ready after this long
     stop_grace_s: float = 5.0  # between SIGTERM and SIGKILL of a process group
-    tcmalloc: bool = True  # CPU runs: preload the system's libtcmalloc_minimal (if installed) into every process
+    tcmalloc: bool = True  # preload the system's libtcmalloc_minimal (if installed) into every process without a GPU
 
 
 @dataclass

@@ -145,7 +145,14 @@ def _warm_start(cfg: Config, sources: list[tuple[str, TaskSourceConfig]]) -> Non
     tiny = [("model", cfg.model.name, cfg.model.warm_start)]
     if cfg.teacher.kind == TeacherKind.local_vllm:
         tiny.append(("teacher", cfg.teacher.model, cfg.teacher.warm_start))
+    builtin = [kind for kind, entry in KINDS.items() if entry.validate is not None]
     for key, name, warm_start in tiny:
+        check(
+            warm_start.task is None or warm_start.task in builtin,
+            [f"{key}.warm_start.task"],
+            f"{warm_start.task!r} is not a built-in task a warm start can learn",
+            f"use one of {', '.join(builtin)}",
+        )
         if name != "tiny" or warm_start.steps == 0 or warm_start.task is not None:
             continue
         for src_key, src in sources:

@@ -68,7 +68,9 @@ def transcript_ids(tokenizer, messages: list[dict], tools: list[dict] | None = N
     """A whole multi-turn conversation as an episode would hold it: (the prompt up to the first assistant turn,
     everything after it, a mask that is true at the assistant's tokens), each reply tokenized where the template
     puts it and closed by its end of turn, the turns between them bridged as in an episode (next_turn_ids)."""
-    first = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), None)
+    if first is None:
+        raise ValueError("a transcript needs an assistant turn to train on")
     history, ids, mask = list(messages[:first]), [], []
     for i in range(first, len(messages)):
         if messages[i]["role"] != "assistant":

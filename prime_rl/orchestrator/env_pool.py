@@ -66,4 +66,7 @@ async def call_in_thread(fn, timeout_s: float):
             pass
 
     threading.Thread(target=work, daemon=True).start()
-    return await asyncio.wait_for(future, timeout_s)
+    try:
+        return await asyncio.wait_for(future, timeout_s)
+    except asyncio.TimeoutError as e:  # not the built-in TimeoutError before Python 3.11
+        raise TimeoutError(f"no answer within {timeout_s} s") from e

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from prime_rl.config.modes import mode_of
 from prime_rl.config.user_error import UserError
 from prime_rl.inference.client import Completion, Sampling
-from prime_rl.models.chat import final_answer, next_turn_ids, prompt_ids
-from prime_rl.orchestrator.context import Context
+from prime_rl.models.chat import next_turn_ids, prompt_ids, turn_end_ids
+from prime_rl.orchestrator.context import Context, completion_text
 from prime_rl.orchestrator.env_pool import EnvPool, call_in_thread
-from prime_rl.orchestrator.students import even_shares
-from prime_rl.orchestrator.tool_calls import UNREADABLE, answer, tool_reader
+from prime_rl.orchestrator.students import sample_groups
+from prime_rl.orchestrator.tool_calls import UNREADABLE, Call, answer, tool_reader
 from prime_rl.protocol.batch import Sample
 from prime_rl.tasks import Example
 from prime_rl.tasks.gym_env import outcome_of, tool_schemas
@@ -100,12 +100,12 @@ async def start(ctx: Context, e: Episode, longest_prompt: int) -> None:
     try:
         e.env, observation = await ctx.envs.reset(e.example.env)
         e.schemas = tool_schemas(e.env) or None
+        e.messages = [*e.example.messages[:-1], {"role": "user", "content": observation}]  # after a system prompt
+        e.prompt_ids = prompt_ids(ctx.tokenizer, e.messages, e.schemas)  # a template may refuse what it is given
     except Exception as error:
         fail(ctx.envs, e, error)
         return
     e.tools = {tool.__name__: tool for tool in getattr(e.env, "tools", None) or []}
-    e.messages = [*e.example.messages[:-1], {"role": "user", "content": observation}]  # after any system prompt
-    e.prompt_ids = prompt_ids(ctx.tokenizer, e.messages, e.schemas)
     if len(e.prompt_ids) > longest_prompt:  # no room for a whole reply
         e.end = "context"
 
@@ -118,9 +118,9 @@ def fail(pool: EnvPool, e: Episode, error: BaseException) -> None:
 
 async def sample_turn(ctx: Context, live: list[Episode], sampling: Sampling) -> list[Completion]:
     """One reply per live episode, in orchestrator.requests_per_step concurrent requests."""
-    shares = even_shares([e.prompt for e in live], ctx.cfg.orchestrator.requests_per_step)
-    replies = await asyncio.gather(*(ctx.student.complete(ctx.student_model, share, 1, sampling) for share in shares))
-    return [group[0] for reply in replies for group in reply]
+    prompts = [e.prompt for e in live]
+    requests = ctx.cfg.orchestrator.requests_per_step
+    return [group[0] for group in await sample_groups(ctx.student, ctx.student_model, prompts, 1, sampling, requests)]
 
 
 async def advance(ctx: Context, e: Episode, reply: Completion, limit: int, max_tokens: int) -> None:
@@ -130,19 +130,15 @@ async def advance(ctx: Context, e: Episode, reply: Completion, limit: int, max_t
     e.mask += [True] * len(reply.token_ids)
     e.logprobs += reply.logprobs
     e.turns += 1
-    text = final_answer(ctx.tokenizer.decode(reply.token_ids, skip_special_tokens=True))
+    text = completion_text(ctx, reply.token_ids)
     try:
-        following = await respond(ctx, e, text)
+        following = await respond(ctx, e, reply.token_ids, text)
+        if following is None:
+            return
+        bridge = next_turn_ids(ctx.tokenizer, e.messages, following, reply.token_ids, e.schemas)
     except Exception as error:
         fail(ctx.envs, e, error)
         return
-    if following is None:
-        e.end = "done"
-        return
-    if e.turns >= e.example.env.max_turns:
-        e.end = "max_turns"
-        return
-    bridge = next_turn_ids(ctx.tokenizer, e.messages, following, reply.token_ids, e.schemas)
     e.messages += [{"role": "assistant", "content": text}, *following]
     if len(e.prompt) + len(bridge) + max_tokens > limit:
         e.end = "context"
@@ -152,19 +148,37 @@ async def advance(ctx: Context, e: Episode, reply: Completion, limit: int, max_t
     e.logprobs += [0.0] * len(bridge)
 
 
-async def respond(ctx: Context, e: Episode, text: str) -> list[dict] | None:
+async def respond(ctx: Context, e: Episode, reply: list[int], text: str) -> list[dict] | None:
     """The messages that answer a reply: a tool message per call it makes, else the environment's next message;
-    None when the environment ends the episode."""
+    None when the episode is over (the environment says so, or that was its last reply: then no tool runs)."""
     spec = e.example.env
-    calls = tool_reader(ctx.tool_readers, spec.tool_parser, ctx.tokenizer).calls(text) if e.tools else None
+    calls = read_calls(ctx, e, reply)
+    last = e.turns >= spec.max_turns
     if calls is not None:
+        if last:
+            e.end = "max_turns"
+            return None
         answers = [await answer(call, e.tools, spec.timeout_s) for call in calls] or [UNREADABLE]
         e.tool_calls += len(answers)
         e.tool_errors += sum(invalid for _, invalid in answers)
         return [{"role": "tool", "content": content} for content, _ in answers]
     observation, reward, done = await call_in_thread(lambda: outcome_of(e.env.step(text)), spec.timeout_s)
     e.reward += reward
-    return None if done else [{"role": "user", "content": observation}]
+    if done or last:
+        e.end = "done" if done else "max_turns"
+        return None
+    return [{"role": "user", "content": observation}]
+
+
+def read_calls(ctx: Context, e: Episode, reply: list[int]) -> list[Call] | None:
+    """The reply's tool calls (None: it makes none, or the environment has no tools), read from its text with
+    special tokens kept (a model's call tags may be special tokens, as vLLM's own parsers expect) and without its
+    end of turn."""
+    if not e.tools:
+        return None
+    reader = tool_reader(ctx.tool_readers, e.example.env.tool_parser, ctx.tokenizer)
+    ends = turn_end_ids(ctx.tokenizer)
+    return reader.calls(ctx.tokenizer.decode([t for t in reply if t not in ends], skip_special_tokens=False))
 
 
 def episode_metrics(episodes: list[Episode]) -> dict[str, float]:

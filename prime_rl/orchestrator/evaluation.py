@@ -21,8 +21,7 @@ async def evaluate(ctx: Context) -> dict[str, float]:
     groups, made = await student_rollouts(ctx, examples, k, student_sampling(ctx, temperature=e.temperature))
     rewards = await rewards_of(ctx, examples, groups)
     metrics = eval_metrics(rewards, k)
-    if "env/turns" in made:  # episodes: how long they took
-        metrics["eval/turns"] = made["env/turns"]
+    metrics.update({f"eval/{k}": v for k, v in made.items() if k.startswith("env/")})  # episodes: turns, failures
     sources = [ex.source for ex in examples for _ in range(k)]
     for label in ctx.task.weights:  # a mix: each source's own numbers too
         mine = [r for source, r in zip(sources, rewards) if source == label]

@@ -3,7 +3,8 @@ vLLM's server-side tool parsing does not run, so the orchestrator reads a reply'
 for the model's format (task.tool_parser). Each call runs in a thread with the environment's time limit and is
 answered by a `tool` message. A call that cannot be read, names no tool, or passes arguments the tool does not
 take is answered `invalid tool call: …`, and a tool that raises `tool error: …`: the student's mistakes, which it
-can learn from, not the environment's failures (a tool that overruns its limit is one: the episode times out)."""
+can learn from, not the environment's failures (a tool that overruns its limit is one: the episode times out). A
+result that is not a string is sent as JSON."""
 
 import inspect
 import json
@@ -60,7 +61,7 @@ async def answer(call: Call, tools: dict[str, Callable], timeout_s: float) -> tu
         raise
     except Exception as e:
         return f"tool error: {e}", True
-    return str(result), False
+    return result if isinstance(result, str) else json.dumps(result, default=str), False
 
 
 UNREADABLE = ("invalid tool call: it could not be read", True)  # the answer to a call none of which parses

@@ -8,6 +8,7 @@
 - `verifiers_adapter.py`  a `verifiers` (v1) taskset, scored by its own rewards
 - `gym_env.py`            multi-turn environments with the Gymnasium text API (played by orchestrator/episodes.py)
 - `retry_env.py`          the built-in one: reverse, with a few tries
+- `lookup_env.py`         the built-in tool-using one: look a key up with a tool
 - `mix.py`                several of these in one run
 - `rewards.py`            rewards against a reference answer: similarity, exact, contains, math, yours
 - `reward_workers.py`     rewards in worker processes with a time limit (the orchestrator's)

@@ -36,10 +36,11 @@ class OPD(RL):
     async def teacher_signal(self, ctx: Context, samples: list[Sample]) -> dict[str, float]:
         """The teacher scores the step's samples in orchestrator.requests_per_step requests, each retried alone."""
         start = time.monotonic()
-        pairs = [(s.prompt_ids, s.completion_ids) for s in samples]
+        scored = [s for s in samples if s.trained_tokens]  # an episode its environment broke has nothing to score
+        pairs = [(s.prompt_ids, s.completion_ids) for s in scored]
         shares = even_shares(pairs, ctx.cfg.orchestrator.requests_per_step)
         replies = await asyncio.gather(*(teacher_logprobs(ctx.teacher, ctx.teacher_model, share) for share in shares))
-        for s, logprobs in zip(samples, (lp for reply in replies for lp in reply)):
+        for s, logprobs in zip(scored, (lp for reply in replies for lp in reply)):
             s.streams[TEACHER_LOGPROBS] = logprobs
             s.teacher = ctx.teacher_model
         return {"time/teacher": time.monotonic() - start}
