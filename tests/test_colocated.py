@@ -14,9 +14,9 @@ from transformers import AutoConfig
 
 from prime_rl.config import ConfigError, compose_config
 from prime_rl.config.layout import GIB, gpu_fit_problem, trainer_threads, turns
-from prime_rl.launcher.gpu_memory import param_count
 from prime_rl.launcher.plan import build_plan
 from prime_rl.launcher.preflight import check_at_launch
+from prime_rl.models.size import param_count
 from prime_rl.protocol.device_turn import DeviceTurn
 from prime_rl.protocol.handoff import Listener, announce
 from tests.conftest import ROOT, launch_cmd

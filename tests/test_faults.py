@@ -16,11 +16,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-import torch
 
 from prime_rl.inference.client import InferenceClient, InferenceError, Sampling
 from prime_rl.launcher.processes import group_alive, marked_processes
 from prime_rl.protocol.run_dir import RunDir
+from prime_rl.trainer.checkpoint import SCHEDULER_FILE
 from tests.conftest import ROOT, launch_cmd, unused_port
 from tests.http_stub import StubHandler, serve_stub, stub_url
 from tests.test_e2e_rl import launch
@@ -56,8 +56,9 @@ def wait_until(predicate, proc: subprocess.Popen, timeout_s: float, what: str) -
 def assert_checkpoint_intact(run_dir: Path, after: int) -> int:
     step = RunDir(run_dir).latest_checkpoint()
     assert step is not None and step >= after + 2, (step, after)
-    state = torch.load(run_dir / "checkpoints" / f"step_{step}" / "trainer.pt", weights_only=True)
-    assert state["step"] == step and state["model"] and state["optimizer"]["state"]
+    checkpoint = run_dir / "checkpoints" / f"step_{step}"
+    scheduler = json.loads((checkpoint / SCHEDULER_FILE).read_text())
+    assert scheduler["last_epoch"] == step and (checkpoint / ".metadata").is_file()
     return step
 
 

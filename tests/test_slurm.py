@@ -214,6 +214,7 @@ def test_slurm_dry_run_prints_the_submission_and_submits_nothing(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     assert "one array job of 2 tasks; nothing submitted" in run.stdout
     assert "  gpus_per_node: 3" in run.stdout  # inference 1 + trainer 1 + teacher 1
+    assert "  cpus_per_task: 24" in run.stdout and "  mem_gb: 192" in run.stdout  # 8 CPUs and 64 GB per GPU
     assert (
         "job #1: deployment=gpu training_mode=opd deployment.num_teacher_gpus=1 trainer.loss.teacher_tau=1.0"
         in run.stdout

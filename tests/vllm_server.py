@@ -19,7 +19,10 @@ def serve(
     """Yields the base URL of a ready server (the student's, or with student=False a teacher's); stops its whole
     process group afterwards."""
     cfg = Config()
-    cfg.inference.extra_args = list(extra_args)
+    if student:
+        cfg.inference.extra_args = list(extra_args)
+    else:
+        cfg.teacher.extra_args = list(extra_args)
     command, env = vllm_command(cfg, model, served_name, 0, gpus=[], lora_rank=lora_rank, student=student)
     log = log_dir / f"vllm-{served_name}-{time.monotonic_ns()}.log"
     role = Role(name=served_name, command=command, env=env, gpus=[], log_file=log, config_file=log, port=0)

@@ -14,6 +14,8 @@ GPU_HEADROOM_BYTES = 2 * GIB
 # bytes per trainer parameter resident on the GPU: fp32 weights, fp32 gradients, AdamW's two fp32 moments
 FULL_BYTES_PER_PARAM = 16
 FROZEN_BYTES_PER_PARAM = 4  # LoRA: the frozen base in fp32 (the adapter itself is a rounding error)
+# a GPU teacher's prompt-logprob logits per forward, outside its share (inference/server.py teacher_batched_tokens)
+TEACHER_LOGITS_BYTES = 2 * GIB
 
 
 def is_colocated(cfg: Config) -> bool:
@@ -29,14 +31,24 @@ def on_gpu(cfg: Config) -> bool:
     return cfg.deployment.num_infer_gpus > 0
 
 
+def server_dtype(cfg: Config, on_gpu: bool) -> str:
+    """inference.dtype of the servers, auto resolved: float32 on CPU, bfloat16 on GPU (the trainer exports in it)."""
+    return cfg.inference.dtype if cfg.inference.dtype != "auto" else ("bfloat16" if on_gpu else "float32")
+
+
 def cores() -> int:
     """The cores this process may run on (a SLURM allocation or taskset narrows them)."""
     return len(os.sched_getaffinity(0))
 
 
 def trainer_threads(cfg: Config) -> int:
-    """trainer.num_threads, or in turns every core; beside a server that generates at the same time, one."""
-    return cfg.trainer.num_threads or (cores() if is_colocated(cfg) else 1)
+    """trainer.num_threads, or auto: in turns every core; on GPUs the node's cores shared by its trainer processes
+    (their CPU work is loading, gathering and writing weights); beside a server generating on the CPU, one."""
+    if cfg.trainer.num_threads:
+        return cfg.trainer.num_threads
+    if is_colocated(cfg):
+        return cores()
+    return max(1, cores() // cfg.deployment.num_train_gpus) if cfg.deployment.num_train_gpus else 1
 
 
 @dataclass(frozen=True)
@@ -86,12 +98,32 @@ def gpu_fit_problem(cfg: Config, total_bytes: int, params: int) -> str | None:
     trainer's turn the servers sleep, so its activations have their shares too."""
     shares = gpu_shares(cfg)
     trainer = trainer_resident_bytes(params, cfg.trainer.lora.enabled)
-    asked = sum(shares.values()) * total_bytes + trainer + GPU_HEADROOM_BYTES
+    logits = TEACHER_LOGITS_BYTES if cfg.teacher.kind == TeacherKind.local_vllm else 0
+    asked = sum(shares.values()) * total_bytes + trainer + logits + GPU_HEADROOM_BYTES
     if asked <= total_bytes:
         return None
     parts = " + ".join(f"{k.split('.')[0]} {v:g}" for k, v in shares.items())
     return (
         f"{parts} of {total_bytes / GIB:.0f} GiB plus the trainer's {trainer / GIB:.1f} GiB "
-        f"({params / 1e9:.2f} B parameters, {'LoRA' if cfg.trainer.lora.enabled else 'full'}) "
-        f"and {GPU_HEADROOM_BYTES / GIB:.0f} GiB of CUDA contexts exceed the GPU"
+        f"({params / 1e9:.2f} B parameters, {'LoRA' if cfg.trainer.lora.enabled else 'full'}), "
+        + (f"the teacher's {logits / GIB:.0f} GiB of prompt logits " if logits else "")
+        + f"and {GPU_HEADROOM_BYTES / GIB:.0f} GiB of CUDA contexts exceed the GPU"
+    )
+
+
+def trainer_fit_problem(cfg: Config, total_bytes: int, params: int) -> str | None:
+    """Why the trainer's state alone cannot fit GPUs of `total_bytes`, or None: its weights, gradients and AdamW's
+    moments, which FSDP shards over every trainer GPU of the job, and before that the whole float32 model, which
+    each rank loads onto its GPU before sharding it. Its activations come on top: passing is no promise."""
+    d = cfg.deployment
+    gpus = d.num_train_gpus * max(d.num_train_nodes, 1)
+    sharded = trainer_resident_bytes(params, cfg.trainer.lora.enabled) / gpus
+    loading = params * FROZEN_BYTES_PER_PARAM
+    if max(sharded, loading) + GPU_HEADROOM_BYTES <= total_bytes:
+        return None
+    kind = "frozen float32 weights" if cfg.trainer.lora.enabled else "float32 weights, gradients and AdamW state"
+    return (
+        f"the trainer needs {max(sharded, loading) / GIB:.0f} GiB per GPU of {total_bytes / GIB:.0f} GiB "
+        f"({params / 1e9:.2f} B parameters: {kind} sharded over {gpus} GPU{'s' if gpus > 1 else ''}, "
+        f"{sharded / GIB:.0f} GiB; the whole float32 model on each GPU while it loads, {loading / GIB:.0f} GiB)"
     )

@@ -58,9 +58,9 @@ def _knobs(cfg: Config) -> list[tuple[str, bool, str, str]]:
         ("orchestrator.verification.timeout_s", o.verification.timeout_s > 0, "must be > 0", "use e.g. 10"),
         (
             "orchestrator.request_timeout_s",
-            o.request_timeout_s > 0,
-            f"must be > 0, got {o.request_timeout_s}",
-            "use e.g. 120",
+            o.request_timeout_s >= 0,
+            f"must be >= 0, got {o.request_timeout_s}",
+            "use 0 (auto) or e.g. 600",
         ),
         ("orchestrator.max_retries", o.max_retries >= 0, f"must be >= 0, got {o.max_retries}", "use e.g. 3"),
         ("trainer.optim.lr", t.optim.lr >= 0, f"must be >= 0, got {t.optim.lr}", "use e.g. 3e-4"),
@@ -73,7 +73,13 @@ def _knobs(cfg: Config) -> list[tuple[str, bool, str, str]]:
             f"must be >= 0, got {t.optim.warmup_steps}",
             "use e.g. 10",
         ),
-        ("trainer.micro_batch_size", t.micro_batch_size >= 1, "must be >= 1", "use e.g. 64"),
+        ("trainer.micro_batch_size", t.micro_batch_size >= 0, "must be >= 0", "use 0 (auto) or e.g. 64"),
+        (
+            "trainer.collective_timeout_s",
+            t.collective_timeout_s >= 0,
+            f"must be >= 0, got {t.collective_timeout_s}",
+            "use 0 (auto) or e.g. 1800",
+        ),
         (
             "trainer.dtype",
             t.dtype in ("auto", "float32", "bfloat16"),
@@ -111,9 +117,15 @@ def _knobs(cfg: Config) -> list[tuple[str, bool, str, str]]:
         ("inference.dp", inf.dp >= 1, f"must be >= 1, got {inf.dp}", "use 1 or more"),
         (
             "teacher.request_timeout_s",
-            teacher.request_timeout_s > 0,
-            f"must be > 0, got {teacher.request_timeout_s}",
-            "use e.g. 120",
+            teacher.request_timeout_s >= 0,
+            f"must be >= 0, got {teacher.request_timeout_s}",
+            "use 0 (auto) or e.g. 600",
+        ),
+        (
+            "teacher.max_num_batched_tokens",
+            teacher.max_num_batched_tokens >= 0,
+            f"must be >= 0, got {teacher.max_num_batched_tokens}",
+            "use 0 (auto) or e.g. 2048",
         ),
         ("teacher.max_retries", teacher.max_retries >= 0, f"must be >= 0, got {teacher.max_retries}", "use e.g. 5"),
         (
@@ -150,9 +162,9 @@ def _knobs(cfg: Config) -> list[tuple[str, bool, str, str]]:
         ),
         (
             "launcher.ready_timeout_s",
-            launcher.ready_timeout_s > 0,
-            f"must be > 0, got {launcher.ready_timeout_s}",
-            "use e.g. 300",
+            launcher.ready_timeout_s >= 0,
+            f"must be >= 0, got {launcher.ready_timeout_s}",
+            "use 0 (auto) or e.g. 1800",
         ),
         (
             "launcher.stop_grace_s",

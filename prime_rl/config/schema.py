@@ -158,7 +158,7 @@ class OrchestratorConfig:
     verification: VerificationConfig = field(default_factory=VerificationConfig)  # reward computation
     eval: EvalConfig = field(default_factory=EvalConfig)  # periodic evaluation
     requests_per_step: int = 8  # concurrent requests a step's rollouts (and opd's teacher scoring) are split into
-    request_timeout_s: float = 120.0  # per HTTP request to an inference server
+    request_timeout_s: float = 0.0  # per request to a student server; 0 = auto: 120 s + max_tokens / 10 tokens/s
     max_retries: int = 3  # retries (with backoff) of a failed request (each request alone) before the run fails
     log_samples: int = 2  # each step's first N samples (text, token ids, loss mask, reward) go to <run>/samples.jsonl
 
@@ -203,12 +203,13 @@ class TrainerConfig:
     loss: LossConfig = field(default_factory=LossConfig)  # loss and advantage shaping
     optim: OptimConfig = field(default_factory=OptimConfig)  # optimizer
     lora: LoraConfig = field(default_factory=LoraConfig)  # set by the lora group
-    micro_batch_size: int = 64  # samples per forward/backward; gradients accumulate over the step
+    micro_batch_size: int = 0  # samples per forward/backward; 0 = auto: 64, fewer where the logits are built whole
     dtype: str = "auto"  # compute dtype: auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16; weights, AdamW stay fp32
     activation_checkpointing: bool = False  # recompute layer activations in the backward pass: less memory, more time
     device: str = "auto"  # auto (cuda when visible) | cpu | cuda
-    num_threads: int = 0  # torch CPU threads; 0 = auto: every core when colocated, else 1 (beside a busy server)
+    num_threads: int = 0  # torch CPU threads; 0 = auto: every core colocated, cores / GPUs on GPUs, else 1
     num_procs: int = 1  # trainer processes on CPU (gloo); on GPUs one per deployment.num_train_gpus
+    collective_timeout_s: float = 0.0  # NCCL/gloo timeout; 0 = auto: 30 min + rank 0 writing fp32 weights at 100 MB/s
 
 
 @dataclass
@@ -219,10 +220,10 @@ class InferenceConfig:
     max_model_len: int = 512  # vLLM --max-model-len (opd: the student server one less, so the teacher can score)
     kv_cache_bytes: int = 67108864  # CPU: vLLM --kv-cache-memory-bytes
     gpu_memory_utilization: float = 0.9  # GPU: vLLM --gpu-memory-utilization
-    enforce_eager: bool = True  # vLLM --enforce-eager (fast start; no CUDA graphs)
+    enforce_eager: bool | None = None  # vLLM --enforce-eager (no CUDA graphs); None = auto: on CPU, not on GPU
     tp: int = 1  # GPU: vLLM --tensor-parallel-size of the student server (tp * dp = deployment.num_infer_gpus)
     dp: int = 1  # GPU: vLLM --data-parallel-size of the student server (replicas, each over tp GPUs)
-    extra_args: list[str] = field(default_factory=list)  # more vLLM CLI arguments, passed as given
+    extra_args: list[str] = field(default_factory=list)  # more vLLM CLI arguments of the student server, as given
     urls: list[str] = field(default_factory=list)  # student server URLs, from the multi-node plan (empty: this node's)
 
 
@@ -248,8 +249,10 @@ class TeacherConfig:
     header_envs: dict[str, str] = field(default_factory=dict)  # header name -> env var holding its (secret) value
     port: int = 0  # local_vllm: teacher server port; 0 = one the kernel picks when the server binds
     gpu_memory_utilization: float | None = None  # local_vllm on a GPU: its server's share (None: inference's)
+    max_num_batched_tokens: int = 0  # local_vllm on a GPU: tokens per forward; 0 = auto: ~2 GiB of prompt logits
+    extra_args: list[str] = field(default_factory=list)  # local_vllm: more vLLM CLI arguments of its server
     max_retries: int = 5  # retries (with backoff and jitter) of a failed teacher request
-    request_timeout_s: float = 120.0  # per teacher request
+    request_timeout_s: float = 0.0  # per teacher request; 0 = auto: 120 s + its max_tokens / 10 tokens/s
     max_concurrency: int = 32  # teacher requests in flight at once
     rate_limit_wait_s: float = 600.0  # longest a request waits out 429/Retry-After answers in all, then fails
     api: TeacherApiConfig = field(default_factory=TeacherApiConfig)  # what the chat endpoint accepts
@@ -269,6 +272,22 @@ class DeploymentConfig:
     num_teacher_gpus: int | None = None  # GPUs of the local teacher vLLM server; None = no GPUs for it
     num_infer_nodes: int = 0  # multi-node SLURM job: nodes running a student server each (0 = one node for everything)
     num_train_nodes: int = 0  # multi-node SLURM job: trainer nodes after the inference nodes (0 = one node)
+
+
+# what one node of a GPU job asks SLURM for besides its GPUs (conf/hydra/launcher/slurm_gpu.yaml)
+CPUS_PER_GPU, MIN_NODE_CPUS = 8, 16
+MEM_GB_PER_GPU, MIN_NODE_MEM_GB = 64, 128
+
+
+def node_cpus(d) -> int:
+    """CPUs one node of a GPU job asks SLURM for: CPUS_PER_GPU per GPU it uses, at least MIN_NODE_CPUS."""
+    return max(MIN_NODE_CPUS, CPUS_PER_GPU * node_gpus(d))
+
+
+def node_mem_gb(d) -> int:
+    """Host memory one node of a GPU job asks SLURM for: every trainer rank loads the model in float32 on the
+    CPU before sharding it, and rank 0 gathers each export there."""
+    return max(MIN_NODE_MEM_GB, MEM_GB_PER_GPU * node_gpus(d))
 
 
 def num_nodes(d) -> int:
@@ -315,7 +334,7 @@ class CkptConfig:
 class LauncherConfig:
     dry_run: bool = False  # print the process plan, write configs/, start nothing
     prepare_only: bool = False  # build (SFT warm-start) the student and local teacher, print their dirs, start nothing
-    ready_timeout_s: float = 300.0  # give up on a server that is not ready after this long
+    ready_timeout_s: float = 0.0  # give up on a server not ready by then; 0 = auto: 300 s + weights at 100 MB/s
     stop_grace_s: float = 5.0  # between SIGTERM and SIGKILL of a process group
     tcmalloc: bool = True  # preload the system's libtcmalloc_minimal (if installed) into every process without a GPU
 

@@ -9,7 +9,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
-from prime_rl.config.schema import Config, node_gpus, num_nodes
+from prime_rl.config.schema import Config, node_cpus, node_gpus, node_mem_gb, num_nodes
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
@@ -25,11 +25,14 @@ def compose_config(overrides: Sequence[str] = ()) -> Config:
 
 def register_configs() -> None:
     """Make `base_config` (the whole schema) available to `conf/config.yaml`'s defaults list, and the resolvers
-    the SLURM presets use: `${deployment_gpus:${deployment}}`, the GPUs one node of a job uses, and
-    `${deployment_nodes:${deployment}}`, its nodes (conf/hydra/launcher/slurm*.yaml)."""
+    the SLURM presets use: `${deployment_gpus:${deployment}}`, the GPUs one node of a job uses,
+    `${deployment_nodes:${deployment}}`, its nodes, and `deployment_cpus` / `deployment_mem_gb`, the CPUs and
+    host memory a node of a GPU job asks for (conf/hydra/launcher/slurm*.yaml)."""
     ConfigStore.instance().store(name="base_config", node=Config)
     OmegaConf.register_new_resolver("deployment_gpus", node_gpus, replace=True)
     OmegaConf.register_new_resolver("deployment_nodes", num_nodes, replace=True)
+    OmegaConf.register_new_resolver("deployment_cpus", node_cpus, replace=True)
+    OmegaConf.register_new_resolver("deployment_mem_gb", node_mem_gb, replace=True)
 
 
 def to_config(cfg: DictConfig | dict) -> Config:

@@ -1,16 +1,20 @@
 """The `vllm serve` command (run as the vLLM OpenAI server module) for the student or the teacher."""
 
+import json
 import os
 import sys
 from pathlib import Path
 
-from prime_rl.config.layout import is_colocated, teacher_gpu_share
+from prime_rl.config.layout import TEACHER_LOGITS_BYTES, is_colocated, server_dtype, teacher_gpu_share
 from prime_rl.config.modes import mode_of
 from prime_rl.config.schema import Config
 from prime_rl.inference.server_auth import MIDDLEWARE
 
 # vLLM's --worker-extension-cls: a path, so that the launcher does not import vLLM to name it
 WEIGHT_RELOAD = "prime_rl.inference.weight_reload.WeightReload"
+LOGITS_BYTES_PER_ENTRY = 8  # float32 logits and their float32 log-softmax
+# vLLM's API-server defaults on GPUs below 70 GB and on H100/H200 (both above its max_num_seqs, which they must be)
+MIN_BATCHED_TOKENS, MAX_BATCHED_TOKENS = 2048, 8192
 
 
 def vllm_command(
@@ -34,19 +38,23 @@ def vllm_command(
         "--port",
         str(port),
         "--dtype",
-        inf.dtype if inf.dtype != "auto" else ("bfloat16" if on_gpu else "float32"),
+        server_dtype(cfg, on_gpu),
         "--max-model-len",
         str(inf.max_model_len - margin),
         "--seed",
         str(cfg.seed),
     ]
-    if inf.enforce_eager:
+    # auto: CUDA graphs decode ~2-4x faster on a GPU; on a CPU eager is what this project measured
+    if inf.enforce_eager if inf.enforce_eager is not None else not on_gpu:
         argv.append("--enforce-eager")
     # Dev mode exposes collective_rpc (our reload_policy) and reset_prefix_cache for in-place weight updates;
     # the middleware puts them, like every other route, behind the run's key.
     argv += ["--middleware", MIDDLEWARE]
     # Weight updates go through our worker extension: exact for tied output layers too (weight_reload.py).
     argv += ["--worker-extension-cls", WEIGHT_RELOAD]
+    # The Hugging Face files, as the trainer loads them: a model dir with a Mistral-format copy too
+    # (consolidated*.safetensors, params.json) would make vLLM load that one, and tokenize with mistral-common.
+    argv += ["--load-format", "safetensors", "--config-format", "hf", "--tokenizer-mode", "hf"]
     # Sampled tokens' logprobs as the sampler saw them (after temperature), the policy the trainer computes.
     argv += ["--logprobs-mode", "processed_logprobs"]
     if student:
@@ -67,6 +75,8 @@ def vllm_command(
             "--gpu-memory-utilization",
             str(share),
         ]
+        if not student:
+            argv += ["--max-num-batched-tokens", str(teacher_batched_tokens(cfg, model))]
         if is_colocated(cfg):
             # /sleep gives the GPU to the trainer between generations, /wake_up takes it back (dev routes)
             argv.append("--enable-sleep-mode")
@@ -86,4 +96,20 @@ def vllm_command(
     if lora_rank:
         argv += ["--enable-lora", "--max-lora-rank", str(lora_rank)]
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
-    return argv + list(inf.extra_args), env
+    return argv + list(inf.extra_args if student else cfg.teacher.extra_args), env
+
+
+def teacher_batched_tokens(cfg: Config, model: Path) -> int:
+    """teacher.max_num_batched_tokens, or auto. Prompt logprobs make vLLM build float32 [tokens, vocab] logits and
+    their log-softmax outside its memory profile: at a 152 k vocabulary an 8 k-token forward needs 10 GB beyond
+    the teacher's share. Auto keeps them near TEACHER_LOGITS_BYTES: the tokens that fit it, within vLLM's own
+    defaults (at a 152 k vocabulary the floor, 2048 tokens: 2.3 GiB)."""
+    if cfg.teacher.max_num_batched_tokens:
+        return cfg.teacher.max_num_batched_tokens
+    config_file = model / "config.json"
+    if not config_file.is_file():  # a built-in teacher not built yet: a vocabulary of a few hundred tokens
+        return MAX_BATCHED_TOKENS
+    config = json.loads(config_file.read_text())
+    vocab = config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")  # multimodal: text_config
+    fit = TEACHER_LOGITS_BYTES // (vocab * LOGITS_BYTES_PER_ENTRY) // 256 * 256
+    return min(max(fit, MIN_BATCHED_TOKENS), MAX_BATCHED_TOKENS)

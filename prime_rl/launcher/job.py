@@ -1,4 +1,5 @@
-"""One job, start to finish: typed config -> job-time checks -> plan -> (dry run: print and stop) -> supervised run.
+"""One job, start to finish: typed config -> job-time checks -> the models built -> plan -> (dry run: print and
+stop) -> supervised run.
 
 The launch's checks ran once before the job was started or submitted (launcher/validation.py); here run only
 those that depend on where the job runs (launcher/preflight.py `check_at_job`). A UserError ends the job with one
@@ -17,14 +18,16 @@ from rich.console import Console
 
 from prime_rl.config import Config, ConfigError, TeacherKind, to_config
 from prime_rl.config.layout import cores, gpu_shares, is_colocated, on_gpu, turns
+from prime_rl.config.timeouts import with_ready_timeout
 from prime_rl.config.user_error import UserError, run_or_exit
 from prime_rl.launcher.gpus import visible_gpus
 from prime_rl.launcher.multinode import build_node_plan, is_multi_node, job_nodes, lock_name
 from prime_rl.launcher.plan import Plan, build_plan, write_role_configs
-from prime_rl.launcher.preflight import check_at_job
+from prime_rl.launcher.preflight import check_at_job, check_prompt_lengths
 from prime_rl.launcher.resume import prepare_resume
 from prime_rl.launcher.run_lock import claim_run_dir
 from prime_rl.launcher.slurm import requeued
+from prime_rl.models import student_dir, teacher_dir
 from prime_rl.models.hub import HubModelError, resolve_hub_models
 from prime_rl.protocol.run_dir import RunDir
 
@@ -66,11 +69,15 @@ def job(cfg: DictConfig) -> None:
         raise UserError(
             f"model unavailable [model.name, teacher.model]: {e}; fix: download it where the cache is shared"
         ) from e
-    plans = plans_of_job(typed, run_dir)
+    if not typed.launcher.dry_run:
+        prepare_models(typed)
+        if not typed.launcher.prepare_only:
+            check_prompt_lengths(typed)  # needs the student's tokenizer; before anything is written or started
+    plans = plans_of_job(with_ready_timeout(typed, server_model_dirs(typed)), run_dir)
     for plan in plans:
         write_role_configs(plan)
         print_plan(plan)
-    if typed.launcher.dry_run:
+    if typed.launcher.dry_run or typed.launcher.prepare_only:
         return
     code = run(plans[0])
     if code:  # only on failure: a finished job returns, so a local multirun goes on to its next job
@@ -103,22 +110,33 @@ def with_sweep_names(cfg: Config, hydra_cfg: DictConfig) -> Config:
     return replace(cfg, monitor=replace(cfg.monitor, wandb=wandb))
 
 
-def run(plan: Plan) -> int:
-    """Build what the servers need, start everything, and summarise a finished run."""
-    from prime_rl.launcher.gpu_memory import check_colocated_gpu
-    from prime_rl.launcher.supervisor import run_plan
-    from prime_rl.models import student_dir
+def server_model_dirs(cfg: Config) -> list[Path]:
+    """The model dirs the servers read (a dry run's Hub model that is not downloaded, or a built-in model not built
+    yet, counts nothing toward the ready timeout: the latter is small)."""
+    return [student_dir(cfg), *([teacher_dir(cfg)] if cfg.teacher.kind == TeacherKind.local_vllm else [])]
+
+
+def prepare_models(cfg: Config) -> None:
+    """Build what the servers need (the built-in models; once, then cached)."""
     from prime_rl.prepare import prepare_student, prepare_teacher
 
-    cfg = plan.config
     console.print("preparing models (built once, then cached)")
     console.print(f"student: {prepare_student(cfg)}")
     if cfg.teacher.kind == TeacherKind.local_vllm:
         console.print(f"teacher: {prepare_teacher(cfg)}")
-    if cfg.launcher.prepare_only:
-        return 0
+
+
+def run(plan: Plan) -> int:
+    """Check the plan's GPUs, start everything, and summarise a finished run."""
+    from prime_rl.launcher.gpu_memory import check_colocated_gpu, check_trainer_gpus
+    from prime_rl.launcher.supervisor import run_plan
+
+    cfg = plan.config
+    trainer_gpus = next((r.gpus for r in plan.roles if r.name == "trainer"), [])
     if plan.one_by_one:
-        check_colocated_gpu(cfg, plan.role("trainer").gpus[0], student_dir(cfg))
+        check_colocated_gpu(cfg, trainer_gpus[0], student_dir(cfg))
+    elif trainer_gpus:
+        check_trainer_gpus(cfg, trainer_gpus[0], student_dir(cfg))
     if cfg.ckpt.resume and plan.node.head:  # multi-node: the head alone trims the run dir
         console.print(f"resuming from step {prepare_resume(RunDir(plan.run_dir))}")
     return run_plan(plan)

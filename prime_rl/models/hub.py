@@ -22,8 +22,10 @@ from huggingface_hub.errors import (
 from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.config.user_error import UserError
 
-# What vLLM and transformers load: config, weights, tokenizer and chat template; not a repo's .bin/.pth/ONNX copies.
+# What vLLM and transformers load: config, weights, tokenizer and chat template; not a repo's .bin/.pth/ONNX copies,
+# nor the Mistral-format copy some repos ship beside the Hugging Face files (vLLM would load that one instead).
 MODEL_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.jinja"]
+MISTRAL_FORMAT = ["consolidated*", "params.json"]
 PROBE_TIMEOUT_S = 10.0
 
 
@@ -63,7 +65,13 @@ def _snapshot_or_none(repo_id: str, revision: str | None, download: bool) -> str
 def hub_snapshot(repo_id: str, revision: str | None, download: bool = True) -> Path:
     """The local snapshot dir of the model at `revision`; downloaded unless `download` is false or offline."""
     try:
-        path = snapshot_download(repo_id, revision=revision, allow_patterns=MODEL_FILES, local_files_only=not download)
+        path = snapshot_download(
+            repo_id,
+            revision=revision,
+            allow_patterns=MODEL_FILES,
+            ignore_patterns=MISTRAL_FORMAT,
+            local_files_only=not download,
+        )
     except (LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError, HfHubHTTPError) as e:
         raise HubModelError(_problem(repo_id, revision, e)) from e
     return Path(path)

@@ -9,7 +9,6 @@ import math
 import uuid
 from pathlib import Path
 
-import wandb
 from omegaconf import OmegaConf
 
 from prime_rl.config.evaluation import due_for_eval
@@ -62,6 +61,8 @@ class WandbRun:
         mode = wandb_mode(cfg.monitor.wandb.mode)
         if mode == "disabled":
             return
+        import wandb  # only where it logs: a trainer with W&B off runs where wandb is not installed (a GPU node)
+
         w, run_dir = cfg.monitor.wandb, Path(cfg.run_dir)
         self.run = wandb.init(
             project=w.project,
@@ -114,8 +115,11 @@ def wait_for_row(path: Path, step: int, timeout_s: float) -> dict:
     return wait_until(row, timeout_s, ROW_POLL_S, f"no line of step {step} in {path} after {timeout_s:.0f}s")
 
 
-def samples_table(samples: list[Sample], tokenizer) -> wandb.Table:
-    """Rollouts as text with their reward and advantage; in opd also how likely the teacher found them."""
+def samples_table(samples: list[Sample], tokenizer):
+    """A wandb.Table of the rollouts as text with their reward and advantage; in opd also how likely the teacher
+    found them."""
+    import wandb
+
     columns = ["prompt", "completion", "reward", "advantage", "logprob_mean"]
     with_teacher = any(s.streams.get(TEACHER_LOGPROBS) for s in samples)
     if with_teacher:

@@ -5,6 +5,7 @@ import asyncio
 from typing import Union
 
 from prime_rl.config.schema import Config
+from prime_rl.config.timeouts import student_request_timeout_s
 from prime_rl.inference.client import Completion, InferenceClient, Sampling
 from prime_rl.protocol.servers import SERVER_KEY_ENV
 
@@ -12,10 +13,9 @@ from prime_rl.protocol.servers import SERVER_KEY_ENV
 def student_client(cfg: Config) -> Union[InferenceClient, "StudentServers"]:
     """A client of the student server, or of all of them when the multi-node plan listed several."""
     urls = cfg.inference.urls or [f"http://{cfg.inference.host}:{cfg.inference.port}/v1"]
-    o = cfg.orchestrator
+    timeout_s, retries = student_request_timeout_s(cfg), cfg.orchestrator.max_retries
     clients = [
-        InferenceClient(url, api_key_env=SERVER_KEY_ENV, timeout_s=o.request_timeout_s, max_retries=o.max_retries)
-        for url in urls
+        InferenceClient(url, api_key_env=SERVER_KEY_ENV, timeout_s=timeout_s, max_retries=retries) for url in urls
     ]
     return clients[0] if len(clients) == 1 else StudentServers(clients)
 

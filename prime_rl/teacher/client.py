@@ -3,6 +3,7 @@
 import os
 
 from prime_rl.config.schema import Config, TeacherKind
+from prime_rl.config.timeouts import teacher_request_timeout_s
 from prime_rl.config.user_error import UserError
 from prime_rl.inference.client import InferenceClient
 from prime_rl.protocol.servers import SERVER_KEY_ENV, TEACHER_MODEL_NAME
@@ -26,7 +27,7 @@ def teacher_client(cfg: Config) -> tuple[InferenceClient, str]:
         url,
         api_key_env=key_env,
         headers=headers,
-        timeout_s=t.request_timeout_s,
+        timeout_s=teacher_request_timeout_s(cfg),
         max_retries=t.max_retries,
         max_concurrency=t.max_concurrency,
         rate_limit_wait_s=t.rate_limit_wait_s,

@@ -9,24 +9,25 @@ the result equal to one process training on the whole batch, and leave the files
 import math
 import os
 from dataclasses import dataclass, replace
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_state_dict,
-    set_state_dict,
-)
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
+from prime_rl.config.schema import Config
+from prime_rl.config.timeouts import collective_timeout_s
+from prime_rl.models import student_dir
+from prime_rl.models.size import param_count
 from prime_rl.protocol.batch import Sample
 from prime_rl.trainer.data import TokenBatch, collate
 from prime_rl.trainer.model import pick_device
 
 # Gathered state is moved to CPU as it arrives: the full model never has to fit on one GPU next to its shard.
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+EXPORT_BYTES_PER_PARAM = 4  # the largest export rank 0 writes alone: float32 weights (checkpoints are sharded)
 
 
 @dataclass(frozen=True)
@@ -43,17 +44,19 @@ class World:
 SINGLE = World()
 
 
-def init_world(device_name: str) -> tuple[World, torch.device]:
+def init_world(cfg: Config) -> tuple[World, torch.device]:
     """(this rank, its device). torchrun sets WORLD_SIZE; without it no process group exists."""
     size = int(os.environ.get("WORLD_SIZE", "1"))
-    device = pick_device(device_name)
+    device = pick_device(cfg.trainer.device)
     if size == 1:
         return SINGLE, device
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     if device.type == "cuda":
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)  # before the group: NCCL binds each rank to its current device
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    # the other ranks wait in a collective while rank 0 alone writes the weights it gathered
+    timeout = collective_timeout_s(cfg, param_count(student_dir(cfg)), EXPORT_BYTES_PER_PARAM)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timedelta(seconds=timeout))
     return World(rank, size), device
 
 
@@ -115,40 +118,3 @@ def full_tensor(t: torch.Tensor) -> torch.Tensor:
 def full_model_state(model) -> dict[str, torch.Tensor]:
     """The whole model's state on rank 0's CPU (empty elsewhere). Every rank must call it: it all-gathers."""
     return get_model_state_dict(model, options=FULL)
-
-
-def full_train_state(model, optimizer) -> tuple[dict, dict]:
-    """(model, optimizer) state as one process would save it. Every rank must call it: it all-gathers."""
-    model_state, optim_state = get_state_dict(model, optimizer, options=FULL)
-    if not optim_state:  # ranks > 0 get nothing
-        return model_state, optim_state
-    index = {name: i for i, name in enumerate(_trainable_names(model))}
-    # The local optimizer numbers its parameters as one process would; only the tensors needed gathering.
-    groups = optimizer.state_dict()["param_groups"]
-    return model_state, {"state": {index[name]: s for name, s in optim_state["state"].items()}, "param_groups": groups}
-
-
-def load_full_train_state(model, optimizer, model_state: dict, optim_state: dict) -> None:
-    """Shard a one-process checkpoint (from any world size) onto this rank."""
-    optim_state = _optim_by_name(optim_state, _trainable_names(model))
-    set_state_dict(
-        model,
-        optimizer,
-        model_state_dict=model_state,
-        optim_state_dict=optim_state,
-        options=StateDictOptions(full_state_dict=True),
-    )
-
-
-def _trainable_names(model) -> list[str]:
-    # torch's optimizer.state_dict() numbers parameters, the DCP helpers name them. Checkpoints keep the numbers
-    # (a checkpoint written by N ranks resumes on one process and back); make_optimizer numbers them in this
-    # order, and FSDP2 keeps their names.
-    return [name for name, p in model.named_parameters() if p.requires_grad]
-
-
-def _optim_by_name(state: dict, names: list[str]) -> dict:
-    return {
-        "state": {names[i]: s for i, s in state["state"].items()},
-        "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]],
-    }

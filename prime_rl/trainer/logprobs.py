@@ -13,7 +13,10 @@ the backward pass:
 
 import torch
 
-CHUNK_BYTES = 64 * 2**20  # the fp32 slice of the logits one chunk works on
+CHUNK_BYTES = 64 * 2**20  # the fp32 slice of the logits one chunk works on (memory: BENCHMARKS §7)
+# on CUDA each chunk also reads and writes the whole [vocab, hidden] fp32 weight gradient: at 152 k vocab 64 MiB is
+# ~110 positions a chunk, so larger chunks (not yet measured on a GPU: bench/gpu_smoke.sh)
+CUDA_CHUNK_BYTES = 512 * 2**20
 
 
 def token_logprobs(
@@ -39,9 +42,9 @@ def at_positions(per_prediction: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.pad(per_prediction, (1, 0))
 
 
-def chunks(batch: int, length: int, vocab: int) -> list[slice]:
-    """Position slices whose fp32 [batch, positions, vocab] stays within CHUNK_BYTES."""
-    size = max(1, CHUNK_BYTES // (4 * batch * vocab))
+def chunks(batch: int, length: int, vocab: int, device: str = "cpu") -> list[slice]:
+    """Position slices whose fp32 [batch, positions, vocab] stays within the device's chunk bytes."""
+    size = max(1, (CUDA_CHUNK_BYTES if device == "cuda" else CHUNK_BYTES) // (4 * batch * vocab))
     return [slice(s, min(s + size, length)) for s in range(0, length, size)]
 
 
@@ -65,7 +68,7 @@ class HeadLogprobs(torch.autograd.Function):
         w = weight.to(hidden.dtype)  # the compute dtype (autocast would cast the same way)
         picked = torch.empty(targets.shape, dtype=torch.float32, device=hidden.device)
         entropy, lse = torch.empty_like(picked), torch.empty_like(picked)
-        for s in chunks(*targets.shape, weight.shape[0]):
+        for s in chunks(*targets.shape, weight.shape[0], hidden.device.type):
             x = (hidden[:, s] @ w.T).float().div_(temperature)
             lse[:, s], picked[:, s], entropy[:, s] = chunk_stats(x, targets[:, s])
         ctx.save_for_backward(hidden, weight, targets, lse)
@@ -79,7 +82,7 @@ class HeadLogprobs(torch.autograd.Function):
         w = weight.to(hidden.dtype)
         grad_hidden = torch.empty_like(hidden)
         grad_weight = weight_grad(weight) if ctx.needs_input_grad[1] else None  # frozen (LoRA): none
-        for s in chunks(*targets.shape, weight.shape[0]):
+        for s in chunks(*targets.shape, weight.shape[0], hidden.device.type):
             h = hidden[:, s]
             x = (h @ w.T).float().div_(ctx.temperature)
             g = picked_grad(x, lse[:, s], targets[:, s], grad_picked[:, s]).div_(ctx.temperature)
@@ -106,7 +109,7 @@ class SelectedLogprobs(torch.autograd.Function):
     def forward(ctx, logits, targets, temperature):
         picked = torch.empty(targets.shape, dtype=torch.float32, device=logits.device)
         entropy, lse = torch.empty_like(picked), torch.empty_like(picked)
-        for s in chunks(*logits.shape):
+        for s in chunks(*logits.shape, logits.device.type):
             lse[:, s], picked[:, s], entropy[:, s] = chunk_stats(logits[:, s].float() / temperature, targets[:, s])
         ctx.save_for_backward(logits, targets, lse)
         ctx.temperature = temperature
@@ -117,7 +120,7 @@ class SelectedLogprobs(torch.autograd.Function):
     def backward(ctx, grad_picked, _):
         logits, targets, lse = ctx.saved_tensors
         grad = torch.empty_like(logits)
-        for s in chunks(*logits.shape):
+        for s in chunks(*logits.shape, logits.device.type):
             x = logits[:, s].float() / ctx.temperature
             grad[:, s] = picked_grad(x, lse[:, s], targets[:, s], grad_picked[:, s]) / ctx.temperature
         return grad, None, None

@@ -9,13 +9,17 @@ import time
 import torch
 
 from prime_rl.config.schema import Config
-from prime_rl.protocol.batch import Batch
+from prime_rl.protocol.batch import Batch, Sample
 from prime_rl.trainer.data import micro_batches, to_device
 from prime_rl.trainer.distributed import SINGLE, World, all_sum, full_tensor, rank_micro_batches
 from prime_rl.trainer.logprobs import head_logprobs, token_logprobs
 from prime_rl.trainer.loss import Objective, metric_means
 from prime_rl.trainer.lr_schedule import lr_factor
 from prime_rl.trainer.model import compute_dtype, decoder_and_head
+
+AUTO_MICRO_BATCH = 64  # samples per micro-batch when the logits are never whole (the fused head)
+WHOLE_LOGITS_BYTES = 4 << 30  # a micro-batch's whole logits and their gradient, when they are built whole
+WHOLE_LOGITS_BYTES_PER_ENTRY = 4  # bf16 logits and their bf16 gradient
 
 
 def make_optimizer(cfg: Config, model):
@@ -45,10 +49,11 @@ def train_step(
     start = time.monotonic()
     model.train()
     objective = objective or Objective(cfg)
-    mbs = micro_batches(batch.samples, cfg.trainer.micro_batch_size, pad_id)
+    size = micro_batch_size(cfg, batch.samples, decoder_and_head(model)[1].weight.shape[0], fused_head)
+    mbs = micro_batches(batch.samples, size, pad_id)
     step_loss = objective.for_step(mbs)  # sees the whole step, before it is split by rank
     if world.size > 1:
-        mbs = rank_micro_batches(batch.samples, cfg.trainer.micro_batch_size, pad_id, world)
+        mbs = rank_micro_batches(batch.samples, size, pad_id, world)
     # Divide by the step's tokens on all ranks: the summed gradients then equal one process's gradient.
     total_tokens = int(all_sum({"tokens": sum(mb.loss_mask.sum() for mb in mbs)}, world)["tokens"])
     sums = {"loss": 0.0, "entropy": 0.0}
@@ -82,6 +87,19 @@ def train_step(
         "throughput/train_tokens_per_s": total_tokens / max(train_s, 1e-9),
         "tokens": total_tokens,
     }
+
+
+def micro_batch_size(cfg: Config, samples: list[Sample], vocab: int, fused_head: bool) -> int:
+    """trainer.micro_batch_size, or auto: AUTO_MICRO_BATCH, fewer where the output layer is not fused (FSDP, an
+    unusual head) and the [samples, longest, vocab] logits and their gradient exist whole: at most
+    WHOLE_LOGITS_BYTES of them (at 152 k vocab and 2 k tokens, 64 samples would be ~80 GB)."""
+    if cfg.trainer.micro_batch_size:
+        return cfg.trainer.micro_batch_size
+    if fused_head:
+        return AUTO_MICRO_BATCH
+    longest = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+    per_sample = longest * vocab * WHOLE_LOGITS_BYTES_PER_ENTRY
+    return max(1, min(AUTO_MICRO_BATCH, WHOLE_LOGITS_BYTES // per_sample))
 
 
 def policy_logprobs(model, mb, temperature: float, compute: torch.dtype, fused_head: bool):

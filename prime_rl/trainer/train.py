@@ -6,7 +6,7 @@ import time
 import torch
 from transformers.utils.logging import disable_progress_bar
 
-from prime_rl.config.layout import is_colocated, trainer_threads
+from prime_rl.config.layout import is_colocated, on_gpu, server_dtype, trainer_threads
 from prime_rl.config.schema import Config, num_nodes
 from prime_rl.config.user_error import UserError
 from prime_rl.models.chat import padding_id
@@ -32,7 +32,7 @@ def train(cfg: Config) -> None:
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(trainer_threads(cfg))
     run_dir = RunDir(cfg.run_dir)
-    world, device = init_world(cfg.trainer.device)  # a process group only under torchrun
+    world, device = init_world(cfg)  # a process group only under torchrun
     model, tokenizer = load_model(cfg, device)
     if world.size > 1:
         shard_model(model, compute_dtype(cfg, device))  # before the optimizer: it must hold the sharded parameters
@@ -42,7 +42,8 @@ def train(cfg: Config) -> None:
     start = (run_dir.latest_checkpoint() or 0) if cfg.ckpt.resume else 0
     if start:
         load_checkpoint(run_dir, start, model, optimizer, scheduler, world)
-    export_weights(model, tokenizer, run_dir, start, world)
+    export_dtype = getattr(torch, server_dtype(cfg, on_gpu(cfg)))  # what the student server computes in
+    export_weights(model, tokenizer, run_dir, start, world, export_dtype)
     announce(run_dir.handoff("weights"))
     # W&B after the export (the orchestrator samples meanwhile), and from rank 0 alone: one writer per run.
     wandb_run = WandbRun(cfg, resumed=start > 0) if world.main else None
@@ -56,10 +57,13 @@ def train(cfg: Config) -> None:
         with turn:
             metrics = train_step(cfg, model, optimizer, scheduler, batch, pad_id, device, world, fused, objective)
             export_start = time.monotonic()
-            export_weights(model, tokenizer, run_dir, step + 1, world)
+            export_weights(model, tokenizer, run_dir, step + 1, world, export_dtype)
             metrics["time/export"] = time.monotonic() - export_start
-            if device.type == "cuda" and turn.shared:
-                torch.cuda.empty_cache()  # the servers wake into this memory
+            if device.type == "cuda":
+                metrics["memory/peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30  # this rank's
+                torch.cuda.reset_peak_memory_stats(device)
+                if turn.shared:
+                    torch.cuda.empty_cache()  # the servers wake into this memory
         if world.main:
             announce(run_dir.handoff("weights"))
             # every rank has read the batch: the step's all-reduces waited for all of them
@@ -82,7 +86,10 @@ def train(cfg: Config) -> None:
             wandb_run.log_step(row, batch.samples, tokenizer)
         done = step + 1
         if done == cfg.max_steps or (cfg.ckpt.interval and done % cfg.ckpt.interval == 0):
+            ckpt_start = time.monotonic()
             save_checkpoint(run_dir, done, model, optimizer, scheduler, cfg.ckpt.keep, world)
+            if world.main:
+                print(f"checkpoint of step {done} written in {time.monotonic() - ckpt_start:.2f} s", flush=True)
     batches.listener.close()
     if cfg.trainer.lora.enabled:
         export_merged(model, tokenizer, run_dir.merged)

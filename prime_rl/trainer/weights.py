@@ -10,12 +10,18 @@ from prime_rl.protocol.run_dir import RunDir
 from prime_rl.trainer.distributed import SINGLE, World, full_model_state
 
 
-def export_weights(model, tokenizer, run_dir: RunDir, step: int, world: World = SINGLE) -> None:
-    """weights/step_<step>, published whole: a server never loads a half-written export."""
+def export_weights(
+    model, tokenizer, run_dir: RunDir, step: int, world: World = SINGLE, dtype: torch.dtype = torch.float32
+) -> None:
+    """weights/step_<step> in the server's `dtype` (the checkpoints keep the float32 master weights), published
+    whole: a server never loads a half-written export."""
+    lora = hasattr(model, "peft_config")
     state = full_model_state(model) if world.size > 1 else None  # every rank gathers; rank 0 writes
+    if dtype != torch.float32 and not lora:  # an adapter is small, and the server casts it as it loads it
+        state = in_dtype(model.state_dict() if state is None else state, dtype)
 
     # an adapter on the embedding or output layer: its A/B only; peft would add the frozen vocab x hidden matrix
-    adapter = {"save_embedding_layers": False} if hasattr(model, "peft_config") else {}
+    adapter = {"save_embedding_layers": False} if lora else {}
 
     def fill(out: Path) -> None:
         model.save_pretrained(out, state_dict=state, **adapter)  # None: the model's own (unsharded) weights
@@ -23,6 +29,16 @@ def export_weights(model, tokenizer, run_dir: RunDir, step: int, world: World = 
 
     if world.main:
         publish_dir(run_dir.weights(step), fill)
+
+
+def in_dtype(state: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """`state`'s floating-point tensors in `dtype`, on the CPU one at a time (a GPU holds at most one cast tensor
+    beyond its own); tensors that are one (a tied output layer) stay one, so it is written once."""
+    cast: dict[tuple, torch.Tensor] = {}
+    for t in state.values():
+        if (t.data_ptr(), t.shape) not in cast:
+            cast[t.data_ptr(), t.shape] = t.detach().to("cpu", dtype if t.is_floating_point() else t.dtype)
+    return {name: cast[t.data_ptr(), t.shape] for name, t in state.items()}
 
 
 def prune_weights(run_dir: RunDir, keep_from: int) -> None:

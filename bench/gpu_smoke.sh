@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The GPU path in one prepared script (issue 32): nothing downloaded, every figure one `FIG key=value` line, the
+# figures and logs under $OUT (default ./gpu_smoke_out). Two parts, run from the repo root:
+#
+#   bash bench/gpu_smoke.sh trainer   # the trainer alone (bench/gpu_trainer_smoke.py): a GPU machine with torch,
+#                                     # transformers and peft, no vLLM, no W&B, no network; ~4-5 min on one H200.
+#                                     # hydra-core/omegaconf/antlr4, if missing, install from $WHEELS (wheels made
+#                                     # with `pip download hydra-core omegaconf` + `pip wheel antlr4-python3-runtime`)
+#   bash bench/gpu_smoke.sh server    # a GPU node with the gpu extra installed (.venv): the launcher's own runs
+#                                     # on one GPU in turns (deployment=colocated_gpu): rl, opd with a local
+#                                     # teacher, LoRA; mismatch_kl per step, seconds per step, reload and export
+#
+# A rerun skips the trainer stages that finished (their figures are kept in $WORK).
+set -euo pipefail
+PART=${1:?usage: bash bench/gpu_smoke.sh trainer|server}
+OUT=${OUT:-$PWD/gpu_smoke_out}
+WORK=${WORK:-/tmp/gpu_smoke}
+WHEELS=${WHEELS:-bench/.wheels}
+mkdir -p "$OUT" "$WORK"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=disabled VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1 \
+  TOKENIZERS_PARALLELISM=false PRIME_RL_CACHE=$WORK/cache
+
+gpu_memory() {  # every 2 s, the GPU's used memory: the peak of a whole part, beside each role's own figures
+  while sleep 2; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1; done
+}
+
+case $PART in
+trainer)
+  PY=${PY:-$( [[ -x .venv/bin/python ]] && echo .venv/bin/python || echo python3 )}
+  if ! $PY -c 'import hydra, omegaconf' 2>/dev/null; then
+    $PY -m pip install -q --no-index --find-links "$WHEELS" --target "$WORK/py" hydra-core omegaconf
+    export PYTHONPATH=$WORK/py${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  gpu_memory > "$OUT/gpu_memory_mib.txt" & MONITOR=$!
+  trap 'kill $MONITOR 2>/dev/null' EXIT
+  $PY bench/gpu_trainer_smoke.py --device cuda --work "$WORK/trainer" --out "$OUT" 2>&1 | tee "$OUT/trainer.log"
+  cp "$WORK"/trainer/*.log "$OUT"/ 2>/dev/null || true
+  echo "FIG gpu_peak_used_mib=$(sort -n "$OUT/gpu_memory_mib.txt" | tail -1)"
+  ;;
+server)
+  PY=${PY:-.venv/bin/python}
+  gpu_memory > "$OUT/gpu_memory_mib.txt" & MONITOR=$!
+  trap 'kill $MONITOR 2>/dev/null' EXIT
+  run() {  # one launch of the built-in Qwen3-shaped student on one GPU; its metrics.jsonl and logs go to $OUT
+    local name=$1; shift
+    $PY launch.py deployment=colocated_gpu model=tiny_qwen3 max_steps=6 monitor=off \
+      orchestrator.eval.interval=0 "hydra.run.dir=$WORK/$name" "$@" > "$OUT/$name.console.log" 2>&1 \
+      || { echo "FIG ${name}_failed=$(tail -1 "$OUT/$name.console.log")"; return; }
+    cp "$WORK/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl"
+    cp -r "$WORK/$name/logs" "$OUT/$name.logs"
+    $PY - "$WORK/$name/metrics.jsonl" "$name" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if '"time/step"' in line]
+print(f"FIG {sys.argv[2]}_mismatch_kl_per_step={[round(r['mismatch_kl'], 6) for r in rows]}")
+for key in ("time/step", "time/generate", "time/reload", "time/train", "time/export", "memory/peak_gib"):
+    values = [r[key] for r in rows[1:] if key in r]
+    if values:
+        print(f"FIG {sys.argv[2]}_{key.replace('/', '_')}={statistics.median(values):.3f}")
+EOF
+  }
+  # mismatch_kl right after each reload is the exactness check: ~1e-4..1e-3 in bf16; growing = stale weights
+  run rl orchestrator.max_async_level=0
+  run opd training_mode=opd teacher=local_vllm orchestrator.max_async_level=0
+  run lora lora=on orchestrator.max_async_level=0
+  echo "FIG gpu_peak_used_mib=$(sort -n "$OUT/gpu_memory_mib.txt" | tail -1)"
+  ;;
+*)
+  echo "unknown part $PART: use trainer or server" >&2
+  exit 2
+  ;;
+esac

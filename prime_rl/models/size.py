@@ -1,0 +1,14 @@
+"""How large a model is, counted from its config.json without loading a weight: its parameters (for the memory
+the trainer needs and the time its state takes to write)."""
+
+from pathlib import Path
+
+
+def param_count(model_dir: Path) -> int:
+    """Parameters of the model in `model_dir`, counted on the meta device: nothing is loaded."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
+    return sum(p.numel() for p in model.parameters())

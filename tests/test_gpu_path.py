@@ -1,0 +1,255 @@
+"""The GPU path, as far as a machine without a GPU can take it (issue 32): the defaults that scale with the model
+and the deployment, the rules that refuse what cannot fit, the servers' command lines, the trainer's export in
+the server's dtype and its sharded checkpoints, and the fixes for real Hub models (a Mistral-format copy, a
+template that writes today's date, prompts longer than the context)."""
+
+import functools
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub.utils import filter_repo_objects
+from safetensors import safe_open
+from transformers import AutoConfig, AutoTokenizer
+
+from prime_rl.config import compose_config
+from prime_rl.config.layout import GIB, trainer_fit_problem, trainer_threads
+from prime_rl.config.timeouts import (
+    collective_timeout_s,
+    student_request_timeout_s,
+    teacher_request_timeout_s,
+    with_ready_timeout,
+)
+from prime_rl.config.user_error import UserError
+from prime_rl.launcher.job import server_model_dirs
+from prime_rl.launcher.plan import build_plan
+from prime_rl.launcher.preflight import check_at_job, check_prompt_lengths
+from prime_rl.launcher.resume import prepare_resume
+from prime_rl.models.chat import PINNED_DATE, prompt_ids, student_tokenizer
+from prime_rl.models.hub import MISTRAL_FORMAT, MODEL_FILES
+from prime_rl.models.tiny import build_tiny_model
+from prime_rl.models.tokenizer import build_tokenizer
+from prime_rl.prepare import prepare_student
+from prime_rl.protocol.batch import Sample
+from prime_rl.protocol.run_dir import RunDir
+from prime_rl.trainer.checkpoint import load_checkpoint, save_checkpoint
+from prime_rl.trainer.step import make_optimizer, micro_batch_size
+from prime_rl.trainer.weights import export_weights
+from tests.conftest import ROOT, launch_cmd
+
+GPU_OPD = ["deployment=gpu", "training_mode=opd", "teacher=local_vllm", "deployment.num_teacher_gpus=1"]
+
+
+def arg(command: list[str], flag: str) -> str:
+    return command[command.index(flag) + 1]
+
+
+def test_request_timeouts_grow_with_the_longest_answer_unless_set():
+    cfg = compose_config(["orchestrator.sampling.max_tokens=4096"])
+    assert student_request_timeout_s(cfg) == pytest.approx(120 + 409.6)  # 4 k tokens at 10 tokens/s
+    assert student_request_timeout_s(compose_config(["orchestrator.request_timeout_s=30"])) == 30
+    sft = compose_config(["training_mode=sft", "teacher=local_vllm", "teacher.max_tokens=8192"])
+    assert teacher_request_timeout_s(sft) == pytest.approx(120 + 819.2)  # the teacher's own length cap
+    # the ranks wait while rank 0 writes an 8 B model's float32 export at 100 MB/s
+    assert collective_timeout_s(compose_config(), 8_000_000_000, 4) == pytest.approx(1800 + 320)
+
+
+def test_the_ready_timeout_counts_the_weights_the_servers_read(tmp_path):
+    for name, size in [("student", 8 * 10**9), ("teacher", 32 * 10**9)]:
+        (tmp_path / name).mkdir()
+        with open(tmp_path / name / "model.safetensors", "wb") as f:
+            f.truncate(size)  # sparse: only its size counts
+    cfg = compose_config([*GPU_OPD, f"model.name={tmp_path / 'student'}", f"teacher.model={tmp_path / 'teacher'}"])
+    assert server_model_dirs(cfg) == [tmp_path / "student", tmp_path / "teacher"]
+    assert with_ready_timeout(cfg, server_model_dirs(cfg)).launcher.ready_timeout_s == 300 + 400  # 40 GB, 100 MB/s
+    tiny = compose_config(["model.cache_dir=" + str(tmp_path / "empty")])
+    assert with_ready_timeout(tiny, server_model_dirs(tiny)).launcher.ready_timeout_s == 300  # not built yet
+    pinned = compose_config([f"model.name={tmp_path / 'student'}", "launcher.ready_timeout_s=90"])
+    assert with_ready_timeout(pinned, server_model_dirs(pinned)).launcher.ready_timeout_s == 90
+
+
+def test_gpu_servers_use_cuda_graphs_and_the_teacher_bounds_its_prompt_logits(tmp_path):
+    teacher = tmp_path / "teacher"
+    AutoConfig.for_model("qwen2", vocab_size=65536).save_pretrained(teacher)
+    cfg = compose_config(
+        [*GPU_OPD, f"teacher.model={teacher}", "inference.extra_args=[--a]", "teacher.extra_args=[--b]"]
+    )
+    plan = build_plan(cfg, tmp_path / "run", ["0", "1", "2"])
+    student, teacher_server = plan.role("inference").command, plan.role("teacher_inference").command
+    assert "--enforce-eager" not in student and "--enforce-eager" not in teacher_server
+    # 2 GiB of float32 logits and log-softmax at a 65 k vocabulary: 4096 tokens a forward
+    assert arg(teacher_server, "--max-num-batched-tokens") == "4096" and "--max-num-batched-tokens" not in student
+    assert student[-1] == "--a" and teacher_server[-1] == "--b"  # each server its own extra arguments
+    for command in (student, teacher_server):  # the Hugging Face files, as the trainer reads them
+        assert arg(command, "--load-format") == "safetensors" and arg(command, "--config-format") == "hf"
+        assert arg(command, "--tokenizer-mode") == "hf"
+    cpu = build_plan(compose_config(), tmp_path / "cpu", []).role("inference").command
+    assert "--enforce-eager" in cpu
+    pinned = compose_config([*GPU_OPD, f"teacher.model={teacher}", "teacher.max_num_batched_tokens=1024"])
+    assert batched_tokens(pinned, tmp_path / "pinned") == "1024"
+
+
+def test_the_teachers_batched_tokens_stay_between_vllms_defaults(tmp_path):
+    for vocab, tokens in [(151936, "2048"), (32000, "8192")]:  # 2 GiB fits 1766 and 8388 tokens
+        AutoConfig.for_model("qwen2", vocab_size=vocab).save_pretrained(tmp_path / str(vocab))
+        cfg = compose_config([*GPU_OPD, f"teacher.model={tmp_path / str(vocab)}"])
+        assert batched_tokens(cfg, tmp_path / "run") == tokens
+
+
+def batched_tokens(cfg, run_dir: Path) -> str:
+    return arg(build_plan(cfg, run_dir, ["0", "1", "2"]).role("teacher_inference").command, "--max-num-batched-tokens")
+
+
+def test_a_trainer_whose_state_cannot_fit_its_gpus_is_refused():
+    one = compose_config(["deployment=gpu"])
+    problem = trainer_fit_problem(one, 80 * GIB, 8_000_000_000)  # 128 GB of fp32 state on one 80 GiB GPU
+    assert problem and "needs 119 GiB per GPU of 80 GiB" in problem and "sharded over 1 GPU," in problem
+    four = compose_config(["deployment=gpu", "deployment.num_train_gpus=4"])
+    assert trainer_fit_problem(four, 80 * GIB, 8_000_000_000) is None  # 30 GiB a GPU, and 30 while loading
+    assert trainer_fit_problem(compose_config(["deployment=gpu", "lora=on"]), 80 * GIB, 8_000_000_000) is None
+    eight = compose_config(["deployment=gpu", "deployment.num_train_gpus=8"])
+    loading = trainer_fit_problem(eight, 80 * GIB, 32_000_000_000)  # 60 GiB a GPU sharded, 119 while loading
+    assert loading and "sharded over 8 GPUs, 60 GiB; the whole float32 model on each GPU while it loads" in loading
+    nodes = compose_config(["deployment=gpu", "deployment.num_infer_nodes=1", "deployment.num_train_nodes=2"])
+    assert "sharded over 2 GPUs" in trainer_fit_problem(nodes, 40 * GIB, 32_000_000_000)  # one GPU a node
+
+
+def test_gpu_trainers_share_the_nodes_cores(monkeypatch):
+    monkeypatch.setattr("prime_rl.config.layout.cores", lambda: 16)  # a GPU node's allocation
+    assert trainer_threads(compose_config(["deployment=gpu", "deployment.num_train_gpus=2"])) == 8
+    assert trainer_threads(compose_config(["deployment=colocated_gpu"])) == 16  # in turns: every core
+    assert trainer_threads(compose_config(["deployment.layout=separate"])) == 1  # beside a CPU server
+
+
+def test_auto_micro_batches_keep_whole_logits_within_their_budget():
+    cfg = compose_config()
+    long = [Sample(list(range(1024)), list(range(1024)), [])]
+    assert micro_batch_size(cfg, long, 151936, fused_head=True) == 64  # the logits never exist whole
+    assert micro_batch_size(cfg, long, 151936, fused_head=False) == 3  # 4 GiB / (2048 x 152 k x 4 bytes)
+    assert micro_batch_size(cfg, long[:1] * 2, 300, fused_head=False) == 64
+    assert micro_batch_size(compose_config(["trainer.micro_batch_size=8"]), long, 151936, fused_head=False) == 8
+
+
+def tied_model(seed: int = 0):
+    tok = build_tokenizer()
+    return build_tiny_model(replace(compose_config().model.tiny, tie_embeddings=True, init_seed=seed), tok), tok
+
+
+def test_the_export_is_in_the_servers_dtype_and_a_tied_layer_is_written_once(tmp_path):
+    model, tok = tied_model()
+    run_dir = RunDir(tmp_path)
+    export_weights(model, tok, run_dir, 1, dtype=torch.bfloat16)
+    export_weights(model, tok, run_dir, 2)
+    with (
+        safe_open(run_dir.weights(1) / "model.safetensors", "pt") as bf16,
+        safe_open(run_dir.weights(2) / "model.safetensors", "pt") as fp32,
+    ):
+        assert bf16.keys() == fp32.keys() and "lm_head.weight" not in bf16.keys()
+        for name in bf16.keys():
+            assert bf16.get_tensor(name).dtype == torch.bfloat16 and fp32.get_tensor(name).dtype == torch.float32
+            assert torch.equal(bf16.get_tensor(name), fp32.get_tensor(name).to(torch.bfloat16))
+    assert next(model.parameters()).dtype == torch.float32  # the master weights are untouched
+
+
+def test_a_sharded_checkpoint_resumes_the_model_the_optimizer_and_the_schedule(tmp_path):
+    cfg = compose_config(["trainer.optim.warmup_steps=3"])
+    model, _ = tied_model()
+    optimizer, scheduler = make_optimizer(cfg, model)
+    for _ in range(2):
+        model(input_ids=torch.arange(8)[None]).logits.square().mean().backward()
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+    run_dir = RunDir(tmp_path)
+    save_checkpoint(run_dir, 2, model, optimizer, scheduler, keep=1)
+    assert run_dir.latest_checkpoint() == 2 and not list(tmp_path.glob("checkpoints/.*"))
+    fresh, _ = tied_model(seed=7)
+    fresh_optimizer, fresh_scheduler = make_optimizer(cfg, fresh)
+    load_checkpoint(run_dir, 2, fresh, fresh_optimizer, fresh_scheduler)
+    torch.testing.assert_close(fresh.state_dict(), model.state_dict(), rtol=0, atol=0)
+    torch.testing.assert_close(fresh_optimizer.state_dict()["state"], optimizer.state_dict()["state"], rtol=0, atol=0)
+    assert fresh_scheduler.state_dict() == scheduler.state_dict()
+
+
+def test_a_checkpoint_of_the_unsharded_format_is_refused_before_anything_is_trimmed(tmp_path):
+    run_dir = RunDir(tmp_path)
+    run_dir.checkpoint(2).mkdir(parents=True)
+    (run_dir.checkpoint(2) / "trainer.pt").write_bytes(b"")
+    (run_dir.checkpoint(2) / "STABLE").touch()
+    run_dir.metrics.write_text('{"step": 0}\n{"step": 3}\n')
+    with pytest.raises(UserError, match="unsharded format of earlier versions"):
+        prepare_resume(run_dir)
+    assert run_dir.metrics.read_text() == '{"step": 0}\n{"step": 3}\n'
+
+
+def test_a_cpu_deployment_on_a_gpu_node_with_vllms_gpu_build_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setattr("prime_rl.launcher.preflight.has_cuda_vllm", lambda: True)
+    cfg = compose_config(["launcher.dry_run=true", "monitor=off"])
+    with pytest.raises(UserError, match=r"2 GPUs and vLLM's GPU build.*deployment=gpu"):
+        check_at_job(cfg, tmp_path, print)
+    check_at_job(compose_config(["deployment=gpu", "launcher.dry_run=true", "monitor=off"]), tmp_path, print)
+
+
+def test_the_mistral_format_copy_is_not_downloaded():
+    files = ["config.json", "model-00001-of-00002.safetensors", "consolidated.safetensors", "params.json"]
+    kept = filter_repo_objects(files, allow_patterns=MODEL_FILES, ignore_patterns=MISTRAL_FORMAT)
+    assert list(kept) == ["config.json", "model-00001-of-00002.safetensors"]
+
+
+def test_a_template_that_writes_todays_date_gets_a_pinned_one(tmp_path):
+    tok = build_tokenizer()
+    tok.chat_template = (
+        "{%- if not date_string is defined %}{%- set date_string = strftime_now('%d %b %Y') %}{%- endif %}"
+        "Today: {{ date_string }}\n{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
+    )
+    tok.save_pretrained(tmp_path)
+
+    def rendered(*overrides: str) -> str:
+        tokenizer = student_tokenizer(compose_config([f"model.name={tmp_path}", *overrides]))
+        return tokenizer.decode(prompt_ids(tokenizer, "hi"))
+
+    assert rendered().startswith(f"Today: {PINNED_DATE}")
+    assert rendered("+model.chat_template_args.date_string=01 Jan 2030").startswith("Today: 01 Jan 2030")
+    plain = functools.partial(AutoTokenizer.from_pretrained(tmp_path).apply_chat_template, tokenize=False)
+    assert PINNED_DATE not in plain([{"role": "user", "content": "hi"}])  # unpinned, it writes today's
+
+
+def test_prompts_longer_than_the_context_are_refused_with_their_count(tmp_path):
+    cfg = compose_config(["model.warm_start.steps=0"])  # a random student: built in seconds
+    prepare_student(cfg)
+    check_prompt_lengths(cfg)
+    short = replace(cfg, inference=replace(cfg.inference, max_model_len=cfg.orchestrator.sampling.max_tokens + 12))
+    with pytest.raises(UserError, match=r"\d+ of \d+ eval prompts \(the longest \d+ tokens\) leave no room"):
+        check_prompt_lengths(short)
+    # the launcher: at job time, once the student is built, before any config is written or process started
+    run = subprocess.run(
+        launch_cmd("model.warm_start.steps=0", "inference.max_model_len=28", f"hydra.run.dir={tmp_path}"),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert run.returncode == 2, run.stderr[-2000:]
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "[inference.max_model_len, orchestrator.sampling.max_tokens]" in last
+    assert not (tmp_path / "configs").exists() and not (tmp_path / "logs").exists()
+
+
+def test_the_trainers_gpu_check_runs_its_stages_here_on_a_small_model(tmp_path):
+    """bench/gpu_smoke.sh's trainer part, on this CPU: the trainer process alone from its role config on batch
+    files, exporting bf16 (a GPU deployment's server dtype), checkpointing sharded and resuming; LoRA; logprobs."""
+    args = ["--device", "cpu", "--small", "--steps", "4", "--lora-steps", "2", "--samples", "16"]
+    args += ["--prompt", "32", "--completion", "32", "--work", str(tmp_path / "work"), "--out", str(tmp_path)]
+    run = subprocess.run(
+        [sys.executable, "bench/gpu_trainer_smoke.py", *args], capture_output=True, text=True, cwd=ROOT, timeout=600
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    figures = json.loads((tmp_path / "gpu_trainer_smoke.json").read_text())
+    assert figures["full_export_dtype"] == "torch.bfloat16" and figures["full_resumed_steps"] == "4,5"
+    assert figures["full_checkpoint_gb"] > 3 * figures["full_export_gb"]  # fp32 weights and AdamW's moments
+    assert figures["logprobs_fused_max_abs_diff"] < 0.05 and figures["lora_export_mb"] < 1
