@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from prime_rl.models.tokenizer import build_tokenizer
 from tests.conftest import ROOT, launch_cmd
 from tests.test_e2e_rl import run_processes
 
@@ -154,7 +155,7 @@ def test_a_job_that_times_out_is_requeued_and_resumes(sweep_dir):
 @pytest.mark.timeout(600)
 def test_a_crashing_job_fails_the_sweep_in_bounded_time(sweep_dir, tmp_path):
     not_a_model = tmp_path / "not_a_model"
-    not_a_model.mkdir()
+    build_tokenizer().save_pretrained(not_a_model)  # the job's checks read the tokenizer: only the roles crash
     (not_a_model / "config.json").write_text('{"model_type": "no_such_architecture"}')  # passes validation
     started = time.monotonic()
     run = sweep(sweep_dir, f"model.name={not_a_model}", *SHORT, timeout=300)

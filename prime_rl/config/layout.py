@@ -112,18 +112,16 @@ def gpu_fit_problem(cfg: Config, total_bytes: int, params: int) -> str | None:
 
 
 def trainer_fit_problem(cfg: Config, total_bytes: int, params: int) -> str | None:
-    """Why the trainer's state alone cannot fit GPUs of `total_bytes`, or None: its weights, gradients and AdamW's
-    moments, which FSDP shards over every trainer GPU of the job, and before that the whole float32 model, which
-    each rank loads onto its GPU before sharding it. Its activations come on top: passing is no promise."""
+    """Why the trainer's state alone (weights, gradients, AdamW's moments; FSDP shards it over every trainer GPU
+    of the job, and no rank ever holds the whole model on its GPU) cannot fit GPUs of `total_bytes`, or None. Its
+    activations come on top: passing is no promise."""
     d = cfg.deployment
     gpus = d.num_train_gpus * max(d.num_train_nodes, 1)
-    sharded = trainer_resident_bytes(params, cfg.trainer.lora.enabled) / gpus
-    loading = params * FROZEN_BYTES_PER_PARAM
-    if max(sharded, loading) + GPU_HEADROOM_BYTES <= total_bytes:
+    per_gpu = trainer_resident_bytes(params, cfg.trainer.lora.enabled) / gpus
+    if per_gpu + GPU_HEADROOM_BYTES <= total_bytes:
         return None
-    kind = "frozen float32 weights" if cfg.trainer.lora.enabled else "float32 weights, gradients and AdamW state"
+    kind = "the frozen float32 weights" if cfg.trainer.lora.enabled else "float32 weights, gradients and AdamW state"
     return (
-        f"the trainer needs {max(sharded, loading) / GIB:.0f} GiB per GPU of {total_bytes / GIB:.0f} GiB "
-        f"({params / 1e9:.2f} B parameters: {kind} sharded over {gpus} GPU{'s' if gpus > 1 else ''}, "
-        f"{sharded / GIB:.0f} GiB; the whole float32 model on each GPU while it loads, {loading / GIB:.0f} GiB)"
+        f"the trainer's {per_gpu / GIB:.0f} GiB per GPU ({params / 1e9:.2f} B parameters: {kind}, sharded over "
+        f"{gpus} GPU{'s' if gpus > 1 else ''}) exceed a {total_bytes / GIB:.0f} GiB GPU"
     )

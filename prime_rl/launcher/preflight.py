@@ -22,7 +22,7 @@ from prime_rl.config.layout import on_gpu
 from prime_rl.config.modes import RolloutSource, mode_of
 from prime_rl.config.rules import check_gpu_count, check_rules
 from prime_rl.config.schema import Config, TaskSourceConfig, TeacherKind
-from prime_rl.config.user_error import check
+from prime_rl.config.user_error import UserError, check
 from prime_rl.launcher.gpus import has_cuda_vllm, visible_gpus
 from prime_rl.models.hub import hub_model_problem, is_hub_id
 from prime_rl.monitor.wandb_mode import settle_wandb_mode
@@ -62,14 +62,22 @@ def check_at_job(cfg: Config, run_dir: Path, warn: Callable[[str], None]) -> Con
 
 
 def check_prompt_lengths(cfg: Config) -> None:
-    """Every prompt the student samples from leaves room for a whole answer in its server's context: at job time,
-    once the student (its tokenizer, its chat template) is built, and before any server starts; a long prompt
-    would otherwise fail the run at the step that first draws it. An episode's prompt comes from its
-    environment's reset() and is checked as the episode is played (orchestrator/episodes.py)."""
+    """Every prompt the student samples from leaves room for an answer in its server's context (vLLM ends an answer
+    at the context's end, but refuses a prompt that fills it): at job time, once the student (its tokenizer, its
+    chat template) is built, and before any server starts; a long prompt would otherwise fail the run at the step
+    that first draws it. An episode's prompt comes from its environment's reset() and is checked as the episode
+    is played (orchestrator/episodes.py)."""
     from prime_rl.models.chat import prompt_ids, student_tokenizer  # transformers: only once a job runs
 
-    task, tokenizer = load_task(cfg.task), student_tokenizer(cfg)
-    room = cfg.inference.max_model_len - mode_of(cfg).context_margin - cfg.orchestrator.sampling.max_tokens
+    try:
+        tokenizer = student_tokenizer(cfg)
+    except (OSError, ValueError) as e:
+        raise UserError(
+            f"the student's tokenizer does not load [model.name]: {str(e).splitlines()[0]}; "
+            "fix: point model.name at a Hugging Face model dir (or Hub id) that has its tokenizer"
+        ) from e
+    task = load_task(cfg.task)
+    room = cfg.inference.max_model_len - mode_of(cfg).context_margin - 1  # at least one token of answer
     evaluation = cfg.orchestrator.eval
     splits = {"eval": task.eval[: evaluation.num_examples] if evaluation.interval else []}  # what it evaluates
     if mode_of(cfg).rollouts == RolloutSource.student:
@@ -79,11 +87,10 @@ def check_prompt_lengths(cfg: Config) -> None:
         long = [n for n in lengths if n > room]
         check(
             not long,
-            ["inference.max_model_len", "orchestrator.sampling.max_tokens"],
+            ["inference.max_model_len"],
             f"{len(long)} of {len(lengths)} {split} prompts (the longest {max(long, default=0)} tokens) leave no "
-            f"room for a {cfg.orchestrator.sampling.max_tokens}-token answer in the student's "
-            f"{cfg.inference.max_model_len}-token context",
-            "raise inference.max_model_len, lower orchestrator.sampling.max_tokens, or drop the long prompts",
+            f"room for an answer in the student's {cfg.inference.max_model_len}-token context",
+            "raise inference.max_model_len, or drop the long prompts from the task's data",
         )
 
 

@@ -13,9 +13,11 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from accelerate import init_empty_weights
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prime_rl.config.schema import Config
 from prime_rl.config.timeouts import collective_timeout_s
@@ -23,7 +25,7 @@ from prime_rl.models import student_dir
 from prime_rl.models.size import param_count
 from prime_rl.protocol.batch import Sample
 from prime_rl.trainer.data import TokenBatch, collate
-from prime_rl.trainer.model import pick_device
+from prime_rl.trainer.model import checkpoint_activations, model_config, pick_device
 
 # Gathered state is moved to CPU as it arrives: the full model never has to fit on one GPU next to its shard.
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -65,11 +67,32 @@ def close_world(world: World) -> None:
         dist.destroy_process_group()
 
 
+def load_sharded_model(cfg: Config, device: torch.device, world: World, compute: torch.dtype):
+    """(model, tokenizer) under FSDP2 without a whole model on every rank: each builds the model without weights,
+    shards it and allocates only its shards; rank 0 alone reads the files (the float32 model in its CPU memory
+    once) and sends each rank its shards."""
+    path = student_dir(cfg)
+    config = model_config(cfg)
+    with init_empty_weights(include_buffers=False):  # buffers (rotary frequencies) are computed, not loaded
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    checkpoint_activations(cfg, model)
+    shard_model(model, compute)
+    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    model.to_empty(device=device)  # this rank's shards, uninitialised until rank 0 sends them
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            b.copy_(buffers[name])
+    full = {}
+    if world.main:
+        full = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=torch.float32).state_dict()
+    set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+    return model, AutoTokenizer.from_pretrained(path)
+
+
 def shard_model(model: torch.nn.Module, compute: torch.dtype) -> None:
     """FSDP2: each decoder layer is one all-gather unit, the root holds the rest (embeddings, head, norm). The
     sharded float32 parameters are the master weights; each forward gathers them in `compute` (trainer.dtype)
-    and gradients are reduced in float32. Every rank has loaded the whole model first: fine while it fits one
-    device (meta-device init would lift that)."""
+    and gradients are reduced in float32."""
     policy = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
     # transformers names its repeated blocks in _no_split_modules: exactly the units worth gathering one by one.
     block_names = set(getattr(model, "_no_split_modules", None) or [])

@@ -22,15 +22,19 @@ def compute_dtype(cfg: Config, device: torch.device) -> torch.dtype:
     return getattr(torch, name)
 
 
+def model_config(cfg: Config):
+    """The student's config as the trainer builds it: without dropout where it trains the sampled policy."""
+    config = AutoConfig.from_pretrained(student_dir(cfg))
+    if mode_of(cfg).trains_sampled_policy:
+        without_dropout(config)
+    return config
+
+
 def load_model(cfg: Config, device: torch.device):
     """The model in float32: the master weights the optimizer updates, whatever the compute dtype."""
     path = student_dir(cfg)
-    config = AutoConfig.from_pretrained(path)
-    if mode_of(cfg).trains_sampled_policy:
-        without_dropout(config)
-    model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=torch.float32).to(device)
-    if cfg.trainer.activation_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model = AutoModelForCausalLM.from_pretrained(path, config=model_config(cfg), dtype=torch.float32).to(device)
+    checkpoint_activations(cfg, model)
     if cfg.trainer.lora.enabled:
         from peft import LoraConfig, get_peft_model
 
@@ -46,6 +50,12 @@ def load_model(cfg: Config, device: torch.device):
             ),
         )
     return model, AutoTokenizer.from_pretrained(path)
+
+
+def checkpoint_activations(cfg: Config, model) -> None:
+    """trainer.activation_checkpointing: each decoder layer recomputed in the backward pass."""
+    if cfg.trainer.activation_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def without_dropout(config) -> None:

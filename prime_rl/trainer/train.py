@@ -18,7 +18,7 @@ from prime_rl.protocol.metrics import append_row
 from prime_rl.protocol.policy import policy_window
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.trainer.checkpoint import load_checkpoint, save_checkpoint
-from prime_rl.trainer.distributed import close_world, init_world, shard_model
+from prime_rl.trainer.distributed import close_world, init_world, load_sharded_model
 from prime_rl.trainer.loss import Objective
 from prime_rl.trainer.model import compute_dtype, head_is_plain, load_model
 from prime_rl.trainer.step import make_optimizer, train_step
@@ -33,9 +33,10 @@ def train(cfg: Config) -> None:
     torch.set_num_threads(trainer_threads(cfg))
     run_dir = RunDir(cfg.run_dir)
     world, device = init_world(cfg)  # a process group only under torchrun
-    model, tokenizer = load_model(cfg, device)
-    if world.size > 1:
-        shard_model(model, compute_dtype(cfg, device))  # before the optimizer: it must hold the sharded parameters
+    if world.size > 1:  # sharded before the optimizer: it must hold the sharded parameters
+        model, tokenizer = load_sharded_model(cfg, device, world, compute_dtype(cfg, device))
+    else:
+        model, tokenizer = load_model(cfg, device)
     optimizer, scheduler = make_optimizer(cfg, model)
     # FSDP gathers the output layer only inside the model's forward: sharded, the logits come from the model
     fused = world.size == 1 and head_is_plain(model)
