@@ -63,6 +63,12 @@ def _knobs(cfg: Config) -> list[tuple[str, bool, str, str]]:
             "use 0 (auto) or e.g. 600",
         ),
         ("orchestrator.max_retries", o.max_retries >= 0, f"must be >= 0, got {o.max_retries}", "use e.g. 3"),
+        (
+            "orchestrator.dynamic_sampling.max_refills",
+            o.dynamic_sampling.max_refills >= 0,
+            f"must be >= 0, got {o.dynamic_sampling.max_refills}",
+            "use e.g. 3 (0: only fill with what the step drew)",
+        ),
         ("trainer.optim.lr", t.optim.lr >= 0, f"must be >= 0, got {t.optim.lr}", "use e.g. 3e-4"),
         ("trainer.optim.max_grad_norm", t.optim.max_grad_norm > 0, "must be > 0", "use e.g. 1.0"),
         ("trainer.optim.beta1", 0 <= t.optim.beta1 < 1, f"must be in [0, 1), got {t.optim.beta1}", "use e.g. 0.9"),
@@ -294,6 +300,13 @@ def _mode(cfg: Config, _: int) -> None:
             f"{name} learns from rewards, so verification must be on",
             "set orchestrator.verification.enabled=true",
         )
+    check(
+        not cfg.orchestrator.dynamic_sampling.enabled or (mode.uses_advantages and not mode.teacher_term),
+        ["orchestrator.dynamic_sampling.enabled", "training_mode"],
+        f"dynamic sampling drops groups without a signal, and every {name} group has one"
+        + (" (the teacher's, per token)" if mode.teacher_term else " (the teacher's answers)"),
+        "use it with training_mode=rl, or set orchestrator.dynamic_sampling.enabled=false",
+    )
     if mode.uses_advantages:
         check(
             verification or loss.adv_tau == 0,

@@ -149,12 +149,19 @@ class EvalConfig:
 
 
 @dataclass
+class DynamicSamplingConfig:
+    enabled: bool = False  # rl: drop groups whose rewards are all equal (no advantage) and refill with new prompts
+    max_refills: int = 3  # rounds of new prompts a step may sample to refill its batch (then uniform groups fill it)
+
+
+@dataclass
 class OrchestratorConfig:
     batch_size: int = 128  # rollouts per step (= prompts x rollouts_per_example)
     rollouts_per_example: int = 8  # rollouts per prompt (GRPO group size)
     max_async_level: int = 1  # rollouts of step n may come from a policy at most this many steps old
     std_normalize: bool = True  # divide GRPO advantages by the group's reward std (GRPO); false = mean-centred only
     sampling: SamplingConfig = field(default_factory=SamplingConfig)  # rollout sampling
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)  # DAPO's, with refill
     verification: VerificationConfig = field(default_factory=VerificationConfig)  # reward computation
     eval: EvalConfig = field(default_factory=EvalConfig)  # periodic evaluation
     requests_per_step: int = 8  # concurrent requests a step's rollouts (and opd's teacher scoring) are split into
@@ -285,8 +292,8 @@ def node_cpus(d) -> int:
 
 
 def node_mem_gb(d) -> int:
-    """Host memory one node of a GPU job asks SLURM for: every trainer rank loads the model in float32 on the
-    CPU before sharding it, and rank 0 gathers each export there."""
+    """Host memory one node of a GPU job asks SLURM for: trainer rank 0 reads the model in float32 into the CPU's
+    memory before sending each rank its shards, and gathers each export there."""
     return max(MIN_NODE_MEM_GB, MEM_GB_PER_GPU * node_gpus(d))
 
 

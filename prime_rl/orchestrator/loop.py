@@ -11,6 +11,7 @@ from prime_rl.orchestrator.advantages import grpo_advantages
 from prime_rl.orchestrator.algo import Algorithm, algorithm
 from prime_rl.orchestrator.context import Context, make_context
 from prime_rl.orchestrator.device import OrchestratorTurn
+from prime_rl.orchestrator.dynamic_sampling import group_metrics, refill
 from prime_rl.orchestrator.evaluation import evaluate, evaluate_teacher
 from prime_rl.orchestrator.policy import PolicySync
 from prime_rl.orchestrator.prompts import step_prompts
@@ -118,18 +119,32 @@ async def make_batch(ctx: Context, algo: Algorithm, step: int, version: int) -> 
     start = time.monotonic()
     groups, metrics = await algo.rollouts(ctx, examples)
     generate_s = time.monotonic() - start
-    samples = [s for group in groups for s in group]
+    generated = sum(s.trained_tokens for group in groups for s in group)
     if cfg.orchestrator.verification.enabled:
         score_start = time.monotonic()
-        metrics.update(await score(ctx, examples, groups))
+        metrics.update(await score(ctx, examples, groups))  # the reward metrics: the step's own prompts
         metrics["time/score"] = time.monotonic() - score_start
+        metrics.update(group_metrics(groups))
+        if cfg.orchestrator.dynamic_sampling.enabled:
+            groups, refill_metrics = await refill(
+                cfg, ctx.task, step, examples, groups, lambda more: scored_rollouts(ctx, algo, more)
+            )
+            metrics.update(refill_metrics)
+    samples = [s for group in groups for s in group]
     metrics.update(await algo.teacher_signal(ctx, samples))
     n_tokens = sum(s.trained_tokens for s in samples)
     metrics["policy/staleness"] = float(step - version)
     metrics["time/generate"] = generate_s
     metrics["seq_len/completion"] = n_tokens / len(samples)
-    metrics["throughput/generate_tokens_per_s"] = n_tokens / max(generate_s, 1e-9)
+    metrics["throughput/generate_tokens_per_s"] = generated / max(generate_s, 1e-9)  # the first draw's
     return Batch(step=step, policy_version=version, samples=samples, metrics=metrics)
+
+
+async def scored_rollouts(ctx: Context, algo: Algorithm, examples: list[Example]) -> list[list[Sample]]:
+    """The groups of `examples` with their rewards and advantages (a dynamic-sampling refill)."""
+    groups, _ = await algo.rollouts(ctx, examples)
+    await score(ctx, examples, groups)
+    return groups
 
 
 async def score(ctx: Context, examples: list[Example], groups: list[list[Sample]]) -> dict:

@@ -55,10 +55,14 @@ class Task:
     def reward(self, completion: str, example: Example) -> float:
         return self.verify(completion, example)
 
-    def draw(self, rng: random.Random, n: int) -> list[Example]:
-        """n distinct train prompts; in a mix, each prompt's source drawn first, by weight."""
+    def draw(self, rng: random.Random, n: int, drawn: list[Example] = ()) -> list[Example]:
+        """n distinct train prompts, none of `drawn` (as many as remain); in a mix, each prompt's source drawn
+        first, by weight."""
+        taken = {id(ex) for ex in drawn}
         if not self.weights:
-            return rng.sample(self.train, n)
+            pool = [ex for ex in self.train if id(ex) not in taken] if taken else self.train
+            return rng.sample(pool, min(n, len(pool)))
         labels = list(self.weights)
         counts = Counter(rng.choices(labels, weights=[self.weights[label] for label in labels], k=n))
-        return [ex for label in labels for ex in rng.sample(self.by_source[label], counts[label])]
+        pools = {label: [ex for ex in self.by_source[label] if id(ex) not in taken] for label in labels}
+        return [ex for label in labels for ex in rng.sample(pools[label], min(counts[label], len(pools[label])))]

@@ -1,0 +1,117 @@
+"""Dynamic sampling (issue 30): a group of equal rewards carries no signal in rl; with the filter on the step drops
+it and refills its place with a new prompt's group, in bounded rounds of prompts that are a function of (seed,
+step, round). The refill against a stand-in sampler (its arithmetic), the draw, the rule, and a real rl run."""
+
+import asyncio
+import random
+
+import pytest
+
+from prime_rl.config import ConfigError, compose_config
+from prime_rl.config.rules import check_rules
+from prime_rl.orchestrator.dynamic_sampling import group_metrics, refill, uniform
+from prime_rl.orchestrator.prompts import refill_prompts, step_prompts
+from prime_rl.protocol.batch import Sample
+from prime_rl.tasks import Example, Task
+from tests.test_e2e_rl import launch, rows
+
+N = 4  # samples per group
+
+
+def group(rewards: list[float], prompt: int = 0) -> list[Sample]:
+    return [Sample([prompt], [1], [0.0], reward=r) for r in rewards]
+
+
+def task(size: int = 100) -> Task:
+    return Task("t", [Example(str(i), "") for i in range(size)], [], verify=lambda c, ex: 0.0)
+
+
+def signal_of(ex: Example) -> list[Sample]:
+    """A stand-in sampler's group for a prompt: every third prompt's group is uniform (all wrong)."""
+    i = int(ex.prompt)
+    return group([0.0] * N if i % 3 == 0 else [0.0, 1.0, 0.0, 0.0], prompt=i)
+
+
+def test_group_metrics_count_the_groups_without_signal():
+    groups = [group([1.0] * N), group([0.0] * N), group([0.5] * N), group([0.0, 1.0, 1.0, 1.0])]
+    assert [uniform(g) for g in groups] == [True, True, True, False]
+    assert group_metrics(groups) == {"groups/uniform": 0.75, "groups/all_exact": 0.25, "groups/all_zero": 0.25}
+
+
+def test_the_refill_replaces_uniform_groups_with_new_prompts_groups():
+    cfg = compose_config(["orchestrator.dynamic_sampling.enabled=true", "orchestrator.batch_size=32"])
+    t = task()
+    examples = [t.train[i] for i in (0, 1, 3, 4, 6, 7, 9, 10)]  # 4 of 8 uniform (0, 3, 6, 9)
+    asked = []
+
+    async def sample(more: list[Example]) -> list[list[Sample]]:
+        asked.append(more)
+        return [signal_of(ex) for ex in more]
+
+    groups, metrics = asyncio.run(refill(cfg, t, 5, examples, [signal_of(ex) for ex in examples], sample))
+    assert len(groups) == 8 and not any(map(uniform, groups))
+    assert [g[0].prompt_ids[0] for g in groups][:4] == [1, 4, 7, 10]  # the step's own useful groups first
+    drawn = {ex.prompt for more in asked for ex in more}
+    assert not drawn & {ex.prompt for ex in examples}  # no prompt twice in a step
+    # round 1 asks for 4 missing / a keep rate of 1/2 = 8 prompts; 2 more rounds at most
+    assert len(asked[0]) == 8 and len(asked) <= 3
+    assert metrics["sampling/extra_prompts"] == sum(map(len, asked)) and metrics["sampling/unfilled"] == 0
+    assert metrics["sampling/filtered"] == pytest.approx(
+        sum(map(uniform, [signal_of(ex) for ex in examples + [ex for m in asked for ex in m]]))
+        / (8 + sum(map(len, asked)))
+    )
+
+
+def test_a_step_with_no_refill_left_keeps_its_size_with_the_uniform_groups():
+    cfg = compose_config(["orchestrator.dynamic_sampling.enabled=true", "orchestrator.dynamic_sampling.max_refills=1"])
+    t = task(size=10)
+    examples = t.train[:8]
+
+    async def all_wrong(more: list[Example]) -> list[list[Sample]]:
+        return [group([0.0] * N, int(ex.prompt)) for ex in more]
+
+    groups, metrics = asyncio.run(refill(cfg, t, 0, examples, [signal_of(ex) for ex in examples], all_wrong))
+    assert len(groups) == 8 and sum(map(uniform, groups)) == 3  # prompts 0, 3, 6 fill what no refill found
+    assert metrics["sampling/extra_prompts"] == 2  # the task had only 2 prompts the step had not drawn
+    assert metrics["sampling/unfilled"] == 3 / 8
+
+
+def test_refill_prompts_are_a_function_of_seed_step_and_round_and_avoid_the_steps_own():
+    cfg, t = compose_config(), task()
+    own = step_prompts(cfg, t, 7)
+    first = refill_prompts(cfg, t, 7, 1, own, 5)
+    assert first == refill_prompts(cfg, t, 7, 1, own, 5) and len(first) == 5  # a resumed step draws the same
+    assert first != refill_prompts(cfg, t, 7, 2, own, 5) and first != refill_prompts(cfg, t, 8, 1, own, 5)
+    assert not {ex.prompt for ex in first} & {ex.prompt for ex in own}
+    # the step's own draw is what it was before refills existed
+    assert own == random.Random(cfg.seed * 1_000_003 + 7).sample(t.train, len(own))
+
+
+def test_the_filter_is_refused_where_every_group_carries_a_signal():
+    for overrides in (["training_mode=opd", "teacher=local_vllm"], ["training_mode=sft", "teacher=local_vllm"]):
+        cfg = compose_config([*overrides, "orchestrator.dynamic_sampling.enabled=true"])
+        with pytest.raises(ConfigError) as err:
+            check_rules(cfg, 0)
+        assert "orchestrator.dynamic_sampling.enabled" in err.value.keys, overrides
+
+
+@pytest.mark.vllm
+def test_an_rl_run_with_dynamic_sampling_refills_its_batches(tmp_path):
+    """Exact-match rewards on the warm-started tiny model: most groups are all wrong at first."""
+    run = launch(
+        tmp_path,
+        "task.verifier=exact",
+        "orchestrator.dynamic_sampling.enabled=true",
+        "orchestrator.batch_size=32",
+        "orchestrator.rollouts_per_example=4",
+        "orchestrator.eval.interval=0",
+        "max_steps=3",
+        "monitor=off",
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    steps = [r for r in rows(tmp_path) if "loss" in r]
+    assert [r["step"] for r in steps] == [0, 1, 2]
+    assert all(0 < r["groups/uniform"] <= 1 and r["time/refill"] >= 0 for r in steps)
+    assert sum(r["sampling/extra_prompts"] for r in steps) > 0  # uniform groups were replaced by new prompts
+    for r in steps:  # what was filtered is what the step sampled uniform, first draw and refills together
+        assert r["sampling/filtered"] > 0 and r["sampling/unfilled"] <= r["groups/uniform"]
