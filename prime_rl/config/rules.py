@@ -64,6 +64,18 @@ def _knobs(cfg: Config) -> list[tuple[str, bool, str, str]]:
         ),
         ("orchestrator.max_retries", o.max_retries >= 0, f"must be >= 0, got {o.max_retries}", "use e.g. 3"),
         (
+            "orchestrator.length.overlong_buffer",
+            0 <= o.length.overlong_buffer < o.sampling.max_tokens,
+            f"must be in [0, max_tokens={o.sampling.max_tokens}), got {o.length.overlong_buffer}",
+            "use e.g. a quarter of orchestrator.sampling.max_tokens, or 0 (off)",
+        ),
+        (
+            "orchestrator.length.overlong_penalty",
+            o.length.overlong_penalty >= 0,
+            f"must be >= 0, got {o.length.overlong_penalty}",
+            "use e.g. 1.0",
+        ),
+        (
             "orchestrator.dynamic_sampling.max_refills",
             o.dynamic_sampling.max_refills >= 0,
             f"must be >= 0, got {o.dynamic_sampling.max_refills}",
@@ -300,6 +312,13 @@ def _mode(cfg: Config, _: int) -> None:
             f"{name} learns from rewards, so verification must be on",
             "set orchestrator.verification.enabled=true",
         )
+    length = cfg.orchestrator.length
+    check(
+        mode.trains_sampled_policy or not (length.overlong_buffer or length.mask_truncated),
+        ["orchestrator.length", "training_mode"],
+        f"length shaping applies to the student's own replies, and {name} trains on the teacher's",
+        "set orchestrator.length.overlong_buffer=0 and orchestrator.length.mask_truncated=false",
+    )
     check(
         not cfg.orchestrator.dynamic_sampling.enabled or (mode.uses_advantages and not mode.teacher_term),
         ["orchestrator.dynamic_sampling.enabled", "training_mode"],

@@ -155,6 +155,13 @@ class DynamicSamplingConfig:
 
 
 @dataclass
+class LengthConfig:
+    overlong_buffer: int = 0  # DAPO's soft overlong penalty over a reply's last N tokens before max_tokens (0 = off)
+    overlong_penalty: float = 1.0  # what a reply of max_tokens tokens loses of its reward (linear over the buffer)
+    mask_truncated: bool = False  # replies cut by max_tokens train on none of their tokens (DAPO's overlong filter)
+
+
+@dataclass
 class OrchestratorConfig:
     batch_size: int = 128  # rollouts per step (= prompts x rollouts_per_example)
     rollouts_per_example: int = 8  # rollouts per prompt (GRPO group size)
@@ -162,6 +169,7 @@ class OrchestratorConfig:
     std_normalize: bool = True  # divide GRPO advantages by the group's reward std (GRPO); false = mean-centred only
     sampling: SamplingConfig = field(default_factory=SamplingConfig)  # rollout sampling
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)  # DAPO's, with refill
+    length: LengthConfig = field(default_factory=LengthConfig)  # length shaping of single-turn replies (rl, opd)
     verification: VerificationConfig = field(default_factory=VerificationConfig)  # reward computation
     eval: EvalConfig = field(default_factory=EvalConfig)  # periodic evaluation
     requests_per_step: int = 8  # concurrent requests a step's rollouts (and opd's teacher scoring) are split into

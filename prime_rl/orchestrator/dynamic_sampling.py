@@ -20,12 +20,13 @@ from prime_rl.protocol.batch import Sample
 from prime_rl.tasks import Example, Task
 
 Groups = list[list[Sample]]
+ZERO_ADVANTAGE = 1e-9  # equal rewards leave float noise in an advantage (a mean of 0.1s is not exactly 0.1)
 MIN_KEEP_RATE = 0.25  # the smallest share of kept groups a refill plans with (it would draw 4x what it misses)
 
 
 def uniform(group: list[Sample]) -> bool:
-    """All of the group's rewards are equal: zero advantage in every sample."""
-    return len({s.reward for s in group}) == 1
+    """Zero advantage in every sample: the group's rewards (with any length penalty) are all equal."""
+    return all(abs(s.advantage) < ZERO_ADVANTAGE for s in group)
 
 
 def group_metrics(groups: Groups) -> dict[str, float]:

@@ -13,6 +13,7 @@ from prime_rl.orchestrator.context import Context, make_context
 from prime_rl.orchestrator.device import OrchestratorTurn
 from prime_rl.orchestrator.dynamic_sampling import group_metrics, refill
 from prime_rl.orchestrator.evaluation import evaluate, evaluate_teacher
+from prime_rl.orchestrator.length_shaping import shaped_rewards
 from prime_rl.orchestrator.policy import PolicySync
 from prime_rl.orchestrator.prompts import step_prompts
 from prime_rl.orchestrator.rollouts import rewards_of
@@ -151,15 +152,12 @@ async def score(ctx: Context, examples: list[Example], groups: list[list[Sample]
     """Rewards (the verifier's, or an episode's own), GRPO advantages, and the step's reward metrics."""
     rewards = await rewards_of(ctx, examples, groups)
     sources = [ex.source for ex, group in zip(examples, groups) for _ in group]
-    o = ctx.cfg.orchestrator
-    for s, adv in zip(
-        (s for g in groups for s in g), grpo_advantages(rewards, o.rollouts_per_example, o.std_normalize)
-    ):
+    o, samples = ctx.cfg.orchestrator, [s for g in groups for s in g]
+    shaped, metrics = shaped_rewards(ctx.cfg, samples, rewards)
+    for s, adv in zip(samples, grpo_advantages(shaped, o.rollouts_per_example, o.std_normalize)):
         s.advantage = adv
-    metrics = {
-        "reward/mean": sum(rewards) / len(rewards),
-        "reward/exact": sum(r == 1.0 for r in rewards) / len(rewards),
-    }
+    metrics["reward/mean"] = sum(rewards) / len(rewards)
+    metrics["reward/exact"] = sum(r == 1.0 for r in rewards) / len(rewards)
     for label in ctx.task.weights:  # a mix: each source's mean reward in this step
         mine = [r for source, r in zip(sources, rewards) if source == label]
         if mine:

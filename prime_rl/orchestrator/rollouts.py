@@ -37,9 +37,12 @@ async def single_turn(ctx: Context, examples: list[Example], n: int, sampling: S
     groups = await sample_groups(
         ctx.student, ctx.student_model, prompts, n, sampling, ctx.cfg.orchestrator.requests_per_step
     )
-    cut = [c.finish_reason == "length" for group in groups for c in group]
     mode = ctx.cfg.training_mode.value
-    samples = [[Sample(p, c.token_ids, c.logprobs, mode=mode) for c in group] for p, group in zip(prompts, groups)]
+    samples = [
+        [Sample(p, c.token_ids, c.logprobs, mode=mode, truncated=c.finish_reason == "length") for c in group]
+        for p, group in zip(prompts, groups)
+    ]
+    cut = [s.truncated for group in samples for s in group]
     return samples, {"seq_len/truncated": sum(cut) / len(cut)}
 
 

@@ -27,6 +27,7 @@ class Sample:
     streams: dict[str, list[float]] = field(default_factory=dict)  # named per-token values, e.g. teacher_logprobs
     mode: str = ""  # the training mode whose objective trains it: rl | opd | sft
     teacher: str | None = None  # the model name of the teacher that scored or wrote it (None: no teacher)
+    truncated: bool = False  # a reply cut off by max_tokens (orchestrator.length)
 
     @property
     def trained_tokens(self) -> int:

@@ -55,7 +55,10 @@ def train_step(
     if world.size > 1:
         mbs = rank_micro_batches(batch.samples, size, pad_id, world)
     # Divide by the step's tokens on all ranks: the summed gradients then equal one process's gradient.
-    total_tokens = int(all_sum({"tokens": sum(mb.loss_mask.sum() for mb in mbs)}, world)["tokens"])
+    # a step may train on no token (every reply cut and masked: orchestrator.length.mask_truncated): it divides by
+    # 1 and skips the update below, which Adam's momentum would otherwise make from zero gradients
+    trained = int(all_sum({"tokens": sum(mb.loss_mask.sum() for mb in mbs)}, world)["tokens"])
+    total_tokens = max(trained, 1)
     sums = {"loss": 0.0, "entropy": 0.0}
     compute = compute_dtype(cfg, device)
     for mb in mbs:
@@ -73,7 +76,7 @@ def train_step(
     # A non-finite gradient (an overflow, a bad sample) would turn every weight it touches into NaN: skip the
     # update and its schedule step instead, and say so. The norm is the global one: every rank decides alike.
     finite = math.isfinite(grad_norm)
-    if finite:
+    if finite and trained:
         optimizer.step()
         scheduler.step()
     optimizer.zero_grad(set_to_none=True)
@@ -81,11 +84,11 @@ def train_step(
     return {
         **metric_means(sums, total_tokens),
         "grad_norm": grad_norm if finite else float("nan"),
-        "optim/skipped": 0.0 if finite else 1.0,
+        "optim/skipped": 0.0 if finite and trained else 1.0,
         "lr": lr,
         "time/train": train_s,
-        "throughput/train_tokens_per_s": total_tokens / max(train_s, 1e-9),
-        "tokens": total_tokens,
+        "throughput/train_tokens_per_s": trained / max(train_s, 1e-9),
+        "tokens": trained,
     }
 
 

@@ -1,6 +1,7 @@
-"""Dynamic sampling (issue 30): a group of equal rewards carries no signal in rl; with the filter on the step drops
-it and refills its place with a new prompt's group, in bounded rounds of prompts that are a function of (seed,
-step, round). The refill against a stand-in sampler (its arithmetic), the draw, the rule, and a real rl run."""
+"""What a step trains on (issue 30). Dynamic sampling: a group of equal rewards carries no signal in rl; with the
+filter on the step drops it and refills its place with a new prompt's group, in bounded rounds of prompts that are a
+function of (seed, step, round). Length shaping: DAPO's soft overlong penalty and overlong filter. Their arithmetic
+against stand-ins, the draw, the rules, and a real rl run with both the filter and the overlong filter."""
 
 import asyncio
 import random
@@ -9,7 +10,9 @@ import pytest
 
 from prime_rl.config import ConfigError, compose_config
 from prime_rl.config.rules import check_rules
+from prime_rl.orchestrator.advantages import grpo_advantages
 from prime_rl.orchestrator.dynamic_sampling import group_metrics, refill, uniform
+from prime_rl.orchestrator.length_shaping import overlong_penalty, shaped_rewards
 from prime_rl.orchestrator.prompts import refill_prompts, step_prompts
 from prime_rl.protocol.batch import Sample
 from prime_rl.tasks import Example, Task
@@ -19,7 +22,9 @@ N = 4  # samples per group
 
 
 def group(rewards: list[float], prompt: int = 0) -> list[Sample]:
-    return [Sample([prompt], [1], [0.0], reward=r) for r in rewards]
+    """A scored group: its rewards and their GRPO advantages."""
+    advantages = grpo_advantages(rewards, len(rewards), std_normalize=True)
+    return [Sample([prompt], [1], [0.0], advantage=a, reward=r) for r, a in zip(rewards, advantages)]
 
 
 def task(size: int = 100) -> Task:
@@ -33,7 +38,7 @@ def signal_of(ex: Example) -> list[Sample]:
 
 
 def test_group_metrics_count_the_groups_without_signal():
-    groups = [group([1.0] * N), group([0.0] * N), group([0.5] * N), group([0.0, 1.0, 1.0, 1.0])]
+    groups = [group([1.0] * N), group([0.0] * N), group([0.1] * N), group([0.0, 1.0, 1.0, 1.0])]
     assert [uniform(g) for g in groups] == [True, True, True, False]
     assert group_metrics(groups) == {"groups/uniform": 0.75, "groups/all_exact": 0.25, "groups/all_zero": 0.25}
 
@@ -95,13 +100,47 @@ def test_the_filter_is_refused_where_every_group_carries_a_signal():
         assert "orchestrator.dynamic_sampling.enabled" in err.value.keys, overrides
 
 
+def test_the_overlong_penalty_falls_linearly_over_the_buffer():
+    assert [overlong_penalty(n, 16, 4, 1.0) for n in (3, 12, 13, 14, 16, 20)] == [0, 0, 0.25, 0.5, 1.0, 1.0]
+    assert overlong_penalty(16, 16, 0, 1.0) == 0 and overlong_penalty(15, 16, 4, 0.5) == 0.375
+
+
+def test_shaping_lowers_the_rewards_advantages_see_and_masks_cut_replies():
+    cfg = compose_config(
+        [
+            "orchestrator.sampling.max_tokens=8",
+            "orchestrator.length.overlong_buffer=4",
+            "orchestrator.length.mask_truncated=true",
+        ]
+    )
+    samples = [Sample([0], [1] * n, [0.0] * n, truncated=n == 8) for n in (2, 6, 8)]
+    episode = Sample([0], [1] * 8, [0.0] * 8, loss_mask=[True] * 4 + [False] * 4)  # an episode: not shaped
+    shaped, metrics = shaped_rewards(cfg, [*samples, episode], [1.0, 1.0, 0.0, 1.0])
+    assert shaped == [1.0, 0.5, -1.0, 1.0]  # 6 tokens: 2 of the 4-token buffer; 8: all of it
+    assert metrics == {"reward/overlong_penalty": pytest.approx(1.5 / 4), "seq_len/masked_truncated": 0.25}
+    assert [s.loss_mask for s in samples] == [None, None, [False] * 8] and episode.loss_mask[0]
+
+
+def test_length_shaping_is_refused_on_the_teachers_replies_and_past_max_tokens():
+    for overrides, key in [
+        (["training_mode=sft", "teacher=local_vllm", "orchestrator.length.mask_truncated=true"], "orchestrator.length"),
+        (["orchestrator.length.overlong_buffer=16"], "orchestrator.length.overlong_buffer"),  # max_tokens is 16
+    ]:
+        with pytest.raises(ConfigError) as err:
+            check_rules(compose_config(overrides), 0)
+        assert key in err.value.keys, overrides
+
+
 @pytest.mark.vllm
-def test_an_rl_run_with_dynamic_sampling_refills_its_batches(tmp_path):
-    """Exact-match rewards on the warm-started tiny model: most groups are all wrong at first."""
+def test_an_rl_run_with_dynamic_sampling_refills_its_batches_and_masks_cut_replies(tmp_path):
+    """Exact-match rewards on the warm-started tiny model, whose replies 6 tokens often cut: most groups are all
+    wrong at first, and every cut reply trains on nothing."""
     run = launch(
         tmp_path,
         "task.verifier=exact",
         "orchestrator.dynamic_sampling.enabled=true",
+        "orchestrator.length.mask_truncated=true",
+        "orchestrator.sampling.max_tokens=6",
         "orchestrator.batch_size=32",
         "orchestrator.rollouts_per_example=4",
         "orchestrator.eval.interval=0",
@@ -115,3 +154,5 @@ def test_an_rl_run_with_dynamic_sampling_refills_its_batches(tmp_path):
     assert sum(r["sampling/extra_prompts"] for r in steps) > 0  # uniform groups were replaced by new prompts
     for r in steps:  # what was filtered is what the step sampled uniform, first draw and refills together
         assert r["sampling/filtered"] > 0 and r["sampling/unfilled"] <= r["groups/uniform"]
+        assert r["seq_len/masked_truncated"] == r["seq_len/truncated"]  # the step's own replies: every cut one
+    assert any(r["seq_len/truncated"] > 0 for r in steps)
