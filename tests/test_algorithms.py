@@ -24,9 +24,9 @@ def one_sequence_batch(mu, advantage=1.0, teacher=None):
         attention_mask=torch.ones(1, n, dtype=torch.long),
         loss_mask=loss_mask,
         inference_logprobs=pad(mu),
-        advantages=torch.tensor([advantage]),
+        advantages=torch.full((1, n), advantage),
         streams={TEACHER_LOGPROBS: pad(teacher)} if teacher is not None else {},
-        has_stream={TEACHER_LOGPROBS: torch.tensor([True])} if teacher is not None else {},
+        has_stream={TEACHER_LOGPROBS: torch.ones(1, n, dtype=torch.bool)} if teacher is not None else {},
     )
 
 
@@ -167,14 +167,15 @@ def test_collate_aligns_completion_logprobs_with_the_loss_mask():
     assert tb.input_ids.tolist() == [[7, 8, 9, 10], [7, 9, 0, 0]]
     assert tb.loss_mask.tolist() == [[0, 0, 1, 1], [0, 1, 0, 0]]
     assert tb.inference_logprobs[0].tolist() == pytest.approx([0, 0, -0.1, -0.2])
-    assert tb.streams == {} and tb.has_stream == {}
+    assert tb.advantages.tolist() == [[1.0] * 4, [0.0] * 4]
+    assert tb.streams == {} and tb.has_stream == {} and tb.position_ids is None
 
 
 def test_collate_decides_per_sample_the_trained_tokens_and_the_teacher_term():
     scored = Sample([7], [9, 10], [-0.1, -0.2], loss_mask=[True, False], streams={TEACHER_LOGPROBS: [-1.0, -2.0]})
     tb = collate([scored, Sample([7], [9], [-0.3])], pad_id=0)
     assert tb.loss_mask.tolist() == [[0, 1, 0], [0, 1, 0]]
-    assert tb.has_stream[TEACHER_LOGPROBS].tolist() == [True, False]
+    assert tb.has_stream[TEACHER_LOGPROBS].tolist() == [[True] * 3, [False] * 3]
     assert tb.streams[TEACHER_LOGPROBS].tolist() == [[0.0, -1.0, -2.0], [0.0, 0.0, 0.0]]
     # teacher advantage log p_T - log pi = -1 on the one scored, trained token; the unscored sample gets none
     logprobs = torch.zeros(2, 3, requires_grad=True)

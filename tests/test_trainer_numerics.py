@@ -9,9 +9,12 @@ from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
 import prime_rl.trainer.logprobs as logprobs_module
 from prime_rl.config import compose_config
+from prime_rl.config.schema import LossConfig
 from prime_rl.prepare import prepare_student
 from prime_rl.protocol.batch import Batch, Sample
+from prime_rl.trainer.data import collate
 from prime_rl.trainer.logprobs import head_logprobs, token_logprobs
+from prime_rl.trainer.loss import entropy_bonus
 from prime_rl.trainer.model import head_is_plain, load_model
 from prime_rl.trainer.train import make_optimizer, train_step
 
@@ -24,43 +27,56 @@ def reference(logits, ids, temperature):
     return torch.nn.functional.pad(picked, (1, 0)), torch.nn.functional.pad(entropy, (1, 0))
 
 
+def weighted(logprobs, entropy, weights, uses: str):
+    """A loss over the logprobs, the entropy (an entropy bonus alone), or both, with per-position weights."""
+    terms = {"logprobs": [logprobs], "entropy": [entropy], "both": [logprobs, entropy]}[uses]
+    return sum((t * w).sum() for t, w in zip(terms, weights))
+
+
+USES = ["logprobs", "entropy", "both"]
+
+
+@pytest.mark.parametrize("uses", USES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("chunk_positions", [1, 3, 100])
-def test_chunked_logprobs_entropy_and_gradient_match_the_direct_computation(monkeypatch, dtype, chunk_positions):
+def test_chunked_logprobs_entropy_and_gradient_match_the_direct_computation(monkeypatch, dtype, chunk_positions, uses):
     batch, length, vocab = 3, 9, 50
     monkeypatch.setattr(logprobs_module, "CHUNK_BYTES", 4 * batch * vocab * chunk_positions)
     torch.manual_seed(0)
     logits = (torch.randn(batch, length, vocab) * 3).to(dtype).requires_grad_()
-    ids, weights = torch.randint(0, vocab, (batch, length)), torch.randn(batch, length)
+    ids, weights = torch.randint(0, vocab, (batch, length)), torch.randn(2, batch, length)
     got, got_entropy = token_logprobs(logits, ids, temperature=0.7)
-    (got * weights).sum().backward()
+    weighted(got, got_entropy, weights, uses).backward()
     got_grad, logits.grad = logits.grad, None
     want, want_entropy = reference(logits, ids, 0.7)
-    (want * weights).sum().backward()
+    weighted(want, want_entropy, weights, uses).backward()
     assert len(logprobs_module.chunks(batch, length - 1, vocab)) == -(-(length - 1) // chunk_positions)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
     torch.testing.assert_close(got_entropy, want_entropy, rtol=0, atol=1e-5)
+    # the entropy's gradient, -p (log p + H), sums terms of both signs: float32 rounding reaches ~2e-5 there
+    atol = 1e-5 if uses == "logprobs" else 5e-5
     torch.testing.assert_close(
-        got_grad.float(), logits.grad.float(), rtol=1e-2 if dtype == torch.bfloat16 else 0, atol=1e-5
+        got_grad.float(), logits.grad.float(), rtol=1e-2 if dtype == torch.bfloat16 else 0, atol=atol
     )
-    assert got_grad.dtype == dtype and not got_entropy.requires_grad
+    assert got_grad.dtype == dtype
 
 
+@pytest.mark.parametrize("uses", USES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_logprobs_from_the_hidden_states_match_the_direct_computation(monkeypatch, dtype):
+def test_logprobs_from_the_hidden_states_match_the_direct_computation(monkeypatch, dtype, uses):
     """head_logprobs never builds the [B, T, V] logits; values, entropy and both gradients are the direct ones."""
     batch, length, width, vocab = 2, 9, 16, 40
     monkeypatch.setattr(logprobs_module, "CHUNK_BYTES", 4 * batch * vocab * 3)  # chunks of 3 positions
     torch.manual_seed(0)
     hidden = torch.randn(batch, length, width).to(dtype).requires_grad_()
     weight = torch.nn.Parameter(torch.randn(vocab, width))
-    ids, weights = torch.randint(0, vocab, (batch, length)), torch.randn(batch, length)
+    ids, weights = torch.randint(0, vocab, (batch, length)), torch.randn(2, batch, length)
     got, got_entropy = head_logprobs(hidden, weight, ids, temperature=0.7)
-    (got * weights).sum().backward()
+    weighted(got, got_entropy, weights, uses).backward()
     got_grads = hidden.grad, weight.grad
     hidden.grad = weight.grad = None
     want, want_entropy = reference(hidden @ weight.to(dtype).T, ids, 0.7)
-    (want * weights).sum().backward()
+    weighted(want, want_entropy, weights, uses).backward()
     tol = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {"rtol": 1e-4, "atol": 1e-4}
     torch.testing.assert_close(got, want, **tol)
     torch.testing.assert_close(got_entropy, want_entropy, **tol)
@@ -192,3 +208,21 @@ def test_rl_and_opd_train_without_the_models_dropout(tmp_path, mode):
     with torch.no_grad():
         same = torch.equal(model(input_ids=ids).logits, model(input_ids=ids).logits)
     assert same == (mode == "rl")
+
+
+def test_the_entropy_bonus_is_the_trained_tokens_mean_entropy_weighted():
+    entropy = torch.tensor([[0.0, 2.0, 1.0, 4.0]], requires_grad=True)
+    batch = collate([Sample([7, 8], [9, 10], [-0.1, -0.2])], pad_id=0)  # trains positions 2 and 3
+    bonus = entropy_bonus(entropy, batch, LossConfig(entropy_tau=0.1), total_tokens=4)
+    assert bonus.item() == pytest.approx(-0.1 * (1.0 + 4.0) / 4)
+    bonus.backward()
+    assert entropy.grad[0].tolist() == pytest.approx([0.0, 0.0, -0.025, -0.025])
+
+
+def test_an_entropy_bonus_alone_raises_the_policys_entropy():
+    """With every advantage 0 the policy term has no gradient: only the bonus moves the weights, up the entropy."""
+    plain, bonus = step_setup(), step_setup("trainer.loss.entropy_tau=1.0", "trainer.optim.lr=1e-2")
+    batch = samples(6, advantage=0.0)
+    assert run_step(plain, batch)["grad_norm"] == 0.0
+    first, second = run_step(bonus, batch), run_step(bonus, batch)
+    assert first["grad_norm"] > 0 and second["entropy"] > first["entropy"] + 1e-4, (first, second)

@@ -92,6 +92,7 @@ def _knobs(cfg: Config) -> list[tuple[str, bool, str, str]]:
             "use e.g. 10",
         ),
         ("trainer.micro_batch_size", t.micro_batch_size >= 0, "must be >= 0", "use 0 (auto) or e.g. 64"),
+        ("trainer.pack_tokens", t.pack_tokens >= 0, f"must be >= 0, got {t.pack_tokens}", "use 0 (off) or e.g. 2048"),
         (
             "trainer.collective_timeout_s",
             t.collective_timeout_s >= 0,
@@ -107,6 +108,7 @@ def _knobs(cfg: Config) -> list[tuple[str, bool, str, str]]:
         ("trainer.loss.adv_tau", t.loss.adv_tau >= 0, "must be >= 0", "use 1.0, or 0 for pure distillation"),
         ("trainer.loss.teacher_tau", t.loss.teacher_tau >= 0, "must be >= 0", "use a value > 0 in opd, 0 else"),
         ("trainer.loss.kl_tau", t.loss.kl_tau >= 0, "must be >= 0", "use 0 to disable"),
+        ("trainer.loss.entropy_tau", t.loss.entropy_tau >= 0, "must be >= 0", "use 0 to disable, or e.g. 1e-3"),
         ("trainer.loss.mask_band", t.loss.mask_band > 0, "must be > 0", "use e.g. 0.2"),
         ("trainer.num_procs", t.num_procs >= 1, f"must be >= 1, got {t.num_procs}", "use 1, or more on CPU"),
         ("trainer.num_threads", t.num_threads >= 0, f"must be >= 0, got {t.num_threads}", "use 0 (auto) or more"),

@@ -183,6 +183,7 @@ class LossConfig:
     adv_tau: float = 1.0  # weight of the reward advantage; 0 = pure distillation
     teacher_tau: float = 0.0  # weight of the per-token distillation advantage log p_T - log pi; > 0 in opd
     kl_tau: float = 0.0  # weight of the (log ratio)^2 penalty against the inference policy
+    entropy_tau: float = 0.0  # weight of an entropy bonus: minus this times the mean entropy of the trained tokens
     mask_band: float = 0.2  # drop tokens whose |pi - mu| (probabilities, trainer vs inference) exceeds this
     ratio_low: float = 0.5  # drop tokens whose importance ratio pi/mu is below this (0 = no lower bound)
     ratio_high: float = 5.0  # drop tokens whose importance ratio pi/mu is above this
@@ -218,7 +219,8 @@ class TrainerConfig:
     loss: LossConfig = field(default_factory=LossConfig)  # loss and advantage shaping
     optim: OptimConfig = field(default_factory=OptimConfig)  # optimizer
     lora: LoraConfig = field(default_factory=LoraConfig)  # set by the lora group
-    micro_batch_size: int = 0  # samples per forward/backward; 0 = auto: 64, fewer where the logits are built whole
+    micro_batch_size: int = 0  # rows per forward/backward; 0 = auto: 64 samples' tokens, fewer if logits are whole
+    pack_tokens: int = 0  # sequence packing: samples share rows of up to this many tokens; 0 = a sample per row
     dtype: str = "auto"  # compute dtype: auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16; weights, AdamW stay fp32
     activation_checkpointing: bool = False  # recompute layer activations in the backward pass: less memory, more time
     device: str = "auto"  # auto (cuda when visible) | cpu | cuda

@@ -30,6 +30,11 @@ class Sample:
     truncated: bool = False  # a reply cut off by max_tokens (orchestrator.length)
 
     @property
+    def length(self) -> int:
+        """Tokens the trainer's forward pass sees: prompt and completion."""
+        return len(self.prompt_ids) + len(self.completion_ids)
+
+    @property
     def trained_tokens(self) -> int:
         """Completion tokens the loss sees: an episode's environment turns are context, not completion."""
         return len(self.completion_ids) if self.loss_mask is None else sum(self.loss_mask)

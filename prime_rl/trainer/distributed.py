@@ -24,7 +24,7 @@ from prime_rl.config.timeouts import collective_timeout_s
 from prime_rl.models import student_dir
 from prime_rl.models.size import param_count
 from prime_rl.protocol.batch import Sample
-from prime_rl.trainer.data import TokenBatch, collate
+from prime_rl.trainer.data import TokenBatch, collate_rows, rows_of
 from prime_rl.trainer.model import checkpoint_activations, model_config, pick_device
 
 # Gathered state is moved to CPU as it arrives: the full model never has to fit on one GPU next to its shard.
@@ -107,14 +107,18 @@ def shard_model(model: torch.nn.Module, compute: torch.dtype) -> None:
             module.set_force_sum_reduction_for_comms(True)  # else a custom factor asks for PREMUL_SUM: not on gloo
 
 
-def rank_micro_batches(samples: list[Sample], size: int, pad_id: int, world: World) -> list[TokenBatch]:
-    """This rank's contiguous share of the step, in as many micro-batches as every other rank has."""
+def rank_micro_batches(
+    samples: list[Sample], size: int, pad_id: int, world: World, pack_tokens: int = 0
+) -> list[TokenBatch]:
+    """This rank's contiguous share of the step, in rows of `size` per micro-batch (rows_of: packed or not), in as
+    many micro-batches as every other rank has."""
     per_rank = math.ceil(len(samples) / world.size)
-    mine = samples[world.rank * per_rank : (world.rank + 1) * per_rank]
+    shares = [rows_of(samples[r * per_rank : (r + 1) * per_rank], pack_tokens) for r in range(world.size)]
     # FSDP all-gathers in every forward: a rank with one micro-batch fewer would leave the others waiting.
-    count = math.ceil(per_rank / size)
+    count = max(math.ceil(len(rows) / size) for rows in shares)
+    mine = shares[world.rank]
     chunks = [mine[i * size : (i + 1) * size] for i in range(count)]
-    return [collate(chunk or [_no_loss(samples[0])], pad_id) for chunk in chunks]
+    return [collate_rows(chunk or [[_no_loss(samples[0])]], pad_id) for chunk in chunks]
 
 
 def _no_loss(sample: Sample) -> Sample:

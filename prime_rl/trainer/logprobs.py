@@ -1,5 +1,5 @@
-"""Each token's logprob under the trained policy, and the entropy of each next-token distribution, without an
-fp32 [batch, seq, vocab] tensor.
+"""Each token's logprob under the trained policy, and the entropy of each next-token distribution (both with their
+gradients: the entropy's for trainer.loss.entropy_tau), without an fp32 [batch, seq, vocab] tensor.
 
 log_softmax over a 150 k vocabulary in fp32 is the largest tensor of a step: 2.4 GB for 8 x 512 positions, and
 autograd would keep it for the backward pass (twice, with the entropy's). Both functions here work through the
@@ -23,7 +23,7 @@ def token_logprobs(
     logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """([B, T] logprob of each token given the ones before it, [B, T] entropy of the distribution that predicted it)
-    under softmax(logits / temperature); position 0, which has no context, gets 0 in both. Entropy has no gradient."""
+    under softmax(logits / temperature); position 0, which has no context, gets 0 in both."""
     picked, entropy = SelectedLogprobs.apply(logits[:, :-1], input_ids[:, 1:], temperature)
     return at_positions(picked), at_positions(entropy)
 
@@ -56,10 +56,28 @@ def chunk_stats(x: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, t
     return lse, picked, lse - (x - lse[..., None]).exp_().mul_(x).sum(-1)
 
 
-def picked_grad(x: torch.Tensor, lse: torch.Tensor, targets: torch.Tensor, grad_picked: torch.Tensor) -> torch.Tensor:
-    """d loss / d x for fp32 logits x [B, c, V]: (onehot(target) - softmax(x)) * d loss / d picked."""
-    g = (x - lse[..., None]).exp_().mul_(-grad_picked[..., None])
+def logits_grad(
+    x: torch.Tensor,
+    lse: torch.Tensor,
+    targets: torch.Tensor,
+    grad_picked: torch.Tensor,
+    entropy: torch.Tensor,
+    grad_entropy: torch.Tensor | None,
+) -> torch.Tensor:
+    """d loss / d x for fp32 logits x [B, c, V] (overwritten): through the picked logprob, (onehot(target) - p) *
+    d loss / d picked, and, where the loss used the entropy H, through it: -p * (log p + H) * d loss / d H."""
+    logp = x.sub_(lse[..., None])
+    if grad_entropy is None:
+        g = logp.exp_().mul_(-grad_picked[..., None])
+    else:
+        weight = (logp + entropy[..., None]).mul_(grad_entropy[..., None]).add_(grad_picked[..., None])
+        g = logp.exp_().mul_(weight.neg_())
     return g.scatter_add_(-1, targets[..., None], grad_picked[..., None])
+
+
+def upstream(grad_picked: torch.Tensor | None, lse: torch.Tensor) -> torch.Tensor:
+    """The picked logprobs' gradient; zeros where the loss used only the entropy (autograd then passes None)."""
+    return torch.zeros_like(lse) if grad_picked is None else grad_picked
 
 
 class HeadLogprobs(torch.autograd.Function):
@@ -71,21 +89,24 @@ class HeadLogprobs(torch.autograd.Function):
         for s in chunks(*targets.shape, weight.shape[0], hidden.device.type):
             x = (hidden[:, s] @ w.T).float().div_(temperature)
             lse[:, s], picked[:, s], entropy[:, s] = chunk_stats(x, targets[:, s])
-        ctx.save_for_backward(hidden, weight, targets, lse)
+        ctx.save_for_backward(hidden, weight, targets, lse, entropy)
         ctx.temperature = temperature
-        ctx.mark_non_differentiable(entropy)
+        ctx.set_materialize_grads(False)  # an output the loss did not use gets None: no entropy gradient to add
         return picked, entropy
 
     @staticmethod
-    def backward(ctx, grad_picked, _):
-        hidden, weight, targets, lse = ctx.saved_tensors
+    def backward(ctx, grad_picked, grad_entropy):
+        hidden, weight, targets, lse, entropy = ctx.saved_tensors
+        grad_picked = upstream(grad_picked, lse)
         w = weight.to(hidden.dtype)
         grad_hidden = torch.empty_like(hidden)
         grad_weight = weight_grad(weight) if ctx.needs_input_grad[1] else None  # frozen (LoRA): none
         for s in chunks(*targets.shape, weight.shape[0], hidden.device.type):
             h = hidden[:, s]
             x = (h @ w.T).float().div_(ctx.temperature)
-            g = picked_grad(x, lse[:, s], targets[:, s], grad_picked[:, s]).div_(ctx.temperature)
+            g_entropy = None if grad_entropy is None else grad_entropy[:, s]
+            g = logits_grad(x, lse[:, s], targets[:, s], grad_picked[:, s], entropy[:, s], g_entropy)
+            g = g.div_(ctx.temperature)
             del x  # before the next chunk-sized buffers
             grad_hidden[:, s] = g.to(hidden.dtype) @ w
             if grad_weight is not None:
@@ -111,16 +132,19 @@ class SelectedLogprobs(torch.autograd.Function):
         entropy, lse = torch.empty_like(picked), torch.empty_like(picked)
         for s in chunks(*logits.shape, logits.device.type):
             lse[:, s], picked[:, s], entropy[:, s] = chunk_stats(logits[:, s].float() / temperature, targets[:, s])
-        ctx.save_for_backward(logits, targets, lse)
+        ctx.save_for_backward(logits, targets, lse, entropy)
         ctx.temperature = temperature
-        ctx.mark_non_differentiable(entropy)
+        ctx.set_materialize_grads(False)  # an output the loss did not use gets None: no entropy gradient to add
         return picked, entropy
 
     @staticmethod
-    def backward(ctx, grad_picked, _):
-        logits, targets, lse = ctx.saved_tensors
+    def backward(ctx, grad_picked, grad_entropy):
+        logits, targets, lse, entropy = ctx.saved_tensors
+        grad_picked = upstream(grad_picked, lse)
         grad = torch.empty_like(logits)
         for s in chunks(*logits.shape, logits.device.type):
             x = logits[:, s].float() / ctx.temperature
-            grad[:, s] = picked_grad(x, lse[:, s], targets[:, s], grad_picked[:, s]) / ctx.temperature
+            g_entropy = None if grad_entropy is None else grad_entropy[:, s]
+            g = logits_grad(x, lse[:, s], targets[:, s], grad_picked[:, s], entropy[:, s], g_entropy)
+            grad[:, s] = g / ctx.temperature
         return grad, None, None

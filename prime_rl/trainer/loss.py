@@ -23,7 +23,7 @@ def teacher_logprobs(batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
     if TEACHER_LOGPROBS not in batch.streams:
         nothing = torch.zeros_like(batch.inference_logprobs)
         return nothing, nothing
-    scored = batch.loss_mask.float() * batch.has_stream[TEACHER_LOGPROBS][:, None]
+    scored = batch.loss_mask.float() * batch.has_stream[TEACHER_LOGPROBS]
     return batch.streams[TEACHER_LOGPROBS], scored
 
 
@@ -50,7 +50,7 @@ def rl_loss(
     off_band = ((logprobs.exp() - batch.inference_logprobs.exp()).abs() > cfg.mask_band).float() * mask
     off_ratio = ((ratio < cfg.ratio_low) | (ratio > cfg.ratio_high)).float() * mask * (1 - off_band)
     kept = mask - off_band - off_ratio
-    adv = cfg.adv_tau * batch.advantages[:, None].expand_as(logprobs)
+    adv = cfg.adv_tau * batch.advantages
     if teacher_center is not None:
         adv = adv + cfg.teacher_tau * distill_advantage(logprobs, batch, cfg, teacher_center)
     # Selected, not multiplied by the mask: a masked token's ratio may be inf (a sampler logprob near -inf), and
@@ -74,6 +74,11 @@ def rl_loss(
 def sft_loss(logprobs: torch.Tensor, batch: TokenBatch, total_tokens: int):
     """Masked NLL of the completion tokens."""
     return -(logprobs * batch.loss_mask.float()).sum() / total_tokens, {}
+
+
+def entropy_bonus(entropy: torch.Tensor, batch: TokenBatch, cfg: LossConfig, total_tokens: int) -> torch.Tensor:
+    """-entropy_tau x the entropy of each trained token's distribution (with its gradient), over the step's tokens."""
+    return -cfg.entropy_tau * (entropy * batch.loss_mask).sum() / total_tokens
 
 
 def distill_center(mbs: list[TokenBatch], cfg: LossConfig) -> float:

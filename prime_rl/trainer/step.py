@@ -13,7 +13,7 @@ from prime_rl.protocol.batch import Batch, Sample
 from prime_rl.trainer.data import micro_batches, to_device
 from prime_rl.trainer.distributed import SINGLE, World, all_sum, full_tensor, rank_micro_batches
 from prime_rl.trainer.logprobs import head_logprobs, token_logprobs
-from prime_rl.trainer.loss import Objective, metric_means
+from prime_rl.trainer.loss import Objective, entropy_bonus, metric_means
 from prime_rl.trainer.lr_schedule import lr_factor
 from prime_rl.trainer.model import compute_dtype, decoder_and_head
 
@@ -50,14 +50,23 @@ def train_step(
     model.train()
     objective = objective or Objective(cfg)
     size = micro_batch_size(cfg, batch.samples, decoder_and_head(model)[1].weight.shape[0], fused_head)
-    mbs = micro_batches(batch.samples, size, pad_id)
+    pack = cfg.trainer.pack_tokens
+    mbs = micro_batches(batch.samples, size, pad_id, pack)
     step_loss = objective.for_step(mbs)  # sees the whole step, before it is split by rank
     if world.size > 1:
-        mbs = rank_micro_batches(batch.samples, size, pad_id, world)
+        mbs = rank_micro_batches(batch.samples, size, pad_id, world, pack)
     # Divide by the step's tokens on all ranks: the summed gradients then equal one process's gradient.
     # a step may train on no token (every reply cut and masked: orchestrator.length.mask_truncated): it divides by
     # 1 and skips the update below, which Adam's momentum would otherwise make from zero gradients
-    trained = int(all_sum({"tokens": sum(mb.loss_mask.sum() for mb in mbs)}, world)["tokens"])
+    counts = all_sum(
+        {
+            "tokens": sum(int(mb.loss_mask.sum()) for mb in mbs),
+            "filled": sum(int(mb.attention_mask.sum()) for mb in mbs),
+            "slots": sum(mb.input_ids.numel() for mb in mbs),
+        },
+        world,
+    )
+    trained = int(counts["tokens"])
     total_tokens = max(trained, 1)
     sums = {"loss": 0.0, "entropy": 0.0}
     compute = compute_dtype(cfg, device)
@@ -65,6 +74,8 @@ def train_step(
         mb = to_device(mb, device)
         logprobs, entropy = policy_logprobs(model, mb, objective.temperature, compute, fused_head)
         loss, extra = step_loss(logprobs, mb, total_tokens=total_tokens)
+        if objective.loss_cfg.entropy_tau:
+            loss = loss + entropy_bonus(entropy, mb, objective.loss_cfg, total_tokens)
         loss.backward()
         sums["loss"] += loss.item() * total_tokens
         sums["entropy"] += (entropy * mb.loss_mask).sum().item()
@@ -88,21 +99,25 @@ def train_step(
         "lr": lr,
         "time/train": train_s,
         "throughput/train_tokens_per_s": trained / max(train_s, 1e-9),
+        # the forward pass's share of padding positions: what trainer.pack_tokens would save
+        "throughput/padding_fraction": 1 - counts["filled"] / counts["slots"],
         "tokens": trained,
     }
 
 
 def micro_batch_size(cfg: Config, samples: list[Sample], vocab: int, fused_head: bool) -> int:
-    """trainer.micro_batch_size, or auto: AUTO_MICRO_BATCH, fewer where the output layer is not fused (FSDP, an
-    unusual head) and the [samples, longest, vocab] logits and their gradient exist whole: at most
-    WHOLE_LOGITS_BYTES of them (at 152 k vocab and 2 k tokens, 64 samples would be ~80 GB)."""
+    """trainer.micro_batch_size, or auto: the tokens of AUTO_MICRO_BATCH rows as wide as the step's longest sample
+    (as many packed rows as hold them), fewer where the output layer is not fused (FSDP, an unusual head) and the
+    [rows, width, vocab] logits and their gradient exist whole: at most WHOLE_LOGITS_BYTES of them (at 152 k vocab
+    and 2 k tokens, 64 rows would be ~80 GB)."""
     if cfg.trainer.micro_batch_size:
         return cfg.trainer.micro_batch_size
+    longest = max(s.length for s in samples)
+    width = max(longest, cfg.trainer.pack_tokens)
+    rows = max(1, AUTO_MICRO_BATCH * longest // width)
     if fused_head:
-        return AUTO_MICRO_BATCH
-    longest = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
-    per_sample = longest * vocab * WHOLE_LOGITS_BYTES_PER_ENTRY
-    return max(1, min(AUTO_MICRO_BATCH, WHOLE_LOGITS_BYTES // per_sample))
+        return rows
+    return max(1, min(rows, WHOLE_LOGITS_BYTES // (width * vocab * WHOLE_LOGITS_BYTES_PER_ENTRY)))
 
 
 def policy_logprobs(model, mb, temperature: float, compute: torch.dtype, fused_head: bool):
@@ -113,8 +128,8 @@ def policy_logprobs(model, mb, temperature: float, compute: torch.dtype, fused_h
     if fused_head:
         decoder, head = decoder_and_head(model)
         with autocast:
-            hidden = decoder(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
+            hidden = decoder(**mb.model_inputs()).last_hidden_state
         return head_logprobs(hidden.to(compute), head.weight, mb.input_ids, temperature)
     with autocast:
-        logits = model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
+        logits = model(**mb.model_inputs()).logits
     return token_logprobs(logits, mb.input_ids, temperature)
