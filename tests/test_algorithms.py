@@ -9,7 +9,7 @@ from prime_rl.config.schema import LossConfig
 from prime_rl.inference.client import InferenceError, parse_completions, parse_prompt_logprobs
 from prime_rl.orchestrator.advantages import grpo_advantages
 from prime_rl.protocol.batch import TEACHER_LOGPROBS, Batch, BatchFormatError, Sample, read_batch, write_batch
-from prime_rl.trainer.data import TokenBatch, collate
+from prime_rl.trainer.data import TokenBatch, collate, collate_rows
 from prime_rl.trainer.logprobs import token_logprobs
 from prime_rl.trainer.loss import distill_center, rl_loss, sft_loss
 
@@ -160,6 +160,25 @@ def test_a_batch_file_of_another_format_is_refused_in_one_line(tmp_path):
     torch.save({"step": 0, "policy_version": 0, "samples": [], "metrics": {}}, path)  # format 1: no version field
     with pytest.raises(BatchFormatError, match="batch of format 1, this trainer reads format 2; fix: "):
         read_batch(path)
+
+
+def test_a_sequence_level_ratio_is_each_samples_geometric_mean_with_its_own_clip():
+    """GSPO: both samples share one packed row; each token carries its sample's ratio and advantage."""
+    first = Sample([7], [9, 10], [math.log(0.5)] * 2, advantage=1.0)  # pi 0.6 then 0.5: ratios 1.2 and 1
+    second = Sample([7], [9], [math.log(0.5)], advantage=-1.0)  # on-policy: ratio 1
+    batch = collate_rows([[first, second]], pad_id=0)
+    pi = [0.0, math.log(0.6), math.log(0.5), 0.0, math.log(0.5)]
+    s = math.sqrt(1.2)  # the first sample's exp(mean log ratio)
+    wide = LossConfig(ratio_level="sequence", seq_clip_low=0.5, seq_clip_high=1.0)
+    for cfg, first_grad, clipped in ((wide, -s / 3, 0.0), (LossConfig(ratio_level="sequence"), 0.0, 2.0)):
+        logprobs = torch.tensor([pi], requires_grad=True)
+        loss, sums = rl_loss(logprobs, batch, cfg, total_tokens=3)
+        loss.backward()
+        bounded = min(s, 1 + cfg.seq_clip_high)
+        assert loss.item() == pytest.approx((-2 * bounded + 1) / 3)  # -A s on each token, over the step's 3
+        # every token of a sample gets its sample's weight, the on-policy one too; a clipped sample gets none
+        assert logprobs.grad[0].tolist() == pytest.approx([0.0, first_grad, first_grad, 0.0, 1 / 3])
+        assert sums["clipped/sequence"] == clipped
 
 
 def test_collate_aligns_completion_logprobs_with_the_loss_mask():

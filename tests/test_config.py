@@ -117,6 +117,11 @@ RULES = {
         "trainer.loss.teacher_tau",
     ),
     "sft needs a teacher": (["training_mode=sft"], ["training_mode=sft", "teacher=none"], "teacher"),
+    "a sequence-level ratio weighs the student's samples": (
+        ["training_mode=opd", "trainer.loss.ratio_level=sequence"],
+        ["training_mode=sft", "trainer.loss.ratio_level=sequence"],
+        "trainer.loss.ratio_level",
+    ),
     "adv_tau > 0 needs verification": (
         ["training_mode=opd", "trainer.loss.adv_tau=0", "orchestrator.verification.enabled=false"],
         ["training_mode=opd", "orchestrator.verification.enabled=false"],

@@ -2,6 +2,7 @@
 over fp32 master weights, activation checkpointing, and a non-finite gradient that skips the step."""
 
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from prime_rl.trainer.data import collate
 from prime_rl.trainer.logprobs import head_logprobs, token_logprobs
 from prime_rl.trainer.loss import entropy_bonus
 from prime_rl.trainer.model import head_is_plain, load_model
+from prime_rl.trainer.step import policy_logprobs
 from prime_rl.trainer.train import make_optimizer, train_step
 
 
@@ -226,3 +228,24 @@ def test_an_entropy_bonus_alone_raises_the_policys_entropy():
     assert run_step(plain, batch)["grad_norm"] == 0.0
     first, second = run_step(bonus, batch), run_step(bonus, batch)
     assert first["grad_norm"] > 0 and second["entropy"] > first["entropy"] + 1e-4, (first, second)
+
+
+def on_policy(setup, batch: Batch) -> Batch:
+    """The batch with mu = the model's own logprobs of each completion token (what vLLM would report)."""
+    model, pad = setup[1], setup[4]
+    rows = []
+    for s in batch.samples:
+        with torch.no_grad():
+            logprobs, _ = policy_logprobs(model, collate([s], pad), 1.0, torch.float32, fused_head=False)
+        rows.append(replace(s, inference_logprobs=logprobs[0, len(s.prompt_ids) :].tolist()))
+    return replace(batch, samples=rows)
+
+
+def test_on_policy_a_sequence_level_ratio_takes_the_token_level_step():
+    """Every ratio is 1 on-policy, per token and per sample: GSPO's gradient is then the token-level one."""
+    token, sequence = step_setup(), step_setup("trainer.loss.ratio_level=sequence")
+    batch = on_policy(token, samples(8))
+    a, b = run_step(token, batch), run_step(sequence, batch)
+    assert a["mismatch_kl"] < 1e-9 and b["clipped/sequence"] == 0.0
+    for key in ("loss", "grad_norm"):
+        assert a[key] == pytest.approx(b[key], rel=1e-5), key

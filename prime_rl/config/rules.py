@@ -9,7 +9,7 @@ broken rule raises ConfigError, whose one-line message names the offending keys 
 from urllib.parse import urlparse
 
 from prime_rl.config.modes import mode_of
-from prime_rl.config.schema import Config, Layout, TeacherKind, node_gpus, num_nodes
+from prime_rl.config.schema import Config, Layout, RatioLevel, TeacherKind, node_gpus, num_nodes
 from prime_rl.config.user_error import check
 from prime_rl.protocol.servers import SERVER_KEY_ENV
 
@@ -109,6 +109,13 @@ def _knobs(cfg: Config) -> list[tuple[str, bool, str, str]]:
         ("trainer.loss.teacher_tau", t.loss.teacher_tau >= 0, "must be >= 0", "use a value > 0 in opd, 0 else"),
         ("trainer.loss.kl_tau", t.loss.kl_tau >= 0, "must be >= 0", "use 0 to disable"),
         ("trainer.loss.entropy_tau", t.loss.entropy_tau >= 0, "must be >= 0", "use 0 to disable, or e.g. 1e-3"),
+        (
+            "trainer.loss.seq_clip_low",
+            0 <= t.loss.seq_clip_low < 1,
+            f"must be in [0, 1), got {t.loss.seq_clip_low}",
+            "use e.g. 3e-4",
+        ),
+        ("trainer.loss.seq_clip_high", t.loss.seq_clip_high >= 0, "must be >= 0", "use e.g. 4e-4"),
         ("trainer.loss.mask_band", t.loss.mask_band > 0, "must be > 0", "use e.g. 0.2"),
         ("trainer.num_procs", t.num_procs >= 1, f"must be >= 1, got {t.num_procs}", "use 1, or more on CPU"),
         ("trainer.num_threads", t.num_threads >= 0, f"must be >= 0, got {t.num_threads}", "use 0 (auto) or more"),
@@ -314,6 +321,12 @@ def _mode(cfg: Config, _: int) -> None:
             f"{name} learns from rewards, so verification must be on",
             "set orchestrator.verification.enabled=true",
         )
+    check(
+        mode.trains_sampled_policy or loss.ratio_level == RatioLevel.token,
+        ["trainer.loss.ratio_level", "training_mode"],
+        f"a sequence-level importance ratio weighs the student's own samples, and {name} trains on the teacher's",
+        "set trainer.loss.ratio_level=token",
+    )
     length = cfg.orchestrator.length
     check(
         mode.trains_sampled_policy or not (length.overlong_buffer or length.mask_truncated),

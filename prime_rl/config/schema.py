@@ -36,6 +36,11 @@ class LrSchedule(str, Enum):
     cosine = "cosine"  # cosine decay from the peak after warmup to 0 at max_steps
 
 
+class RatioLevel(str, Enum):
+    token = "token"  # each token's pi/mu, masked outside trainer.loss's bands
+    sequence = "sequence"  # GSPO: each sample's length-normalised ratio exp(mean log pi/mu), clipped
+
+
 class TokenLimitField(str, Enum):
     auto = "auto"  # learned by the probe before the first step
     max_tokens = "max_tokens"  # vLLM, most compatible servers, Anthropic
@@ -187,6 +192,9 @@ class LossConfig:
     mask_band: float = 0.2  # drop tokens whose |pi - mu| (probabilities, trainer vs inference) exceeds this
     ratio_low: float = 0.5  # drop tokens whose importance ratio pi/mu is below this (0 = no lower bound)
     ratio_high: float = 5.0  # drop tokens whose importance ratio pi/mu is above this
+    ratio_level: RatioLevel = RatioLevel.token  # importance ratio: token | sequence (GSPO; the token masks still apply)
+    seq_clip_low: float = 3e-4  # sequence level: clip each sample's ratio at 1 - this (GSPO's value)
+    seq_clip_high: float = 4e-4  # sequence level: clip each sample's ratio at 1 + this (GSPO's value)
     teacher_adv_clip: float = 2.0  # clamp the per-token distillation advantage to +-this (0 = no clamp)
     teacher_adv_center: bool = True  # subtract the batch mean of the distillation advantage
 

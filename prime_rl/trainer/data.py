@@ -23,6 +23,7 @@ class TokenBatch:
     advantages: torch.Tensor  # [B, T] each sample's sequence-level advantage at its tokens
     streams: dict[str, torch.Tensor] = field(default_factory=dict)  # [B, T] each per-token stream, 0 where absent
     has_stream: dict[str, torch.Tensor] = field(default_factory=dict)  # [B, T] bool: tokens of samples with the stream
+    sample_ids: torch.Tensor | None = None  # [B, T] the index of a token's sample in the micro-batch (padding: n)
     position_ids: torch.Tensor | None = None  # [B, T] packed rows: each sample's positions from 0; None: unpacked
 
     def model_inputs(self) -> dict:
@@ -47,15 +48,18 @@ def collate_rows(rows: list[Row], pad_id: int) -> TokenBatch:
     attn, loss_mask = torch.zeros(shape, dtype=torch.long), torch.zeros(shape, dtype=torch.long)
     positions = torch.zeros(shape, dtype=torch.long)  # padding: a position 0 each, alone in its own sequence
     mu, advantages = torch.zeros(shape), torch.zeros(shape)
+    sample_ids = torch.full(shape, sum(map(len, rows)), dtype=torch.long)
     names = sorted({name for row in rows for s in row for name in s.streams})
     streams = {name: torch.zeros(shape) for name in names}
     has_stream = {name: torch.zeros(shape, dtype=torch.bool) for name in names}
+    k = 0  # the sample's index in the micro-batch
     for i, row in enumerate(rows):
         start = 0
         for s in row:
             whole, completion = slice(start, start + s.length), slice(start + len(s.prompt_ids), start + s.length)
             ids[i, whole] = torch.tensor(s.prompt_ids + s.completion_ids)
             attn[i, whole] = 1
+            sample_ids[i, whole] = k
             positions[i, whole] = torch.arange(s.length)
             advantages[i, whole] = s.advantage
             loss_mask[i, completion] = 1 if s.loss_mask is None else torch.tensor(s.loss_mask, dtype=torch.long)
@@ -64,9 +68,11 @@ def collate_rows(rows: list[Row], pad_id: int) -> TokenBatch:
             for name, values in s.streams.items():
                 streams[name][i, completion] = floored(values)
                 has_stream[name][i, whole] = True
-            start += s.length
+            start, k = start + s.length, k + 1
     packed = any(len(row) > 1 for row in rows)
-    return TokenBatch(ids, attn, loss_mask, mu, advantages, streams, has_stream, positions if packed else None)
+    return TokenBatch(
+        ids, attn, loss_mask, mu, advantages, streams, has_stream, sample_ids, positions if packed else None
+    )
 
 
 def floored(logprobs: list[float]) -> torch.Tensor:

@@ -12,7 +12,7 @@ from functools import partial
 import torch
 
 from prime_rl.config.modes import Loss, mode_of
-from prime_rl.config.schema import Config, LossConfig
+from prime_rl.config.schema import Config, LossConfig, RatioLevel
 from prime_rl.protocol.batch import TEACHER_LOGPROBS
 from prime_rl.trainer.data import TokenBatch
 
@@ -56,10 +56,16 @@ def rl_loss(
     # Selected, not multiplied by the mask: a masked token's ratio may be inf (a sampler logprob near -inf), and
     # inf * 0 would make the loss and every gradient NaN, and the whole step would be skipped.
     kept_log_ratio = torch.where(kept > 0, log_ratio, 0.0)
-    per_token = -adv.detach() * kept_log_ratio.exp() + cfg.kl_tau * kept_log_ratio**2
+    sums = {}
+    if cfg.ratio_level == RatioLevel.sequence:
+        policy, clipped = sequence_policy_term(kept_log_ratio, kept, adv.detach(), batch.sample_ids, cfg)
+        sums["clipped/sequence"] = clipped.sum().item()
+    else:
+        policy = -adv.detach() * kept_log_ratio.exp()
+    per_token = policy + cfg.kl_tau * kept_log_ratio**2
     loss = torch.where(kept > 0, per_token, 0.0).sum() / total_tokens
     seen = log_ratio.detach().clamp(max=20)  # for the metric: a runaway token reads large, not inf
-    sums = {
+    sums |= {
         "mismatch_kl": ((seen.exp() - 1 - seen) * mask).sum().item(),
         "masked_fraction": (mask - kept).sum().item(),
         "masked/prob_band": off_band.sum().item(),  # |pi - mu| > mask_band
@@ -69,6 +75,25 @@ def rl_loss(
         teacher, scored = teacher_logprobs(batch)
         sums["teacher_kl"] = ((logprobs - teacher).detach() * scored).sum().item()
     return loss, sums
+
+
+def sequence_policy_term(
+    kept_log_ratio: torch.Tensor, kept: torch.Tensor, adv: torch.Tensor, sample_ids: torch.Tensor, cfg: LossConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GSPO's policy term per token, in its token form (the advantage may vary along a sample, as opd's does):
+    -min(s_t A_t, clip(s_t, 1 - seq_clip_low, 1 + seq_clip_high) A_t), with s_t = sg[s] pi_t / sg[pi_t], whose
+    value is the sample's ratio s = exp(mean of its kept tokens' log pi/mu) and whose gradient is s grad log pi_t.
+    Returns (the term, 1 at the kept tokens whose sample's ratio was clipped: they get no gradient)."""
+    ids = sample_ids.flatten()
+    count = int(ids.max()) + 1
+    totals = torch.zeros(count, device=ids.device).index_add_(0, ids, kept_log_ratio.detach().flatten())
+    tokens = torch.zeros(count, device=ids.device).index_add_(0, ids, kept.flatten())
+    mean_log_ratio = (totals / tokens.clamp(min=1))[ids].view_as(kept_log_ratio)
+    ratio = (mean_log_ratio + kept_log_ratio - kept_log_ratio.detach()).exp()
+    bounded = ratio.clamp(1 - cfg.seq_clip_low, 1 + cfg.seq_clip_high)
+    # the clipped side is the one min() takes: above the band for a positive advantage, below it for a negative one
+    clipped = (((ratio > bounded) & (adv > 0)) | ((ratio < bounded) & (adv < 0))).float() * kept
+    return -torch.minimum(ratio * adv, bounded * adv), clipped
 
 
 def sft_loss(logprobs: torch.Tensor, batch: TokenBatch, total_tokens: int):
