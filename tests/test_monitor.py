@@ -74,6 +74,7 @@ class OfflineRun:
         records = complete_records(next(path.glob("run-*.wandb")))
         self.run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
         self.config = {u.key: json.loads(u.value_json) for u in self.run.config.update}
+        self.metrics = {r.metric.name or r.metric.glob_name: r.metric for r in records if r.HasField("metric")}
         self.history: dict[int, dict] = {}
         for r in records:
             if r.WhichOneof("record_type") == "history":
@@ -136,7 +137,11 @@ def test_wandb_run_logs_steps_samples_and_the_final_eval_and_reuses_its_id_on_re
     assert list(one.run.tags) == ["mode:opd", "teacher:local_vllm", "lora:off", "extra"]
     assert one.config["max_steps"] == 3 and one.config["training_mode"] == "opd"
     assert one.steps_with("loss") == [0, 1, 2] and one.history[2]["loss"] == -1.0
-    assert one.steps_with("eval/reward") == [3]
+    assert one.steps_with("eval/reward") == [3] and one.history[3]["eval/step"] == 3
+    # eval panels on their own axis (the steps that evaluated), the best and the last eval reward in the summary
+    assert one.metrics["eval/*"].step_metric == one.metrics["eval/reward"].step_metric == "eval/step"
+    assert (one.metrics["eval/reward"].summary.max, one.metrics["eval/reward"].summary.last) == (True, True)
+    assert "eval/step" not in one.history[2]
     assert one.steps_with("samples/_type") == [0, 2]  # samples_interval=2
     [table_file, _] = sorted((one.path / "files" / "media" / "table").glob("samples_*.table.json"))
     table = json.loads(table_file.read_text())

@@ -19,6 +19,7 @@ from prime_rl.protocol.metrics import read_rows
 from prime_rl.protocol.polling import wait_until
 from prime_rl.protocol.run_dir import RunDir
 
+EVAL_STEP = "eval/step"  # the x-axis of the eval panels: the trainer steps that evaluated, and only those
 RUN_ID_FILE = "wandb_run_id"  # in the run dir: a resumed or requeued job continues the same W&B run
 ROW_POLL_S = 0.5  # how often metrics.jsonl is read while waiting for the final evaluation's line
 
@@ -76,12 +77,13 @@ class WandbRun:
             mode=mode,
             dir=run_dir,
         )
+        define_axes(self.run)
 
     def log_step(self, metrics: dict, samples: list[Sample], tokenizer) -> None:
         if self.run is None:
             return
         step = metrics["step"]
-        row = {k: v for k, v in metrics.items() if k != "step"}
+        row = with_eval_step(metrics)
         interval = self.cfg.monitor.samples_interval
         if interval and step % interval == 0:
             row["samples"] = samples_table(samples[: self.cfg.monitor.num_samples], tokenizer)
@@ -100,8 +102,24 @@ class WandbRun:
             except TimeoutError:
                 print(f"no final evaluation in metrics.jsonl after {timeout_s:.0f}s; not in W&B", flush=True)
             else:
-                self.run.log({k: v for k, v in final.items() if k != "step"}, step=self.cfg.max_steps)
+                self.run.log(with_eval_step(final), step=self.cfg.max_steps)
         self.run.finish()
+
+
+def define_axes(run) -> None:
+    """Train metrics stay on W&B's step, the trainer's; eval metrics get their own axis, so their panels join the
+    evaluations instead of leaving gaps between them; the run's summary keeps the best and the last eval reward."""
+    run.define_metric(EVAL_STEP, hidden=True)
+    run.define_metric("eval/*", step_metric=EVAL_STEP)
+    run.define_metric("eval/reward", step_metric=EVAL_STEP, summary="max,last")
+
+
+def with_eval_step(metrics: dict) -> dict:
+    """A metrics.jsonl line as W&B logs it: without its step (the log call's), with EVAL_STEP where it evaluated."""
+    row = {k: v for k, v in metrics.items() if k != "step"}
+    if any(k.startswith("eval/") for k in row):
+        row[EVAL_STEP] = metrics["step"]
+    return row
 
 
 def wait_for_row(path: Path, step: int, timeout_s: float) -> dict:
