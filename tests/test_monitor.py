@@ -24,6 +24,7 @@ from prime_rl.monitor.wandb_run import RUN_ID_FILE, WandbRun, logged_config, run
 from prime_rl.protocol.batch import TEACHER_LOGPROBS, Sample
 from prime_rl.report.__main__ import main as report_main
 from prime_rl.report.sweep import Job, label_of
+from prime_rl.report.workspace import SECTIONS, sweep_workspace
 from tests.conftest import ROOT, launch_cmd, unused_port
 from tests.test_e2e_rl import launch, run_processes
 
@@ -371,6 +372,17 @@ def test_report_on_a_real_local_multirun(tmp_path, offline_env):
     assert all(r["status"] == "done" and float(r["eval/reward_final"]) > 0 for r in rows)
     for name in ("report_eval_reward_final_vs_trainer_optim_lr.png", "report_reward_curves.png"):
         assert (sweep / name).stat().st_size > 5000
+    assert "no workspace pushed" in report.stdout  # offline: the workspace is built only where it can be saved
+
+    # the workspace it would save: the sweep's runs (their W&B group), a line per swept value, panels by family
+    workspace = sweep_workspace(sweep, entity="someone")
+    spec = workspace.runset_settings
+    assert (workspace.entity, workspace.project) == ("someone", compose_config().monitor.wandb.project)
+    assert "Group" in spec.filters and repr(names[0].run_group) in spec.filters  # the library keeps it as text
+    assert [key.name for key in spec.groupby] == ["trainer.optim.lr"]
+    panels = {p.title: p for section in workspace.sections for p in section.panels}
+    assert [s.name for s in workspace.sections] == list(SECTIONS)
+    assert (panels["eval/reward"].x, panels["loss"].x, panels["loss"].y) == ("eval/step", "Step", ["loss"])
 
 
 def test_an_unreachable_wandb_logs_offline_and_an_online_run_is_refused(tmp_path):

@@ -1,4 +1,5 @@
-"""`python -m prime_rl.report <multirun dir>`: prints the sweep's table, writes report.csv and report_*.png."""
+"""`python -m prime_rl.report <multirun dir>`: prints the sweep's table, writes report.csv and report_*.png, and saves
+a W&B workspace for the sweep where W&B is online."""
 
 import argparse
 import sys
@@ -8,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from prime_rl.report.sweep import write_report
+from prime_rl.report.workspace import publish_workspace
 
 
 def main(argv=None) -> int:
@@ -28,6 +30,7 @@ def main(argv=None) -> int:
     console.print(table)
     for path in files:
         console.print(f"wrote {path}", soft_wrap=True, highlight=False)
+    console.print(publish_workspace(sweep_dir), soft_wrap=True, highlight=False)
     return 0
 
 

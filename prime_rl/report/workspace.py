@@ -1,0 +1,74 @@
+"""A saved W&B workspace made for a sweep (wandb-workspaces): its runs, one line per sweep point coloured by the swept
+keys, panels by family. Built from what the sweep dir holds; pushed only where W&B is online."""
+
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from prime_rl.config.schema import WandbMode
+from prime_rl.monitor.wandb_mode import wandb_mode
+from prime_rl.monitor.wandb_run import EVAL_STEP
+from prime_rl.report.sweep import load_jobs, swept_keys
+
+# section -> the metrics it plots, each in its own panel (a metric the runs never logged stays an empty panel)
+SECTIONS = {
+    "reward and eval": ["eval/reward", "reward/mean", "eval/exact", "reward/exact", "eval/teacher_reward"],
+    "loss and masks": ["loss", "entropy", "mismatch_kl", "masked_fraction", "clipped/sequence", "grad_norm"],
+    "teacher": ["teacher_kl", "teacher/truncated", "teacher/requests"],
+    "throughput and time": [
+        "time/step",
+        "time/generate",
+        "time/train",
+        "throughput/generate_tokens_per_s",
+        "throughput/train_tokens_per_s",
+        "throughput/padding_fraction",
+    ],
+}
+
+
+def wandb_target(job_dir: Path) -> dict | None:
+    """The job's W&B entity, project and group, as its trainer logged them; None when it logged nothing."""
+    path = job_dir / "configs" / "trainer.yaml"
+    if not path.exists():
+        return None
+    w = OmegaConf.load(path).monitor.wandb
+    return None if w.mode == "disabled" else {"entity": w.entity, "project": w.project, "group": w.group}
+
+
+def build_workspace(entity: str, project: str, group: str, swept: list[str]):
+    """The workspace object: the runs of W&B group `group` (a sweep's), grouped, so coloured, by the swept keys."""
+    import wandb_workspaces.reports.v2 as wr
+    import wandb_workspaces.workspaces as ws
+
+    def panel(metric: str):
+        return wr.LinePlot(title=metric, x=EVAL_STEP if metric.startswith("eval/") else "Step", y=[metric])
+
+    sections = [
+        ws.Section(name=name, panels=[panel(m) for m in metrics], is_open=True) for name, metrics in SECTIONS.items()
+    ]
+    runset = ws.RunsetSettings(filters=[ws.Metric("Group") == group], groupby=[ws.Config(key) for key in swept])
+    return ws.Workspace(
+        entity=entity, project=project, name=f"sweep {group}", sections=sections, runset_settings=runset
+    )
+
+
+def sweep_workspace(sweep_dir: Path, entity: str | None = None):
+    """The sweep's workspace, or None when its jobs logged nothing to W&B. `entity`: where the jobs named none
+    (W&B's default entity of the API key, known only online)."""
+    jobs = load_jobs(sweep_dir)
+    target = wandb_target(jobs[0].dir) if jobs else None
+    if target is None or target["group"] is None:
+        return None
+    return build_workspace(target["entity"] or entity, target["project"], target["group"], swept_keys(jobs))
+
+
+def publish_workspace(sweep_dir: Path) -> str:
+    """Saves the sweep's workspace to W&B when W&B is online here; says what happened, in one line."""
+    if wandb_mode(WandbMode.auto) != "online":
+        return "W&B is not online here (no WANDB_API_KEY, or WANDB_MODE): no workspace pushed"
+    import wandb
+
+    workspace = sweep_workspace(sweep_dir, entity=wandb.Api().default_entity)
+    if workspace is None:
+        return "the sweep's jobs logged nothing to W&B: no workspace"
+    return f"W&B workspace: {workspace.save().url}"
