@@ -147,7 +147,7 @@ def test_opd_against_an_endpoint_without_prompt_logprobs_fails_before_training(t
     [
         # every mode with LoRA; the full-weight reference experiments run in the learning tests (rl:
         # tests/test_e2e_rl.py, opd and sft above), rl on the realistic family in test_rl_on_the_tied_qwen3_family
-        "rl lora=on",
+        "rl lora=on trainer.loss.kl_ref_tau=0.1",  # the reference: the adapter off
         # the realistic family (Qwen3, tied embeddings, BPE, a system turn), with a teacher of 40 warm-start steps
         # (its quality is not what these test); opd with the reward advantage too (adv_tau * A + teacher_tau *
         # (log p_T - log pi), real groups of 4), sft with answers cut at 2 tokens, shorter than every answer
@@ -169,6 +169,8 @@ def test_reference_experiment_runs_end_to_end(tmp_path, experiment, teacher_dir)
         # teacher answers cut off by max_tokens come back with finish_reason "length": counted, and trained
         # without the end-of-turn token (test_a_cut_off_teacher_answer_gets_no_end_of_turn_token)
         assert all(r["teacher/truncated"] > 0.5 for r in train), train
+    if "trainer.loss.kl_ref_tau=0.1" in extra:  # step 0 trains the starting weights: KL 0 to the reference
+        assert train[0]["kl_ref"] == 0.0 and all(r["kl_ref"] >= 0 for r in train), train
     lora = name.endswith("_lora") or "lora=on" in extra
     assert (tmp_path / "run" / "merged" / "config.json").exists() == lora
     if lora:

@@ -1,6 +1,7 @@
 """Trainer numerics at real sizes: logprobs and entropy without an fp32 [batch, seq, vocab] tensor, bf16 compute
 over fp32 master weights, activation checkpointing, and a non-finite gradient that skips the step."""
 
+import math
 import random
 from dataclasses import replace
 
@@ -14,9 +15,11 @@ from prime_rl.config.schema import LossConfig
 from prime_rl.prepare import prepare_student
 from prime_rl.protocol.batch import Batch, Sample
 from prime_rl.trainer.data import collate
+from prime_rl.trainer.distributed import SINGLE
 from prime_rl.trainer.logprobs import head_logprobs, token_logprobs
-from prime_rl.trainer.loss import entropy_bonus
+from prime_rl.trainer.loss import entropy_bonus, reference_kl
 from prime_rl.trainer.model import head_is_plain, load_model
+from prime_rl.trainer.reference import Reference
 from prime_rl.trainer.step import policy_logprobs
 from prime_rl.trainer.train import make_optimizer, train_step
 
@@ -249,3 +252,33 @@ def test_on_policy_a_sequence_level_ratio_takes_the_token_level_step():
     assert a["mismatch_kl"] < 1e-9 and b["clipped/sequence"] == 0.0
     for key in ("loss", "grad_norm"):
         assert a[key] == pytest.approx(b[key], rel=1e-5), key
+
+
+def test_the_reference_kl_is_k3_with_its_gradient_through_the_policy():
+    logprobs = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    reference = torch.tensor([[-1.5, -1.0]])
+    kl = reference_kl(logprobs, reference)
+    r = [-0.5, 1.0]  # log pi_ref - log pi
+    assert kl[0].tolist() == pytest.approx([math.exp(x) - x - 1 for x in r])
+    kl.sum().backward()
+    assert logprobs.grad[0].tolist() == pytest.approx([1 - math.exp(x) for x in r])
+
+
+@pytest.mark.parametrize("overrides", [[], ["lora=on"]], ids=["full: a frozen copy", "lora: the adapter off"])
+def test_the_reference_is_the_starting_policy_and_stays_it(overrides):
+    """Step 1 trains the starting weights: KL 0 to the reference. Step 2 has moved away, and the reference has not:
+    its logprobs are still the starting model's."""
+    setup = step_setup("trainer.loss.kl_ref_tau=0.5", "trainer.optim.lr=1e-2", *overrides)
+    cfg, model, optimizer, scheduler, pad = setup
+    reference = Reference(cfg, model, torch.device("cpu"), SINGLE)
+    batch = samples(9)
+    mb = collate(batch.samples, pad)
+    before = reference.logprobs(mb, 1.0, torch.float32, fused_head=False)
+    first, second = (
+        train_step(cfg, model, optimizer, scheduler, batch, pad, torch.device("cpu"), reference=reference)
+        for _ in range(2)
+    )
+    assert first["kl_ref"] == 0.0 and second["kl_ref"] > 1e-6, (first, second)
+    torch.testing.assert_close(reference.logprobs(mb, 1.0, torch.float32, fused_head=False), before)
+    moved = policy_logprobs(model, mb, 1.0, torch.float32, fused_head=False)[0].detach()
+    assert (moved - before).abs().max() > 1e-4  # the trained model did move

@@ -108,6 +108,7 @@ def _knobs(cfg: Config) -> list[tuple[str, bool, str, str]]:
         ("trainer.loss.adv_tau", t.loss.adv_tau >= 0, "must be >= 0", "use 1.0, or 0 for pure distillation"),
         ("trainer.loss.teacher_tau", t.loss.teacher_tau >= 0, "must be >= 0", "use a value > 0 in opd, 0 else"),
         ("trainer.loss.kl_tau", t.loss.kl_tau >= 0, "must be >= 0", "use 0 to disable"),
+        ("trainer.loss.kl_ref_tau", t.loss.kl_ref_tau >= 0, "must be >= 0", "use 0 to disable, or e.g. 1e-3"),
         ("trainer.loss.entropy_tau", t.loss.entropy_tau >= 0, "must be >= 0", "use 0 to disable, or e.g. 1e-3"),
         (
             "trainer.loss.seq_clip_low",

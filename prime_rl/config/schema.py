@@ -188,6 +188,7 @@ class LossConfig:
     adv_tau: float = 1.0  # weight of the reward advantage; 0 = pure distillation
     teacher_tau: float = 0.0  # weight of the per-token distillation advantage log p_T - log pi; > 0 in opd
     kl_tau: float = 0.0  # weight of the (log ratio)^2 penalty against the inference policy
+    kl_ref_tau: float = 0.0  # weight of the KL to the frozen starting policy (k3 estimator, over the trained tokens)
     entropy_tau: float = 0.0  # weight of an entropy bonus: minus this times the mean entropy of the trained tokens
     mask_band: float = 0.2  # drop tokens whose |pi - mu| (probabilities, trainer vs inference) exceeds this
     ratio_low: float = 0.5  # drop tokens whose importance ratio pi/mu is below this (0 = no lower bound)

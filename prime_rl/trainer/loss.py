@@ -106,6 +106,13 @@ def entropy_bonus(entropy: torch.Tensor, batch: TokenBatch, cfg: LossConfig, tot
     return -cfg.entropy_tau * (entropy * batch.loss_mask).sum() / total_tokens
 
 
+def reference_kl(logprobs: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """[B, T] the k3 estimate of KL(pi || pi_ref) at each sampled token, exp(r) - r - 1 with r = log pi_ref - log pi:
+    never negative, unbiased for samples of pi, its gradient through log pi."""
+    r = reference - logprobs
+    return torch.expm1(r) - r  # expm1: exact where the two policies are close
+
+
 def distill_center(mbs: list[TokenBatch], cfg: LossConfig) -> float:
     """The step's mean distillation advantage over the tokens a teacher scored, estimated with the sampler's
     logprobs (mu ~ pi, known before the first forward pass)."""

@@ -13,7 +13,7 @@ from prime_rl.protocol.batch import Batch, Sample
 from prime_rl.trainer.data import micro_batches, to_device
 from prime_rl.trainer.distributed import SINGLE, World, all_sum, full_tensor, rank_micro_batches
 from prime_rl.trainer.logprobs import head_logprobs, token_logprobs
-from prime_rl.trainer.loss import Objective, entropy_bonus, metric_means
+from prime_rl.trainer.loss import Objective, entropy_bonus, metric_means, reference_kl
 from prime_rl.trainer.lr_schedule import lr_factor
 from prime_rl.trainer.model import compute_dtype, decoder_and_head
 
@@ -42,10 +42,11 @@ def train_step(
     world: World = SINGLE,
     fused_head: bool = False,
     objective: Objective | None = None,
+    reference=None,
 ) -> dict:
     """One optimizer step on the batch. `fused_head`: the logprobs come straight from the final hidden states and
     the output layer (one process, a plain output layer: see policy_logprobs). `objective`: the run's loss (made
-    from `cfg` when not given)."""
+    from `cfg` when not given). `reference`: trainer/reference.py's frozen policy, where kl_ref_tau > 0."""
     start = time.monotonic()
     model.train()
     objective = objective or Objective(cfg)
@@ -76,6 +77,11 @@ def train_step(
         loss, extra = step_loss(logprobs, mb, total_tokens=total_tokens)
         if objective.loss_cfg.entropy_tau:
             loss = loss + entropy_bonus(entropy, mb, objective.loss_cfg, total_tokens)
+        if reference is not None:
+            ref_logprobs = reference.logprobs(mb, objective.temperature, compute, fused_head)
+            kl = reference_kl(logprobs, ref_logprobs) * mb.loss_mask
+            loss = loss + objective.loss_cfg.kl_ref_tau * kl.sum() / total_tokens
+            extra["kl_ref"] = kl.detach().sum().item()
         loss.backward()
         sums["loss"] += loss.item() * total_tokens
         sums["entropy"] += (entropy * mb.loss_mask).sum().item()

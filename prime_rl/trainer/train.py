@@ -1,6 +1,7 @@
 """The trainer's loop: wait for the step's batch, one optimizer step, export weights, log, checkpoint."""
 
 import json
+import resource
 import time
 
 import torch
@@ -21,6 +22,7 @@ from prime_rl.trainer.checkpoint import load_checkpoint, save_checkpoint
 from prime_rl.trainer.distributed import close_world, init_world, load_sharded_model
 from prime_rl.trainer.loss import Objective
 from prime_rl.trainer.model import compute_dtype, head_is_plain, load_model
+from prime_rl.trainer.reference import Reference
 from prime_rl.trainer.step import make_optimizer, train_step
 from prime_rl.trainer.weights import export_merged, export_weights, prune_weights
 
@@ -50,13 +52,16 @@ def train(cfg: Config) -> None:
     wandb_run = WandbRun(cfg, resumed=start > 0) if world.main else None
     pad_id = padding_id(tokenizer)
     objective = Objective(cfg)
+    reference = Reference(cfg, model, device, world) if cfg.trainer.loss.kl_ref_tau else None
     batches = BatchWait(cfg)
     turn = DeviceTurn(run_dir.device_lock, is_colocated(cfg))
     last = time.monotonic()
     for step in range(start, cfg.max_steps):
         batch = batches.wait(step)
         with turn:
-            metrics = train_step(cfg, model, optimizer, scheduler, batch, pad_id, device, world, fused, objective)
+            metrics = train_step(
+                cfg, model, optimizer, scheduler, batch, pad_id, device, world, fused, objective, reference
+            )
             export_start = time.monotonic()
             export_weights(model, tokenizer, run_dir, step + 1, world, export_dtype)
             metrics["time/export"] = time.monotonic() - export_start
@@ -65,6 +70,8 @@ def train(cfg: Config) -> None:
                 torch.cuda.reset_peak_memory_stats(device)
                 if turn.shared:
                     torch.cuda.empty_cache()  # the servers wake into this memory
+            else:  # the process's high-water mark so far (Linux counts it in KiB)
+                metrics["memory/peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
         if world.main:
             announce(run_dir.handoff("weights"))
             # every rank has read the batch: the step's all-reduces waited for all of them
