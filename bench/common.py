@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -210,6 +210,45 @@ def bench_dir(name: str) -> Path:
     path = RUNS / name / datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+# ---------------------------------------------------------------- fixed-length runs compared by variant
+
+
+def fixed_steps(steps: int, seed: int) -> list[str]:
+    """Overrides of a run of exactly `steps` optimizer steps that evaluates at its end, without W&B."""
+    return [f"max_steps={steps}", f"orchestrator.eval.interval={steps}", "monitor=off", f"seed={seed}"]
+
+
+def run_outcome(launch: Launch) -> dict:
+    """What every variant comparison reads off a finished run: its pace and its eval rewards."""
+    stamps = [t for t, _ in launch.train_rows()]
+    evals = [r for _, r in launch.eval_rows()]
+    span = stamps[-1] - stamps[0] if len(stamps) > 1 else None
+    return {
+        "ok": launch.ok,
+        "wall_s": launch.process.duration_s,
+        "steps_per_min": 60 * (len(stamps) - 1) / span if span else None,
+        "eval_first": evals[0]["eval/reward"] if evals else None,
+        "eval_last": evals[-1]["eval/reward"] if evals else None,
+        "eval_last_stderr": evals[-1].get("eval/reward_stderr") if evals else None,
+    }
+
+
+def steady_rows(launch: Launch) -> list[dict]:
+    """The train rows from step 1: step 0 also waits for the orchestrator's start-up."""
+    return [r for _, r in launch.train_rows() if r["step"] >= 1]
+
+
+def compare_variants(runs: int, variants: Sequence[str], run_one: Callable[[str, int], dict]) -> tuple[list, dict]:
+    """Every variant once per seed, seeds outermost (so a slow drift of the machine hits every variant alike);
+    returns the per-run records and each variant's medians over seeds."""
+    per_run = []
+    for seed in range(runs):
+        print(f"run {seed + 1}/{runs}", flush=True)
+        per_run.append({v: run_one(v, seed) for v in variants})
+    keys = per_run[0][variants[0]].keys() - {"ok"}
+    return per_run, {v: {k: median(r[v][k] for r in per_run) for k in keys} for v in variants}
 
 
 # ---------------------------------------------------------------- numbers, tables and the results file

@@ -14,7 +14,19 @@ option itself reports (kl_ref; clipped/sequence; the padding share).
 import argparse
 from pathlib import Path
 
-from common import add_runs_arg, bench_dir, compose, finish, median, print_table, run_launcher
+from common import (
+    add_runs_arg,
+    bench_dir,
+    compare_variants,
+    compose,
+    finish,
+    fixed_steps,
+    median,
+    print_table,
+    run_launcher,
+    run_outcome,
+    steady_rows,
+)
 
 NAME = "loss_options"
 VARIANTS = {
@@ -26,25 +38,15 @@ VARIANTS = {
 }
 
 
-def overrides(args, seed: int) -> list[str]:
-    return [f"max_steps={args.steps}", f"orchestrator.eval.interval={args.steps}", "monitor=off", f"seed={seed}"]
-
-
 def run_variant(args, variant: str, seed: int, out: Path) -> dict:
-    launch = run_launcher([*overrides(args, seed), *VARIANTS[variant]], out, timeout_s=args.timeout)
-    stamps = [t for t, _ in launch.train_rows()]
-    rows = [r for _, r in launch.train_rows() if r["step"] >= 1]  # step 0 waits for the orchestrator's start-up
-    evals = [r for _, r in launch.eval_rows()]
-    span = stamps[-1] - stamps[0] if len(stamps) > 1 else None
-    last = rows[-1] if rows else {}
+    overrides = [*fixed_steps(args.steps, seed), *VARIANTS[variant]]
+    launch = run_launcher(overrides, out / f"{variant}-{seed}", timeout_s=args.timeout)
+    rows = steady_rows(launch)
     return {
-        "ok": launch.ok,
-        "eval_last": evals[-1]["eval/reward"] if evals else None,
-        "eval_last_stderr": evals[-1].get("eval/reward_stderr") if evals else None,
-        "steps_per_min": 60 * (len(stamps) - 1) / span if span else None,
+        **run_outcome(launch),
         "train_s": median(r.get("time/train") for r in rows),
-        "peak_rss_gib": last.get("memory/peak_rss_gib"),
-        "kl_ref": last.get("kl_ref"),
+        "peak_rss_gib": rows[-1].get("memory/peak_rss_gib") if rows else None,
+        "kl_ref": rows[-1].get("kl_ref") if rows else None,
         "clipped_sequence": median(r.get("clipped/sequence") for r in rows),
         "padding": median(r.get("throughput/padding_fraction") for r in rows),
     }
@@ -62,13 +64,9 @@ def main() -> None:
     args = parser.parse_args()
     from prime_rl.prepare import prepare_student
 
-    prepare_student(compose(overrides(args, 0)))  # built before any clock starts
+    prepare_student(compose(fixed_steps(args.steps, 0)))  # built before any clock starts
     out, names = bench_dir(NAME), args.variants.split(",")
-    runs = []
-    for seed in range(args.runs):
-        print(f"run {seed + 1}/{args.runs}", flush=True)
-        runs.append({v: run_variant(args, v, seed, out / f"{v}-{seed}") for v in names})
-    summary = {v: {k: median(r[v][k] for r in runs) for k in [*KEYS, "padding"]} for v in names}
+    runs, summary = compare_variants(args.runs, names, lambda v, seed: run_variant(args, v, seed, out))
     print_table(
         f"loss options, the default run's settings, {args.steps} steps: medians of {args.runs} run(s)",
         ["variant", "eval last", "± stderr", "steps/min", "train s", "peak RSS GiB", "kl_ref", "clipped/seq"],

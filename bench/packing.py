@@ -14,7 +14,19 @@ noise: packing must not change what is learned).
 import argparse
 from pathlib import Path
 
-from common import add_runs_arg, bench_dir, compose, finish, median, print_table, run_launcher
+from common import (
+    add_runs_arg,
+    bench_dir,
+    compare_variants,
+    compose,
+    finish,
+    fixed_steps,
+    median,
+    print_table,
+    run_launcher,
+    run_outcome,
+    steady_rows,
+)
 
 NAME = "packing"
 SETTINGS = {
@@ -24,23 +36,20 @@ SETTINGS = {
 
 
 def overrides(args, setting: str, seed: int) -> list[str]:
-    every = [f"max_steps={args.steps}", f"orchestrator.eval.interval={args.steps}", "monitor=off", f"seed={seed}"]
-    return [*every, *SETTINGS[setting]]
+    return [*fixed_steps(args.steps, seed), *SETTINGS[setting]]
 
 
-def run_variant(args, setting: str, pack: int, seed: int, out: Path) -> dict:
-    launch = run_launcher([*overrides(args, setting, seed), f"trainer.pack_tokens={pack}"], out, timeout_s=args.timeout)
-    stamps = [t for t, _ in launch.train_rows()]
-    rows = [r for _, r in launch.train_rows() if r["step"] >= 1]  # step 0 waits for the orchestrator's start-up
-    evals = [r for _, r in launch.eval_rows()]
-    span = stamps[-1] - stamps[0] if len(stamps) > 1 else None
+def run_variant(args, variant: str, seed: int, out: Path) -> dict:
+    setting, pack = variant.split("/")
+    launch = run_launcher(
+        [*overrides(args, setting, seed), f"trainer.pack_tokens={pack}"], out / f"{setting}-{pack}-{seed}", args.timeout
+    )
+    rows = steady_rows(launch)
     return {
-        "ok": launch.ok,
+        **run_outcome(launch),
         "train_tokens_per_s": median(r.get("throughput/train_tokens_per_s") for r in rows),
         "train_s": median(r.get("time/train") for r in rows),
         "padding": median(r.get("throughput/padding_fraction") for r in rows),
-        "steps_per_min": 60 * (len(stamps) - 1) / span if span else None,
-        "eval_last": evals[-1]["eval/reward"] if evals else None,
     }
 
 
@@ -57,20 +66,15 @@ def main() -> None:
     args = parser.parse_args()
     from prime_rl.prepare import prepare_student
 
-    settings, packs = args.settings.split(","), [0, *map(int, args.pack_tokens.split(","))]
+    settings, packs = args.settings.split(","), ["0", *args.pack_tokens.split(",")]
     for setting in settings:
         prepare_student(compose(overrides(args, setting, 0)))  # built before any clock starts
-    out, runs = bench_dir(NAME), []
-    for seed in range(args.runs):
-        print(f"run {seed + 1}/{args.runs}", flush=True)
-        runs.append(
-            {f"{s}/{p}": run_variant(args, s, p, seed, out / f"{s}-{p}-{seed}") for s in settings for p in packs}
-        )
-    summary = {v: {k: median(r[v][k] for r in runs) for k in KEYS} for v in runs[0]}
+    out, names = bench_dir(NAME), [f"{s}/{p}" for s in settings for p in packs]
+    runs, summary = compare_variants(args.runs, names, lambda v, seed: run_variant(args, v, seed, out))
     print_table(
         f"sequence packing, colocated, {args.steps} steps: medians of {args.runs} run(s)",
         ["setting / pack_tokens", "train tok/s", "train s", "padding", "steps/min", "eval last"],
-        [[v, *(summary[v][k] for k in KEYS)] for v in summary],
+        [[v, *(summary[v][k] for k in KEYS)] for v in names],
     )
     finish(NAME, {"runs": args.runs, "steps": args.steps, "variants": summary, "per_run": runs}, args.smoke)
 

@@ -13,7 +13,18 @@ shares the variant acts on (groups without signal, refill prompts, cut replies).
 import argparse
 from pathlib import Path
 
-from common import add_runs_arg, bench_dir, compose, finish, median, print_table, run_launcher
+from common import (
+    add_runs_arg,
+    bench_dir,
+    compare_variants,
+    compose,
+    finish,
+    fixed_steps,
+    median,
+    print_table,
+    run_launcher,
+    run_outcome,
+)
 
 NAME = "sample_selection"
 VARIANTS = {
@@ -24,23 +35,12 @@ VARIANTS = {
 }
 
 
-def overrides(args, seed: int) -> list[str]:
-    return [f"max_steps={args.steps}", f"orchestrator.eval.interval={args.steps}", "monitor=off", f"seed={seed}"]
-
-
 def run_variant(args, variant: str, seed: int, out: Path) -> dict:
-    launch = run_launcher([*overrides(args, seed), *VARIANTS[variant]], out, timeout_s=args.timeout)
+    overrides = [*fixed_steps(args.steps, seed), *VARIANTS[variant]]
+    launch = run_launcher(overrides, out / f"{variant}-{seed}", timeout_s=args.timeout)
     train = [r for _, r in launch.train_rows()]
-    stamps = [t for t, _ in launch.train_rows()]
-    evals = [r for _, r in launch.eval_rows()]
-    span = stamps[-1] - stamps[0] if len(stamps) > 1 else None
     return {
-        "ok": launch.ok,
-        "wall_s": launch.process.duration_s,
-        "steps_per_min": 60 * (len(stamps) - 1) / span if span else None,
-        "eval_first": evals[0]["eval/reward"] if evals else None,
-        "eval_last": evals[-1]["eval/reward"] if evals else None,
-        "eval_last_stderr": evals[-1].get("eval/reward_stderr") if evals else None,
+        **run_outcome(launch),
         "groups_uniform": median(r.get("groups/uniform") for r in train),
         "extra_prompts": median(r.get("sampling/extra_prompts") for r in train),
         "truncated": median(r.get("seq_len/truncated") for r in train),
@@ -59,13 +59,9 @@ def main() -> None:
     args = parser.parse_args()
     from prime_rl.prepare import prepare_student
 
-    prepare_student(compose(overrides(args, 0)))  # built before any clock starts
+    prepare_student(compose(fixed_steps(args.steps, 0)))  # built before any clock starts
     out, names = bench_dir(NAME), args.variants.split(",")
-    runs = []
-    for seed in range(args.runs):
-        print(f"run {seed + 1}/{args.runs}", flush=True)
-        runs.append({v: run_variant(args, v, seed, out / f"{v}-{seed}") for v in names})
-    summary = {v: {k: median(r[v][k] for r in runs) for k in [*KEYS, "truncated"]} for v in names}
+    runs, summary = compare_variants(args.runs, names, lambda v, seed: run_variant(args, v, seed, out))
     print_table(
         f"sample selection, the default run's settings, {args.steps} steps: medians of {args.runs} run(s)",
         ["variant", "eval first", "eval last", "± stderr", "steps/min", "wall s", "uniform groups", "extra prompts"],
