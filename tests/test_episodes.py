@@ -3,6 +3,7 @@ real rl and opd runs whose episodes are played against a real vLLM server, token
 
 import asyncio
 import json
+import math
 import re
 import time
 from dataclasses import replace
@@ -11,8 +12,18 @@ from types import SimpleNamespace
 import pytest
 
 from prime_rl.config import compose_config
-from prime_rl.config.user_error import ConfigError
-from prime_rl.models.chat import end_of_turn_id, next_turn_ids, prompt_ids, student_tokenizer, transcript_ids
+from prime_rl.config.user_error import ConfigError, UserError
+from prime_rl.inference.server import vllm_command
+from prime_rl.launcher.preflight import _teacher_tool_calls
+from prime_rl.models.chat import (
+    answer_ids,
+    end_of_turn_id,
+    next_turn_ids,
+    prompt_ids,
+    renders_tool_calls,
+    student_tokenizer,
+    transcript_ids,
+)
 from prime_rl.models.tokenizer import build_bpe_tokenizer, build_tokenizer
 from prime_rl.orchestrator.env_pool import EnvPool, call_in_thread
 from prime_rl.orchestrator.episodes import EnvFailed, play_episodes
@@ -61,6 +72,42 @@ def test_a_demonstration_becomes_one_episode_whose_assistant_turns_alone_train()
     assert tok.decode(prompt + ids) + "\n" == tok.apply_chat_template(messages, tools=tools, tokenize=False)
     trained = [tok.decode(run) for is_trained, run in segments(ids, mask) if is_trained]
     assert trained == [messages[1]["content"] + "<|im_end|>", env.value + "<|im_end|>"]
+
+
+@pytest.mark.parametrize("family", ["char", "bpe with a default system turn"])
+def test_a_chat_endpoints_tool_call_tokenizes_as_the_student_writes_its_own(family):
+    """sft on episodes: the teacher's calls come back as OpenAI tool_calls; the student's template writes them in
+    its own call format, so the student learns the call it will make, token for token."""
+    tok = build_tokenizer() if family == "char" else build_bpe_tokenizer([[REQUEST]] * 50, 400)
+    env = Lookup()
+    observation, _ = env.reset(seed=5)
+    prompt, tools = [{"role": "user", "content": observation}], tool_schemas(env)
+    written = env.demonstration()[0]["content"]  # <tool_call>{"name": "get", …}</tool_call>, as a student samples it
+    call = {"id": "call_0", "type": "function", "function": {"name": "get", "arguments": json.dumps({"key": env.key})}}
+    returned = {"role": "assistant", "content": None, "tool_calls": [call]}
+    assert answer_ids(tok, prompt, returned, tools=tools) == answer_ids(tok, prompt, written, tools=tools)
+    assert renders_tool_calls(tok)
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"  # a template without tool calls
+    assert not renders_tool_calls(tok)
+
+
+def test_sft_with_tools_needs_a_student_template_that_writes_tool_calls_and_a_teacher_server_that_reads_them():
+    sft = compose_config(["training_mode=sft", "task=lookup"])
+    tok = build_tokenizer()
+    _teacher_tool_calls(sft, tok)  # the built-in template writes them
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    with pytest.raises(UserError, match="does not write an assistant message's tool_calls") as err:
+        _teacher_tool_calls(sft, tok)
+    assert "\n" not in str(err.value) and "fix:" in str(err.value)
+    _teacher_tool_calls(compose_config(["training_mode=opd", "task=lookup"]), tok)  # the student writes its own calls
+
+    def argv(cfg, student: bool) -> str:
+        return " ".join(vllm_command(cfg, ROOT, "m", 8000, [], 0, student)[0])
+
+    assert "--enable-auto-tool-choice --tool-call-parser hermes" in argv(sft, student=False)
+    assert "--tool-call-parser" not in argv(sft, student=True)
+    assert "--tool-call-parser" not in argv(compose_config(["training_mode=opd", "task=lookup"]), student=False)
+    assert "--tool-call-parser" not in argv(compose_config(["training_mode=sft"]), student=False)
 
 
 def test_tool_calls_are_read_in_the_models_format_and_a_bad_one_is_answered_not_raised():
@@ -231,7 +278,7 @@ def test_opd_plays_episodes_token_for_token_and_survives_an_environment_that_rai
     each whole episode, the student's tokens alone train, an episode that never started is not scored."""
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # tests.envs, for the orchestrator
     run_dir = tmp_path / "run"
-    retry = "{name:gym,env:prime_rl.tasks.retry_env:ReverseRetry,max_turns:3,options:{tries:3},weight:3}"
+    retry = "{name:gym,env:prime_rl.tasks.retry_env:ReverseRetry,max_turns:3,options:{tries:3},weight:3,label:retry}"
     faulty = "{name:gym,env:tests.envs:Faulty,max_turns:3,env_timeout_s:1,label:faulty}"
     warm_start = ["model.warm_start.task=reverse", "teacher.warm_start.task=reverse"]
     train, samples = three_steps(run_dir, "task=mix", f"task.mix=[{retry},{faulty}]", "training_mode=opd", *warm_start)
@@ -243,6 +290,9 @@ def test_opd_plays_episodes_token_for_token_and_survives_an_environment_that_rai
         assert sum(r[f"env/end/{why}"] for why in ("done", "max_turns", "context")) + failed == pytest.approx(1)
         assert r["env/env_tokens"] > 0
     assert any("reward/faulty" in r for r in train)  # a source's reward, in the steps that drew it
+    failures = [r["env/errors"] + r["env/timeouts"] for r in train]  # and its episodes' metrics: all its failures
+    assert [r.get("env/faulty/errors", 0) + r.get("env/faulty/timeouts", 0) for r in train] == failures
+    assert all(r.get("env/retry/errors", 0) == 0 and r["env/retry/turns"] >= 1 for r in train)
     log = (run_dir / "logs" / "orchestrator.log").read_text()
     assert log.count("environment error (reward 0") == 1  # the first traceback; the others are counted
     evals = [r for r in rows(run_dir) if "eval/reward" in r]
@@ -284,3 +334,38 @@ def test_rl_on_the_tool_task_runs_the_calls_the_student_writes_with_the_argument
 
 TOOL_TURN = re.compile(r"(<\|im_end\|>)?\n<\|im_start\|>tool\n(.*)<\|im_end\|>\n<\|im_start\|>assistant\n", re.S)
 CALLED_KEY = re.compile(r'<tool_call>\{"name": "get", "arguments": \{"key": "([a-z]+)"\}\}</tool_call>')
+
+
+@pytest.mark.vllm
+def test_sft_the_teacher_plays_lookup_through_its_chat_endpoint_and_the_student_trains_on_its_turns(tmp_path):
+    """The local teacher (a vLLM server with lookup's tool parser) plays every episode through chat completions
+    with the `get` tool; its calls come back as tool_calls and run, their results go back as tool messages; the
+    student trains on the teacher's turns alone, each in the student's tokens (a call in the format the student
+    itself would write), the tool's turns context. The teacher's episodes are its eval too."""
+    warm = ["model.warm_start.steps=120", "teacher.warm_start.steps=120"]  # the same build as the rl run's
+    run_dir = tmp_path / "run"
+    run = launch(
+        run_dir, "training_mode=sft", "task=lookup", *warm, "max_steps=2", "orchestrator.eval.interval=2",
+        "orchestrator.log_samples=16", "orchestrator.batch_size=16", "orchestrator.rollouts_per_example=2",
+        "orchestrator.eval.num_examples=8", *ON_POLICY,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    train = [r for r in rows(run_dir) if "loss" in r]
+    assert len(train) == 2 and all(math.isfinite(r["loss"]) for r in train)
+    assert all(r["env/tool_calls"] > 0.5 and r["env/turns"] > 1 and "reward/mean" in r for r in train), train
+    assert 0 <= train[0]["eval/teacher_reward"] <= 1  # the teacher played the eval episodes too
+
+    tokenizer = student_tokenizer(compose_config(["training_mode=sft", "task=lookup", *warm]))
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    called = 0
+    for s in samples:
+        assert s["mode"] == "sft" and s["prompt"].startswith("<|im_start|>system\ntools: get(key)<|im_end|>")
+        mask = s["loss_mask"] or [True] * len(s["completion_ids"])  # null: one reply, all of it trained
+        turns = [(trained, tokenizer.decode(ids)) for trained, ids in segments(s["completion_ids"], mask)]
+        assert [trained for trained, _ in turns] == [True, False, True][: len(turns)]  # a reply, a tool turn, …
+        call = CALLED_KEY.fullmatch(turns[0][1].removesuffix("<|im_end|>"))
+        if call and len(turns) > 1:  # the call the teacher returned, in the student's hermes format, ran on its key
+            result = TOOL_TURN.fullmatch(turns[1][1]).group(2)
+            assert result == f"no key {call.group(1)}" or result.isalpha(), turns
+            called += 1
+    assert called > 0

@@ -27,7 +27,7 @@ from prime_rl.config.timeouts import (
 from prime_rl.config.user_error import UserError
 from prime_rl.launcher.job import server_model_dirs
 from prime_rl.launcher.plan import build_plan
-from prime_rl.launcher.preflight import check_at_job, check_prompt_lengths
+from prime_rl.launcher.preflight import check_at_job, check_with_student_tokenizer
 from prime_rl.launcher.resume import prepare_resume
 from prime_rl.models.chat import PINNED_DATE, prompt_ids, student_tokenizer
 from prime_rl.models.hub import MISTRAL_FORMAT, MODEL_FILES
@@ -219,10 +219,10 @@ def test_a_template_that_writes_todays_date_gets_a_pinned_one(tmp_path):
 def test_prompts_longer_than_the_context_are_refused_with_their_count(tmp_path):
     cfg = compose_config(["model.warm_start.steps=0"])  # a random student: built in seconds
     prepare_student(cfg)
-    check_prompt_lengths(cfg)
+    check_with_student_tokenizer(cfg)
     short = replace(cfg, inference=replace(cfg.inference, max_model_len=12))  # the prompts are 10-15 tokens
     with pytest.raises(UserError, match=r"\d+ of \d+ eval prompts \(the longest 1\d tokens\) leave no room"):
-        check_prompt_lengths(short)
+        check_with_student_tokenizer(short)
     # the launcher: at job time, once the student is built, before any config is written or process started
     overrides = ["model.warm_start.steps=0", "inference.max_model_len=12", "orchestrator.sampling.max_tokens=4"]
     run = subprocess.run(
@@ -237,7 +237,7 @@ def test_prompts_longer_than_the_context_are_refused_with_their_count(tmp_path):
 def test_a_model_dir_whose_tokenizer_does_not_load_is_one_line(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "no_such_architecture"}')
     with pytest.raises(UserError, match=r"the student's tokenizer does not load \[model.name\]"):
-        check_prompt_lengths(compose_config([f"model.name={tmp_path}"]))
+        check_with_student_tokenizer(compose_config([f"model.name={tmp_path}"]))
 
 
 def test_the_trainers_gpu_check_runs_its_stages_here_on_a_small_model(tmp_path):

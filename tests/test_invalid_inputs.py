@@ -189,7 +189,15 @@ CASES = [
         "[model.warm_start.task]",
     ),
     Case(
-        "mode conflict", "sft on multi-turn episodes", ("task=retry", "training_mode=sft"), "[training_mode, task.name]"
+        "mode conflict",
+        "a local teacher playing episodes read by two tool parsers",
+        (
+            "training_mode=sft",
+            "task=mix",
+            "task.mix=[{name:gym,env:'prime_rl.tasks.lookup_env:Lookup'},"
+            "{name:gym,env:'prime_rl.tasks.lookup_env:Lookup',tool_parser:mistral}]",
+        ),
+        "[task.mix, teacher]",
     ),
     Case(
         "mode conflict",

@@ -12,9 +12,16 @@ import pytest
 
 from prime_rl.config import compose_config
 from prime_rl.config.schema import ReasoningMode, TokenLimitField
-from prime_rl.inference.client import ChatAnswer, InferenceClient, InferenceError, Sampling, retry_after_s
+from prime_rl.inference.client import (
+    ChatAnswer,
+    InferenceClient,
+    InferenceError,
+    Sampling,
+    parse_chat_choice,
+    retry_after_s,
+)
 from prime_rl.teacher.answers import TeacherAnswers, trained_text
-from prime_rl.teacher.chat_api import resolved_api
+from prime_rl.teacher.chat_api import VLLM_API, chat_payload, resolved_api
 from prime_rl.teacher.client import TeacherError, teacher_client
 from tests.conftest import ROOT, launch_cmd
 from tests.hosted_api import ANTHROPIC, OPENAI_REASONING, HostedApi, Rules
@@ -48,6 +55,28 @@ def sft_config(api: HostedApi, *overrides: str):
             *overrides,
         ]
     )
+
+
+def test_tools_are_offered_in_the_openai_format_and_the_calls_read_back_alike():
+    cfg = compose_config(["training_mode=sft", "teacher=external", "teacher.base_url=http://127.0.0.1:1/v1"])
+    schema = {"type": "function", "function": {"name": "get", "parameters": {"type": "object", "properties": {}}}}
+    sampling, api = Sampling(1.0, 1.0, 8), VLLM_API
+    assert chat_payload(cfg, "m", [], 1, sampling, api, tools=[schema])["tools"] == [schema]
+    assert "tools" not in chat_payload(cfg, "m", [], 1, sampling, api)
+    choice = {
+        "message": {
+            "content": None,  # a reply that only calls: OpenAI sends no text
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get", "arguments": '{"key": "a"}'}},
+                {"type": "function", "function": {"name": "get", "arguments": {"key": "b"}}},  # an object, no id
+            ],
+        },
+        "finish_reason": "tool_calls",
+    }
+    answer = parse_chat_choice(choice)
+    assert answer.text == "" and [c["id"] for c in answer.tool_calls] == ["c1", "call_1"]
+    assert [json.loads(c["function"]["arguments"]) for c in answer.tool_calls] == [{"key": "a"}, {"key": "b"}]
+    assert parse_chat_choice({"message": {"content": "hi"}}).tool_calls == []
 
 
 def test_retry_after_is_read_in_seconds_and_as_a_date():

@@ -358,12 +358,13 @@ def _mode(cfg: Config, _: int) -> None:
 
 
 def _episodes(cfg: Config, _: int) -> None:
-    """A gym task's episodes are played by the student (launcher/preflight.py checks the warm start on them)."""
+    """A local teacher that plays a gym task's episodes (sft) reads every source's tool calls with one parser."""
+    parsers = {src.tool_parser for src in (cfg.task, *cfg.task.mix) if src.name == "gym"}
     check(
-        mode_of(cfg).trains_sampled_policy or not any(src.name == "gym" for src in (cfg.task, *cfg.task.mix)),
-        ["training_mode", "task.name"],
-        f"{cfg.training_mode.value}'s teacher cannot play task=gym episodes yet (only the student plays them)",
-        "use training_mode=rl or training_mode=opd with task=gym",
+        len(parsers) <= 1 or mode_of(cfg).trains_sampled_policy or cfg.teacher.kind != TeacherKind.local_vllm,
+        ["task.mix", "teacher"],
+        f"the local teacher's server reads tool calls with one parser, but the gym sources use {sorted(parsers)}",
+        "give every gym source of the mix the same task.tool_parser",
     )
 
 

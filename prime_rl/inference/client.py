@@ -5,6 +5,7 @@ the sampler saw; teacher scoring reads vLLM's prompt logprobs; chat is for exter
 """
 
 import asyncio
+import json
 import os
 import random
 import time
@@ -79,6 +80,7 @@ class ChatAnswer:
     text: str  # the answer (message.content)
     finish_reason: str | None  # "stop": the answer ended; "length": cut off by the token limit
     reasoning: str | None = None  # thinking a reasoning model returned apart from the answer
+    tool_calls: list[dict] = field(default_factory=list)  # the calls it makes (OpenAI format), where tools were given
 
 
 @dataclass
@@ -276,12 +278,27 @@ class InferenceClient:
 
 def parse_chat_choice(choice: dict) -> ChatAnswer:
     """Reasoning models return their thinking beside the answer: vLLM and DeepSeek as `reasoning_content`,
-    newer vLLM and OpenRouter as `reasoning`."""
+    newer vLLM and OpenRouter as `reasoning`. A call's arguments are JSON text in the OpenAI format; an endpoint
+    that sends them as an object gets them re-encoded, so every call reads alike."""
     message = choice["message"]
     reasoning = message.get("reasoning_content") or message.get("reasoning")
+    calls = [
+        {"id": c.get("id") or f"call_{i}", "type": "function", "function": tool_function(c["function"])}
+        for i, c in enumerate(message.get("tool_calls") or [])
+    ]
     return ChatAnswer(
-        message["content"] or "", choice.get("finish_reason"), reasoning if isinstance(reasoning, str) else None
+        message.get("content") or "",
+        choice.get("finish_reason"),
+        reasoning if isinstance(reasoning, str) else None,
+        calls,
     )
+
+
+def tool_function(function: dict) -> dict:
+    arguments = function.get("arguments")
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments if arguments is not None else {}, ensure_ascii=False)
+    return {"name": function["name"], "arguments": arguments}
 
 
 def parse_completions(data: dict) -> list[Completion]:

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from prime_rl.config.layout import TEACHER_LOGITS_BYTES, is_colocated, server_dtype, teacher_gpu_share
-from prime_rl.config.modes import mode_of
+from prime_rl.config.modes import RolloutSource, mode_of
 from prime_rl.config.schema import Config
 from prime_rl.inference.server_auth import MIDDLEWARE
 
@@ -93,10 +93,21 @@ def vllm_command(
             # engine off its OpenMP threads, for processes that are idle here (one engine process, no scheduler).
             # A value exported to the launcher wins.
             env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+    parser = None if student else teacher_tool_parser(cfg)
+    if parser:
+        # the teacher's chat replies come back with their calls read out as `tool_calls`
+        argv += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
     if lora_rank:
         argv += ["--enable-lora", "--max-lora-rank", str(lora_rank)]
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     return argv + list(inf.extra_args if student else cfg.teacher.extra_args), env
+
+
+def teacher_tool_parser(cfg: Config) -> str | None:
+    """The tool parser of a teacher that plays a gym task's episodes (sft), None for one that plays none."""
+    if mode_of(cfg).rollouts != RolloutSource.teacher:
+        return None
+    return next((src.tool_parser for src in (cfg.task, *cfg.task.mix) if src.name == "gym"), None)
 
 
 def teacher_batched_tokens(cfg: Config, model: Path) -> int:

@@ -23,7 +23,7 @@ from prime_rl.config.user_error import UserError, run_or_exit
 from prime_rl.launcher.gpus import visible_gpus
 from prime_rl.launcher.multinode import build_node_plan, is_multi_node, job_nodes, lock_name
 from prime_rl.launcher.plan import Plan, build_plan, write_role_configs
-from prime_rl.launcher.preflight import check_at_job, check_prompt_lengths
+from prime_rl.launcher.preflight import check_at_job, check_with_student_tokenizer
 from prime_rl.launcher.resume import prepare_resume
 from prime_rl.launcher.run_lock import claim_run_dir
 from prime_rl.launcher.slurm import requeued
@@ -72,7 +72,7 @@ def job(cfg: DictConfig) -> None:
     if not typed.launcher.dry_run:
         prepare_models(typed)
         if not typed.launcher.prepare_only:
-            check_prompt_lengths(typed)  # needs the student's tokenizer; before anything is written or started
+            check_with_student_tokenizer(typed)  # needs the student's tokenizer; before anything is written or started
     plans = plans_of_job(with_ready_timeout(typed, server_model_dirs(typed)), run_dir)
     for plan in plans:
         write_role_configs(plan)

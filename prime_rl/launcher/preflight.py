@@ -9,7 +9,8 @@ teacher's endpoint), and when each runs (docs/architecture.md, "Validation"):
   the job really sees, a CPU deployment on a GPU node with vLLM's GPU build, W&B's reachability
   (monitor/wandb_mode.py) and the teacher's probe (teacher/chat_api.py).
   Called by `run_job` (launcher/job.py), which does not repeat the launch's checks. Once the student is built,
-  `check_prompt_lengths`: every prompt fits the student's context with a whole answer.
+  `check_with_student_tokenizer`: every prompt fits the student's context with a whole answer; a teacher's tool
+  calls reach the student's tokens.
 
 Each raises a UserError (a ConfigError for the launch's) whose one line names the keys and the fix.
 """
@@ -26,7 +27,8 @@ from prime_rl.config.user_error import UserError, check
 from prime_rl.launcher.gpus import has_cuda_vllm, visible_gpus
 from prime_rl.models.hub import hub_model_problem, is_hub_id
 from prime_rl.monitor.wandb_mode import settle_wandb_mode
-from prime_rl.tasks.gym_env import demonstrates
+from prime_rl.tasks import Task
+from prime_rl.tasks.gym_env import demonstrates, env_factory, tool_schemas
 from prime_rl.tasks.registry import (
     HF_DATA,
     KINDS,
@@ -61,13 +63,10 @@ def check_at_job(cfg: Config, run_dir: Path, warn: Callable[[str], None]) -> Con
     return cfg
 
 
-def check_prompt_lengths(cfg: Config) -> None:
-    """Every prompt the student samples from leaves room for an answer in its server's context (vLLM ends an answer
-    at the context's end, but refuses a prompt that fills it): at job time, once the student (its tokenizer, its
-    chat template) is built, and before any server starts; a long prompt would otherwise fail the run at the step
-    that first draws it. An episode's prompt comes from its environment's reset() and is checked as the episode
-    is played (orchestrator/episodes.py)."""
-    from prime_rl.models.chat import prompt_ids, student_tokenizer  # transformers: only once a job runs
+def check_with_student_tokenizer(cfg: Config) -> None:
+    """What needs the student's tokenizer and chat template: at job time, once the student is built, and before
+    any server starts."""
+    from prime_rl.models.chat import student_tokenizer  # transformers: only once a job runs
 
     try:
         tokenizer = student_tokenizer(cfg)
@@ -77,6 +76,17 @@ def check_prompt_lengths(cfg: Config) -> None:
             "fix: point model.name at a Hugging Face model dir (or Hub id) that has its tokenizer"
         ) from e
     task = load_task(cfg.task)
+    _prompt_lengths(cfg, task, tokenizer)
+    _teacher_tool_calls(cfg, tokenizer)
+
+
+def _prompt_lengths(cfg: Config, task: Task, tokenizer) -> None:
+    """Every prompt the student samples from leaves room for an answer in its server's context (vLLM ends an answer
+    at the context's end, but refuses a prompt that fills it); a long prompt would otherwise fail the run at the step
+    that first draws it. An episode's prompt comes from its environment's reset() and is checked as the episode
+    is played (orchestrator/episodes.py)."""
+    from prime_rl.models.chat import prompt_ids
+
     room = cfg.inference.max_model_len - mode_of(cfg).context_margin - 1  # at least one token of answer
     evaluation = cfg.orchestrator.eval
     splits = {"eval": task.eval[: evaluation.num_examples] if evaluation.interval else []}  # what it evaluates
@@ -92,6 +102,22 @@ def check_prompt_lengths(cfg: Config) -> None:
             f"room for an answer in the student's {cfg.inference.max_model_len}-token context",
             "raise inference.max_model_len, or drop the long prompts from the task's data",
         )
+
+
+def _teacher_tool_calls(cfg: Config, tokenizer) -> None:
+    """A teacher that plays episodes with tools (sft) returns its calls as OpenAI `tool_calls`: they reach the
+    student's tokens only through a chat template that writes them."""
+    from prime_rl.models.chat import renders_tool_calls
+
+    if mode_of(cfg).rollouts != RolloutSource.teacher or renders_tool_calls(tokenizer):
+        return
+    for src in (cfg.task, *cfg.task.mix):
+        if src.name == "gym" and tool_schemas(env_factory(src.env)(**src.options)):
+            raise UserError(
+                f"{src.env}'s tools are called by the teacher, but the student's chat template [model.name] does "
+                "not write an assistant message's tool_calls; fix: give the student a chat template that renders "
+                "tool_calls (Qwen's, Llama 3's) or use training_mode=rl|opd, where the student writes its calls"
+            )
 
 
 def _cpu_run_on_gpu_node(cfg: Config, gpus: int) -> None:

@@ -32,14 +32,16 @@ def prompt_ids(tokenizer, prompt: str | list[dict], tools: list[dict] | None = N
 
 
 def answer_ids(
-    tokenizer, prompt: str | list[dict], answer: str, finished: bool = True, tools: list[dict] | None = None
+    tokenizer, prompt: str | list[dict], answer: str | dict, finished: bool = True, tools: list[dict] | None = None
 ) -> list[int]:
     """The assistant's answer tokenized where the template puts it, after `prompt`'s generation prompt (so a
     SentencePiece tokenizer does not add a word-start `▁` the conversation would not have), then the end-of-turn
-    token: what a sampled completion looks like. An answer cut off by a token limit (`finished=False`) gets no
-    end token, so it does not teach stopping mid-answer."""
+    token: what a sampled completion looks like. `answer`: its text, or the assistant message (with the OpenAI
+    `tool_calls` it makes, which the template writes in the model's own call format). An answer cut off by a
+    token limit (`finished=False`) gets no end token, so it does not teach stopping mid-answer."""
     head = prompt_ids(tokenizer, prompt, tools)
-    chat = as_messages(prompt) + [{"role": "assistant", "content": answer}]
+    message = answer if isinstance(answer, dict) else {"role": "assistant", "content": answer}
+    chat = as_messages(prompt) + [message]
     full = list(tokenizer.apply_chat_template(chat, tools=tools, return_dict=False))
     if full[: len(head)] != head:
         raise ValueError("the chat template renders the user turn differently once an answer follows it")
@@ -68,7 +70,8 @@ def next_turn_ids(
 def transcript_ids(tokenizer, messages: list[dict], tools: list[dict] | None = None):
     """A whole multi-turn conversation as an episode would hold it: (the prompt up to the first assistant turn,
     everything after it, a mask that is true at the assistant's tokens), each reply tokenized where the template
-    puts it and closed by its end of turn, the turns between them bridged as in an episode (next_turn_ids)."""
+    puts it (answer_ids) and closed by its end of turn, the turns between them bridged as in an episode
+    (next_turn_ids)."""
     first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), None)
     if first is None:
         raise ValueError("a transcript needs an assistant turn to train on")
@@ -76,13 +79,25 @@ def transcript_ids(tokenizer, messages: list[dict], tools: list[dict] | None = N
     for i in range(first, len(messages)):
         if messages[i]["role"] != "assistant":
             continue
-        reply = answer_ids(tokenizer, history, messages[i]["content"], tools=tools)
+        reply = answer_ids(tokenizer, history, messages[i], tools=tools)
         following = list(itertools.takewhile(lambda m: m["role"] != "assistant", messages[i + 1 :]))
         between = next_turn_ids(tokenizer, history, following, reply, tools) if following else []
         ids += reply + between
         mask += [True] * len(reply) + [False] * len(between)
         history += [messages[i], *following]
     return prompt_ids(tokenizer, messages[:first], tools), ids, mask
+
+
+def renders_tool_calls(tokenizer) -> bool:
+    """Whether the chat template writes the OpenAI `tool_calls` of an assistant message: the only way a chat
+    endpoint's calls (a teacher's) reach the tokens a student trains on."""
+    call = {"id": "call_0", "type": "function", "function": {"name": "probe_tool", "arguments": '{"probe_arg": 1}'}}
+    chat = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    try:
+        text = tokenizer.apply_chat_template(chat, tokenize=False)
+    except Exception:  # a template that refuses the message (jinja's raise_exception) does not render it either
+        return False
+    return "probe_tool" in text and "probe_arg" in text
 
 
 @functools.cache

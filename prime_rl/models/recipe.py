@@ -14,7 +14,8 @@ from pathlib import Path
 from prime_rl.config.schema import Config, TaskConfig, TinyModelConfig, WarmStartConfig
 from prime_rl.models.hub import is_hub_id
 
-RECIPE_VERSION = 3  # bump when the builder changes what a recipe produces (3: chat templates that list tools)
+# bump when the builder changes what a recipe produces (3: templates list tools; 4: they render OpenAI tool_calls)
+RECIPE_VERSION = 4
 
 
 def cache_root(cache_dir: str | None) -> Path:

@@ -25,11 +25,21 @@ TOOLS_TURN = (
     "{{ ' ' + function['name'] + '(' + (function['parameters']['properties'] | list | join(', ')) + ')' }}"
     "{% endfor %}{{ '<|im_end|>\\n' }}{% endif %}"
 )
+# A message's text, then the calls an assistant message carries as OpenAI `tool_calls` (a teacher's, from a chat
+# endpoint) in the same hermes format, so they tokenize as a student writes them.
+MESSAGE = (
+    "{{ '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') }}"
+    "{% for call in message['tool_calls'] or [] %}{% set f = call['function'] %}"
+    "{{ '<tool_call>{\"name\": ' + (f['name'] | tojson) + ', \"arguments\": ' }}"
+    "{{ f['arguments'] if f['arguments'] is string else (f['arguments'] | tojson) }}{{ '}</tool_call>' }}"
+    "{% endfor %}{{ '<|im_end|>' + '\\n' }}"
+)
 CHAT_TEMPLATE = (
-    TOOLS_TURN + "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    TOOLS_TURN
+    + "{% for message in messages %}"
+    + MESSAGE
+    + "{% endfor %}"
+    + ("{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 )
 
 
@@ -43,9 +53,7 @@ QWEN_CHAT_TEMPLATE = (
     TOOLS_TURN + "{%- if messages[0]['role'] != 'system' %}"
     "{{- '<|im_start|>system\\n" + DEFAULT_SYSTEM + "<|im_end|>\\n' }}"
     "{%- endif %}"
-    "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-    "{%- endfor %}"
+    "{%- for message in messages %}" + MESSAGE + "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 

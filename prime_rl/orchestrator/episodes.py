@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from prime_rl.config.modes import mode_of
 from prime_rl.config.user_error import UserError
 from prime_rl.inference.client import Completion, Sampling
-from prime_rl.models.chat import next_turn_ids, prompt_ids, turn_end_ids
+from prime_rl.models.chat import final_answer, next_turn_ids, prompt_ids, turn_end_ids
 from prime_rl.orchestrator.context import Context, completion_text
 from prime_rl.orchestrator.env_pool import EnvPool, call_in_thread
 from prime_rl.orchestrator.students import sample_groups
@@ -59,16 +59,17 @@ class Episode:
     def prompt(self) -> list[int]:
         return self.prompt_ids + self.ids
 
-    def sample(self, mode: str) -> Sample:
+    def sample(self, mode: str, teacher: str | None = None) -> Sample:
         failed = self.end in FAILURES
         mask = [False] * len(self.ids) if failed else self.mask  # an episode the environment broke teaches nothing
         return Sample(
             self.prompt_ids,
             self.ids,
-            self.logprobs,
+            [] if teacher else self.logprobs,  # a teacher's replies were not sampled in the student's tokens
             reward=0.0 if failed else self.reward,
             loss_mask=None if all(mask) else mask,
             mode=mode,
+            teacher=teacher,
         )
 
 
@@ -80,19 +81,35 @@ async def play_episodes(
         return [], {}
     groups = [[Episode(ex) for _ in range(n)] for ex in examples]
     episodes = [e for group in groups for e in group]
-    limit = ctx.cfg.inference.max_model_len - mode_of(ctx.cfg).context_margin  # the student server's context
+    limit = context_limit(ctx)
     await asyncio.gather(*(start(ctx, e, limit - sampling.max_tokens) for e in episodes))
     live = [e for e in episodes if e.end is None]
     while live:
         replies = await sample_turn(ctx, live, sampling)
         await asyncio.gather(*(advance(ctx, e, c, limit, sampling.max_tokens) for e, c in zip(live, replies)))
         live = [e for e in live if e.end is None]
+    return finished(ctx, groups)
+
+
+def context_limit(ctx: Context) -> int:
+    """The tokens an episode may hold: the student server's context."""
+    return ctx.cfg.inference.max_model_len - mode_of(ctx.cfg).context_margin
+
+
+def finished(ctx: Context, groups: list[list[Episode]], teacher: str | None = None):
+    """The groups' samples and the step's episode metrics, once every episode is over (their environments back
+    in the pool); `teacher`: the model that played them, where one did."""
+    episodes = [e for group in groups for e in group]
     for e in episodes:
         ctx.envs.release(e.example.env, e.env)
     if all(e.end in FAILURES for e in episodes):
         raise EnvFailed(f"every one of {len(episodes)} episodes failed in its environment (see the log)")
-    mode = ctx.cfg.training_mode.value
-    return [[e.sample(mode) for e in group] for group in groups], episode_metrics(episodes)
+    mode, metrics = ctx.cfg.training_mode.value, episode_metrics(episodes)
+    for label in ctx.task.weights:  # a mix: each source's own, in the steps that drew it
+        mine = [e for e in episodes if e.example.source == label]
+        if mine:
+            metrics.update({f"env/{label}/{k.removeprefix('env/')}": v for k, v in episode_metrics(mine).items()})
+    return [[e.sample(mode, teacher) for e in group] for group in groups], metrics
 
 
 async def start(ctx: Context, e: Episode, longest_prompt: int) -> None:
@@ -124,22 +141,41 @@ async def sample_turn(ctx: Context, live: list[Episode], sampling: Sampling) -> 
 
 
 async def advance(ctx: Context, e: Episode, reply: Completion, limit: int, max_tokens: int) -> None:
-    """The reply joins the episode; the tools or the environment answer it; the episode ends or gets its next
-    prompt."""
-    e.ids += reply.token_ids
-    e.mask += [True] * len(reply.token_ids)
-    e.logprobs += reply.logprobs
-    e.turns += 1
-    text = completion_text(ctx, reply.token_ids)
+    """The student's sampled reply joins the episode (its ids as sampled, never re-tokenized)."""
+    message = {"role": "assistant", "content": completion_text(ctx, reply.token_ids)}
     try:
-        following = await respond(ctx, e, reply.token_ids, text)
+        calls = read_calls(ctx, e, reply.token_ids)
+    except Exception as error:  # a tool parser that breaks on the reply
+        fail(ctx.envs, e, error)
+        return
+    await take_turn(ctx, e, reply.token_ids, reply.logprobs, message, calls, limit, max_tokens)
+
+
+async def take_turn(
+    ctx: Context,
+    e: Episode,
+    reply: list[int],
+    logprobs: list[float],
+    message: dict,
+    calls: list[Call] | None,
+    limit: int,
+    max_tokens: int,
+) -> None:
+    """A reply (`reply`: its ids, `message`: as the environment and a chat endpoint read it) joins the episode; the
+    tools or the environment answer it; the episode ends or gets its next prompt."""
+    e.ids += reply
+    e.mask += [True] * len(reply)
+    e.logprobs += logprobs
+    e.turns += 1
+    try:
+        following = await respond(ctx, e, calls, message)
         if following is None:
             return
-        bridge = next_turn_ids(ctx.tokenizer, e.messages, following, reply.token_ids, e.schemas)
+        bridge = next_turn_ids(ctx.tokenizer, e.messages, following, reply, e.schemas)
     except Exception as error:
         fail(ctx.envs, e, error)
         return
-    e.messages += [{"role": "assistant", "content": text}, *following]
+    e.messages += [message, *following]
     if len(e.prompt) + len(bridge) + max_tokens > limit:
         e.end = "context"
         return
@@ -148,11 +184,10 @@ async def advance(ctx: Context, e: Episode, reply: Completion, limit: int, max_t
     e.logprobs += [0.0] * len(bridge)
 
 
-async def respond(ctx: Context, e: Episode, reply: list[int], text: str) -> list[dict] | None:
+async def respond(ctx: Context, e: Episode, calls: list[Call] | None, message: dict) -> list[dict] | None:
     """The messages that answer a reply: a tool message per call it makes, else the environment's next message;
     None when the episode is over (the environment says so, or that was its last reply: then no tool runs)."""
     spec = e.example.env
-    calls = read_calls(ctx, e, reply)
     last = e.turns >= spec.max_turns
     if calls is not None:
         if last:
@@ -161,13 +196,20 @@ async def respond(ctx: Context, e: Episode, reply: list[int], text: str) -> list
         answers = [await answer(call, e.tools, spec.timeout_s) for call in calls] or [UNREADABLE]
         e.tool_calls += len(answers)
         e.tool_errors += sum(invalid for _, invalid in answers)
-        return [{"role": "tool", "content": content} for content, _ in answers]
+        # a chat endpoint's calls carry ids, which its API wants back on their results
+        ids = [c["id"] for c in message.get("tool_calls", [])] or [None] * len(answers)
+        return [tool_message(content, i) for (content, _), i in zip(answers, ids)]
+    text = final_answer(message["content"])  # a teacher's reasoning, kept for the student, is not the action
     observation, reward, done = await call_in_thread(lambda: outcome_of(e.env.step(text)), spec.timeout_s)
     e.reward += reward
     if done or last:
         e.end = "done" if done else "max_turns"
         return None
     return [{"role": "user", "content": observation}]
+
+
+def tool_message(content: str, call_id: str | None) -> dict:
+    return {"role": "tool", "content": content} | ({"tool_call_id": call_id} if call_id else {})
 
 
 def read_calls(ctx: Context, e: Episode, reply: list[int]) -> list[Call] | None:

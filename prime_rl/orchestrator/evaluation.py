@@ -6,9 +6,11 @@ import asyncio
 import math
 import statistics
 
+from prime_rl.config.modes import RolloutSource, mode_of
 from prime_rl.models.chat import final_answer
 from prime_rl.orchestrator.context import Context, student_sampling, teacher_sampling
 from prime_rl.orchestrator.rollouts import rewards_of, student_rollouts
+from prime_rl.orchestrator.teacher_episodes import teacher_episodes
 
 
 async def evaluate(ctx: Context) -> dict[str, float]:
@@ -63,14 +65,18 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 async def evaluate_teacher(ctx: Context) -> dict[str, float]:
-    """The teacher's eval reward under the same sampling, one answer per prompt: the level distilled toward (on the
-    single-turn prompts: the teacher does not play episodes)."""
+    """The teacher's eval reward under the same sampling, one answer per prompt: the level distilled toward. The
+    teacher plays the episodes of a task with an environment only where it writes the rollouts (sft); elsewhere its
+    level is that of the single-turn prompts."""
     cfg = ctx.cfg
-    examples = [ex for ex in ctx.task.eval[: cfg.orchestrator.eval.num_examples] if ex.env is None]
-    if not examples:
-        return {}
+    examples = ctx.task.eval[: cfg.orchestrator.eval.num_examples]
     eval_sampling = teacher_sampling(cfg, temperature=cfg.orchestrator.eval.temperature)
-    answers = await asyncio.gather(*(ctx.answers.answers_at(ex.messages, [0], eval_sampling) for ex in examples))
-    pairs = [(final_answer(a.text), ex) for [a], ex in zip(answers, examples)]
-    rewards = await ctx.verification.rewards(pairs)
-    return {"eval/teacher_reward": sum(rewards) / len(rewards)}
+    single = [ex for ex in examples if ex.env is None]
+    played = [ex for ex in examples if ex.env is not None] if mode_of(cfg).rollouts == RolloutSource.teacher else []
+    rewards = []
+    if single:
+        answers = await asyncio.gather(*(ctx.answers.answers_at(ex.messages, [0], eval_sampling) for ex in single))
+        rewards += await ctx.verification.rewards([(final_answer(a.text), ex) for [a], ex in zip(answers, single)])
+    episodes, _ = await teacher_episodes(ctx, played, 1, eval_sampling)
+    rewards += [s.reward for group in episodes for s in group]
+    return {"eval/teacher_reward": sum(rewards) / len(rewards)} if rewards else {}

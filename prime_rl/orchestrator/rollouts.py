@@ -3,6 +3,7 @@ sampled reply each, or, for an example that carries an environment (task=gym), a
 and their rewards: an episode's from its environment, a reply's from the task's verifier processes."""
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from prime_rl.inference.client import Sampling
 from prime_rl.models.chat import prompt_ids
@@ -19,13 +20,27 @@ async def student_rollouts(
     ctx: Context, examples: list[Example], n: int, sampling: Sampling
 ) -> tuple[Groups, dict[str, float]]:
     """n samples of each example, the replies and the episodes made concurrently; the metrics of making them."""
-    played = [ex.env is not None for ex in examples]
-    (replies, reply_metrics), (episodes, episode_metrics) = await asyncio.gather(
-        single_turn(ctx, [ex for ex, p in zip(examples, played) if not p], n, sampling),
-        play_episodes(ctx, [ex for ex, p in zip(examples, played) if p], n, sampling),
+    return await by_kind(
+        examples,
+        lambda replies: single_turn(ctx, replies, n, sampling),
+        lambda episodes: play_episodes(ctx, episodes, n, sampling),
     )
-    each_reply, each_episode = iter(replies), iter(episodes)
-    return [next(each_episode if p else each_reply) for p in played], {**reply_metrics, **episode_metrics}
+
+
+async def by_kind(
+    examples: list[Example],
+    replies: Callable[[list[Example]], Awaitable[tuple[Groups, dict]]],
+    episodes: Callable[[list[Example]], Awaitable[tuple[Groups, dict]]],
+) -> tuple[Groups, dict[str, float]]:
+    """The groups of the examples without an environment (`replies`) and of those with one (`episodes`), made
+    concurrently, back in the examples' order; both's metrics."""
+    played = [ex.env is not None for ex in examples]
+    (single, single_metrics), (multi, multi_metrics) = await asyncio.gather(
+        replies([ex for ex, p in zip(examples, played) if not p]),
+        episodes([ex for ex, p in zip(examples, played) if p]),
+    )
+    each_reply, each_episode = iter(single), iter(multi)
+    return [next(each_episode if p else each_reply) for p in played], {**single_metrics, **multi_metrics}
 
 
 async def single_turn(ctx: Context, examples: list[Example], n: int, sampling: Sampling) -> tuple[Groups, dict]:

@@ -25,53 +25,63 @@ class TeacherAnswers:
         """A resumed run: count the answers the steps before `start` took, so sample indices go on."""
         self.taken[conversation_key(messages)] += n
 
-    async def sample(self, messages: list[dict], n: int, sampling: Sampling) -> list[ChatAnswer]:
+    async def sample(
+        self, messages: list[dict], n: int, sampling: Sampling, tools: list[dict] | None = None
+    ) -> list[ChatAnswer]:
         """The conversation's next n answers. The k-th answer a run takes for a conversation is its sample k:
-        a repeated prompt gets new answers, and a rerun with the same prompts finds the same ones in the cache."""
+        a repeated prompt gets new answers, and a rerun with the same prompts finds the same ones in the cache.
+        `tools`: the JSON schemas of the tools the teacher may call (an episode's)."""
         key = conversation_key(messages)
         first = self.taken[key]
         self.taken[key] += n
-        return await self.answers_at(messages, list(range(first, first + n)), sampling)
+        return await self.answers_at(messages, list(range(first, first + n)), sampling, tools)
 
-    async def answers_at(self, messages: list[dict], indices: list[int], sampling: Sampling) -> list[ChatAnswer]:
-        questions = {i: self.question(messages, sampling, i) for i in indices}
+    async def answers_at(
+        self, messages: list[dict], indices: list[int], sampling: Sampling, tools: list[dict] | None = None
+    ) -> list[ChatAnswer]:
+        questions = {i: self.question(messages, sampling, i, tools) for i in indices}
         found = {i: self.cache.get("answers", q) for i, q in questions.items()} if self.cache else {}
         answers = {i: ChatAnswer(**a) for i, a in found.items() if a}
         self.usage.cache_hits += len(answers)
         missing = [i for i in indices if i not in answers]
-        for i, answer in zip(missing, await self.request(messages, len(missing), sampling) if missing else []):
+        for i, answer in zip(missing, await self.request(messages, len(missing), sampling, tools) if missing else []):
             answers[i] = answer
             if self.cache:
                 self.cache.put("answers", questions[i], answer.__dict__)
         return [answers[i] for i in indices]
 
-    def question(self, messages: list[dict], sampling: Sampling, index: int) -> dict:
+    def question(self, messages: list[dict], sampling: Sampling, index: int, tools: list[dict] | None) -> dict:
         extra = self.cfg.teacher.extra_body
-        return {
+        question = {
             "model": self.model,
             "messages": messages,
             "sampling": {k: getattr(sampling, k) for k in ("temperature", "top_p", "max_tokens")},  # what is sent
             "extra": extra,
             "index": index,
         }
+        return question | {"tools": tools} if tools else question  # without tools: the keys answers had before
 
-    async def request(self, messages: list[dict], n: int, sampling: Sampling) -> list[ChatAnswer]:
+    async def request(
+        self, messages: list[dict], n: int, sampling: Sampling, tools: list[dict] | None = None
+    ) -> list[ChatAnswer]:
         """n answers: in one request where the endpoint takes n > 1, else fanned out into n requests of one. A
         reply with fewer choices than asked is followed by a request for the rest."""
         if not self.api.multiple_choices:
-            replies = await asyncio.gather(*(self.chat(messages, 1, sampling) for _ in range(n)))
+            replies = await asyncio.gather(*(self.chat(messages, 1, sampling, tools) for _ in range(n)))
             return [a for reply in replies for a in reply[:1]]
         answers: list[ChatAnswer] = []
         while len(answers) < n:
-            got = await self.chat(messages, n - len(answers), sampling)
+            got = await self.chat(messages, n - len(answers), sampling, tools)
             if not got:
                 raise InferenceError(f"teacher endpoint {self.client.base_url} returned no choices")
             answers += got[: n - len(answers)]
         return answers
 
-    async def chat(self, messages: list[dict], n: int, sampling: Sampling) -> list[ChatAnswer]:
+    async def chat(
+        self, messages: list[dict], n: int, sampling: Sampling, tools: list[dict] | None = None
+    ) -> list[ChatAnswer]:
         t = self.cfg.teacher
-        reply = await self.client.chat(chat_payload(self.cfg, self.model, messages, n, sampling, self.api))
+        reply = await self.client.chat(chat_payload(self.cfg, self.model, messages, n, sampling, self.api, tools))
         self.usage.add_reply(reply.usage, t.price_per_mtok_in, t.price_per_mtok_out)
         return reply.answers
 

@@ -18,10 +18,19 @@ VLLM_API = TeacherApiConfig(TokenLimitField.max_tokens, multiple_choices=True, s
 
 
 def chat_payload(
-    cfg: Config, model: str, messages: list[dict], n: int, sampling: Sampling, api: TeacherApiConfig
+    cfg: Config,
+    model: str,
+    messages: list[dict],
+    n: int,
+    sampling: Sampling,
+    api: TeacherApiConfig,
+    tools: list[dict] | None = None,
 ) -> dict:
-    """A chat request in the form `api` says the endpoint accepts (teacher.extra_body first: ours win)."""
+    """A chat request in the form `api` says the endpoint accepts (teacher.extra_body first: ours win); `tools`:
+    the JSON schemas of an episode's tools, offered in the OpenAI format (the endpoint chooses when to call)."""
     payload = {**cfg.teacher.extra_body, "model": model, "messages": messages}
+    if tools:
+        payload["tools"] = tools
     payload[api.token_limit_field.value] = sampling.max_tokens
     if n != 1:
         payload["n"] = n

@@ -1,5 +1,6 @@
-"""sft: the teacher writes the rollouts through its chat endpoint; they are re-tokenized where the student's chat
-template puts them and trained on with NLL."""
+"""sft: the teacher writes the rollouts through its chat endpoint (replies, or whole episodes where the task has an
+environment: orchestrator/teacher_episodes.py); they are re-tokenized where the student's chat template puts them
+and trained on with NLL."""
 
 import asyncio
 
@@ -8,6 +9,8 @@ from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.orchestrator.algo.base import Algorithm
 from prime_rl.orchestrator.context import Context, teacher_sampling
 from prime_rl.orchestrator.prompts import step_prompts
+from prime_rl.orchestrator.rollouts import by_kind
+from prime_rl.orchestrator.teacher_episodes import teacher_episodes
 from prime_rl.protocol.batch import Sample
 from prime_rl.tasks import Example
 from prime_rl.teacher.answers import trained_text
@@ -15,20 +18,32 @@ from prime_rl.teacher.answers import trained_text
 
 class SFT(Algorithm):
     async def rollouts(self, ctx: Context, examples: list[Example]) -> tuple[list[list[Sample]], dict[str, float]]:
-        """rollouts_per_example answers per prompt; also the fraction the teacher ended at its length cap."""
-        n = ctx.cfg.orchestrator.rollouts_per_example
-        answers = await asyncio.gather(
-            *(ctx.answers.sample(ex.messages, n, teacher_sampling(ctx.cfg)) for ex in examples)
+        n, sampling = ctx.cfg.orchestrator.rollouts_per_example, teacher_sampling(ctx.cfg)
+        return await by_kind(
+            examples,
+            lambda replies: teacher_replies(ctx, replies, n),
+            lambda episodes: teacher_episodes(ctx, episodes, n, sampling),
         )
-        groups = [[teacher_sample(ctx, ex, a) for a in group] for ex, group in zip(examples, answers)]
-        cut = [a.finish_reason == "length" for group in answers for a in group]
-        return groups, {"teacher/truncated": sum(cut) / len(cut)}
 
     def resume(self, ctx: Context, start: int) -> None:
-        """The teacher's answers go on with each prompt's next sample index (answers are cached by it)."""
+        """The teacher's answers go on with each prompt's next sample index (answers are cached by it). An
+        episode's conversations come from its environment as it is played: a resumed run asks for their answers
+        from index 0 again (the cache gives back the answers the run had)."""
         for step in range(start):
             for ex in step_prompts(ctx.cfg, ctx.task, step):
-                ctx.answers.skip(ex.messages, ctx.cfg.orchestrator.rollouts_per_example)
+                if ex.env is None:
+                    ctx.answers.skip(ex.messages, ctx.cfg.orchestrator.rollouts_per_example)
+
+
+async def teacher_replies(ctx: Context, examples: list[Example], n: int) -> tuple[list[list[Sample]], dict]:
+    """n answers per prompt; also the fraction the teacher ended at its length cap."""
+    if not examples:
+        return [], {}
+    sampling = teacher_sampling(ctx.cfg)
+    answers = await asyncio.gather(*(ctx.answers.sample(ex.messages, n, sampling) for ex in examples))
+    groups = [[teacher_sample(ctx, ex, a) for a in group] for ex, group in zip(examples, answers)]
+    cut = [a.finish_reason == "length" for group in answers for a in group]
+    return groups, {"teacher/truncated": sum(cut) / len(cut)}
 
 
 def teacher_sample(ctx: Context, ex: Example, answer: ChatAnswer) -> Sample:
