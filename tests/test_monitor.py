@@ -24,7 +24,7 @@ from prime_rl.monitor.wandb_run import RUN_ID_FILE, WandbRun, logged_config, run
 from prime_rl.protocol.batch import TEACHER_LOGPROBS, Sample
 from prime_rl.report.__main__ import main as report_main
 from prime_rl.report.sweep import Job, label_of
-from prime_rl.report.workspace import SECTIONS, sweep_workspace
+from prime_rl.report.workspace import SECTIONS, run_workspace, sweep_workspace
 from tests.conftest import ROOT, launch_cmd, unused_port
 from tests.test_e2e_rl import launch, run_processes
 
@@ -383,6 +383,16 @@ def test_report_on_a_real_local_multirun(tmp_path, offline_env):
     panels = {p.title: p for section in workspace.sections for p in section.panels}
     assert [s.name for s in workspace.sections] == list(SECTIONS)
     assert (panels["eval/reward"].x, panels["loss"].x, panels["loss"].y) == ("eval/step", "Step", ["loss"])
+
+    # and a single run's (here one job's): its own W&B run, by the id its run dir keeps
+    job = sweep / "0"
+    single = subprocess.run(
+        [sys.executable, "-m", "prime_rl.report", str(job)], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert single.returncode == 0 and "no workspace pushed" in single.stdout, single.stderr
+    workspace = run_workspace(job, entity="someone")
+    assert "ID" in workspace.runset_settings.filters and repr(names[0].run_id) in workspace.runset_settings.filters
+    assert [s.name for s in workspace.sections] == list(SECTIONS)
 
 
 def test_an_unreachable_wandb_logs_offline_and_an_online_run_is_refused(tmp_path):

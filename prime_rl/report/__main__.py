@@ -1,5 +1,6 @@
 """`python -m prime_rl.report <multirun dir>`: prints the sweep's table, writes report.csv and report_*.png, and saves
-a W&B workspace for the sweep where W&B is online."""
+a W&B workspace for the sweep where W&B is online. `python -m prime_rl.report <run dir>`: saves the run's
+workspace."""
 
 import argparse
 import sys
@@ -9,13 +10,16 @@ from rich.console import Console
 from rich.table import Table
 
 from prime_rl.report.sweep import write_report
-from prime_rl.report.workspace import publish_workspace
+from prime_rl.report.workspace import is_run_dir, publish_workspace
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m prime_rl.report", description=__doc__)
-    parser.add_argument("sweep_dir", type=Path, help="a Hydra multirun dir, e.g. multirun/2026-01-31/12-00-00")
+    parser.add_argument("sweep_dir", type=Path, help="a Hydra multirun dir (multirun/2026-01-31/12-00-00) or a run dir")
     sweep_dir = parser.parse_args(argv).sweep_dir
+    if is_run_dir(sweep_dir):
+        print(publish_workspace(sweep_dir))
+        return 0
     try:
         (header, *rows), files = write_report(sweep_dir)
     except FileNotFoundError as e:

@@ -1,5 +1,6 @@
-"""A saved W&B workspace made for a sweep (wandb-workspaces): its runs, one line per sweep point coloured by the swept
-keys, panels by family. Built from what the sweep dir holds; pushed only where W&B is online."""
+"""A saved W&B workspace (wandb-workspaces) made for a sweep, its runs one line per sweep point coloured by the swept
+keys, or for one run; panels by family. Built from what the sweep or run dir holds; pushed only where W&B is
+online."""
 
 from pathlib import Path
 
@@ -7,7 +8,7 @@ from omegaconf import OmegaConf
 
 from prime_rl.config.schema import WandbMode
 from prime_rl.monitor.wandb_mode import wandb_mode
-from prime_rl.monitor.wandb_run import EVAL_STEP
+from prime_rl.monitor.wandb_run import EVAL_STEP, RUN_ID_FILE
 from prime_rl.report.sweep import load_jobs, swept_keys
 
 # section -> the metrics it plots, each in its own panel (a metric the runs never logged stays an empty panel)
@@ -35,8 +36,9 @@ def wandb_target(job_dir: Path) -> dict | None:
     return None if w.mode == "disabled" else {"entity": w.entity, "project": w.project, "group": w.group}
 
 
-def build_workspace(entity: str, project: str, group: str, swept: list[str]):
-    """The workspace object: the runs of W&B group `group` (a sweep's), grouped, so coloured, by the swept keys."""
+def build_workspace(entity: str, project: str, name: str, runs: tuple[str, str], groupby: list[str]):
+    """The workspace object: the runs whose attribute runs[0] (W&B's "Group", "ID") is runs[1], grouped, so
+    coloured, by the config keys `groupby`."""
     import wandb_workspaces.reports.v2 as wr
     import wandb_workspaces.workspaces as ws
 
@@ -46,10 +48,9 @@ def build_workspace(entity: str, project: str, group: str, swept: list[str]):
     sections = [
         ws.Section(name=name, panels=[panel(m) for m in metrics], is_open=True) for name, metrics in SECTIONS.items()
     ]
-    runset = ws.RunsetSettings(filters=[ws.Metric("Group") == group], groupby=[ws.Config(key) for key in swept])
-    return ws.Workspace(
-        entity=entity, project=project, name=f"sweep {group}", sections=sections, runset_settings=runset
-    )
+    attribute, value = runs
+    runset = ws.RunsetSettings(filters=[ws.Metric(attribute) == value], groupby=[ws.Config(key) for key in groupby])
+    return ws.Workspace(entity=entity, project=project, name=name, sections=sections, runset_settings=runset)
 
 
 def sweep_workspace(sweep_dir: Path, entity: str | None = None):
@@ -59,16 +60,35 @@ def sweep_workspace(sweep_dir: Path, entity: str | None = None):
     target = wandb_target(jobs[0].dir) if jobs else None
     if target is None or target["group"] is None:
         return None
-    return build_workspace(target["entity"] or entity, target["project"], target["group"], swept_keys(jobs))
+    group = target["group"]
+    return build_workspace(
+        target["entity"] or entity, target["project"], f"sweep {group}", ("Group", group), swept_keys(jobs)
+    )
 
 
-def publish_workspace(sweep_dir: Path) -> str:
-    """Saves the sweep's workspace to W&B when W&B is online here; says what happened, in one line."""
+def run_workspace(run_dir: Path, entity: str | None = None):
+    """One run's workspace (its W&B run, by the id its run dir keeps), or None when it logged nothing to W&B."""
+    target, id_file = wandb_target(run_dir), run_dir / RUN_ID_FILE
+    if target is None or not id_file.exists():
+        return None
+    run_id = id_file.read_text().strip()
+    return build_workspace(target["entity"] or entity, target["project"], f"run {run_id}", ("ID", run_id), [])
+
+
+def is_run_dir(path: Path) -> bool:
+    """A single run's dir (a launch without -m), as opposed to a multirun dir of jobs."""
+    return (path / "configs" / "trainer.yaml").exists()
+
+
+def publish_workspace(path: Path) -> str:
+    """Saves the workspace of a sweep or of a run to W&B when W&B is online here; says what happened, in one line."""
+    what = "run" if is_run_dir(path) else "sweep"
     if wandb_mode(WandbMode.auto) != "online":
         return "W&B is not online here (no WANDB_API_KEY, or WANDB_MODE): no workspace pushed"
     import wandb
 
-    workspace = sweep_workspace(sweep_dir, entity=wandb.Api().default_entity)
+    make = run_workspace if what == "run" else sweep_workspace
+    workspace = make(path, entity=wandb.Api().default_entity)
     if workspace is None:
-        return "the sweep's jobs logged nothing to W&B: no workspace"
+        return f"the {what} logged nothing to W&B: no workspace"
     return f"W&B workspace: {workspace.save().url}"
