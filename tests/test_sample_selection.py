@@ -1,24 +1,31 @@
 """What a step trains on (issue 30). Dynamic sampling: a group of equal rewards carries no signal in rl; with the
 filter on the step drops it and refills its place with a new prompt's group, in bounded rounds of prompts that are a
-function of (seed, step, round). Length shaping: DAPO's soft overlong penalty and overlong filter. Their arithmetic
-against stand-ins, the draw, the rules, and a real rl run with both the filter and the overlong filter."""
+function of (seed, step, round). The difficulty filter: a prompt whose group passed too rarely or too often waits.
+Length shaping: DAPO's soft overlong penalty and overlong filter. Their arithmetic against stand-ins, the draw, the
+rules, a real rl run with both the filter and the overlong filter, and one with the difficulty filter across a
+resume."""
 
 import asyncio
+import json
 import random
+import re
+import shutil
 
 import pytest
 
 from prime_rl.config import ConfigError, compose_config
 from prime_rl.config.rules import check_rules
 from prime_rl.orchestrator.advantages import grpo_advantages
+from prime_rl.orchestrator.difficulty import DifficultyFilter
 from prime_rl.orchestrator.dynamic_sampling import group_metrics, refill, uniform
 from prime_rl.orchestrator.length_shaping import overlong_penalty, shaped_rewards
-from prime_rl.orchestrator.prompts import refill_prompts, step_prompts
+from prime_rl.orchestrator.prompts import prompts_per_step, refill_prompts, step_prompts
 from prime_rl.protocol.batch import Sample
-from prime_rl.tasks import Example, Task
+from prime_rl.tasks import Example, Task, load_task
 from tests.test_e2e_rl import launch, rows
 
 N = 4  # samples per group
+USER_TURN = re.compile(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", re.S)
 
 
 def group(rewards: list[float], prompt: int = 0) -> list[Sample]:
@@ -92,6 +99,41 @@ def test_refill_prompts_are_a_function_of_seed_step_and_round_and_avoid_the_step
     assert own == random.Random(cfg.seed * 1_000_003 + 7).sample(t.train, len(own))
 
 
+def test_the_difficulty_filter_holds_back_what_always_failed_or_passed_and_a_resume_rebuilds_it(tmp_path):
+    cfg = compose_config(["orchestrator.difficulty.enabled=true", "orchestrator.difficulty.skip_steps=3"])
+    t, log = task(), tmp_path / "difficulty.jsonl"
+    judge = DifficultyFilter(cfg.orchestrator.difficulty, t, log)
+    hard, easy, mixed = t.train[:2], t.train[2:3], t.train[3:5]
+    judge.judge([*hard, *easy], [group([0.0, 0.4, 0.9, 0.0]), group([0.0] * N), group([1.0] * N)])
+    judge.judge(mixed, [group([1.0, 0.0, 0.0, 0.0]), group([1.0, 1.0, 1.0, 0.5])])  # a refill's groups count too
+    metrics = judge.close_step(step=4, waited=0)
+    assert metrics == {"difficulty/too_hard": 2 / 5, "difficulty/too_easy": 1 / 5, "difficulty/waiting": 0.0}
+    per_step = prompts_per_step(cfg)
+    assert judge.waiting(5, per_step) == [*hard, *easy] and judge.waiting(7, per_step) == [*hard, *easy]
+    assert judge.waiting(8, per_step) == []  # skip_steps=3: steps 5, 6 and 7 do not draw them
+    assert not set(map(id, step_prompts(cfg, t, 5, judge.waiting(5, per_step)))) & set(map(id, [*hard, *easy]))
+    assert len(judge.waiting(5, draws=len(t.train) - 1)) == 1  # never so many that a step cannot fill its batch
+
+    resumed = DifficultyFilter(cfg.orchestrator.difficulty, t, log)
+    resumed.resume(start=5)  # from the run dir's rows before the resumed step
+    assert resumed.waiting(5, per_step) == judge.waiting(5, per_step)
+    fresh = DifficultyFilter(cfg.orchestrator.difficulty, t, log)
+    fresh.resume(start=4)  # step 4 is recomputed: its verdicts are not the resumed run's
+    assert fresh.waiting(5, per_step) == []
+
+
+def test_the_difficulty_filter_is_refused_without_rewards_or_on_the_teachers_answers():
+    for overrides, key in (
+        (["orchestrator.verification.enabled=false", "training_mode=opd", "teacher=local_vllm"], "verification"),
+        (["training_mode=sft", "teacher=local_vllm"], "training_mode"),
+        (["orchestrator.difficulty.min_pass_rate=0.5", "orchestrator.difficulty.max_pass_rate=0.5"], "max_pass"),
+    ):
+        cfg = compose_config([*overrides, "orchestrator.difficulty.enabled=true", "trainer.loss.adv_tau=0"])
+        with pytest.raises(ConfigError) as err:
+            check_rules(cfg, 0)
+        assert any(key in k for k in err.value.keys), (overrides, err.value.keys)
+
+
 def test_the_filter_is_refused_where_every_group_carries_a_signal():
     for overrides in (["training_mode=opd", "teacher=local_vllm"], ["training_mode=sft", "teacher=local_vllm"]):
         cfg = compose_config([*overrides, "orchestrator.dynamic_sampling.enabled=true"])
@@ -156,3 +198,42 @@ def test_an_rl_run_with_dynamic_sampling_refills_its_batches_and_masks_cut_repli
         assert r["sampling/filtered"] > 0 and r["sampling/unfilled"] <= r["groups/uniform"]
         assert r["seq_len/masked_truncated"] == r["seq_len/truncated"]  # the step's own replies: every cut one
     assert any(r["seq_len/truncated"] > 0 for r in steps)
+
+
+@pytest.mark.vllm
+def test_the_difficulty_filter_holds_prompts_back_across_a_resume(tmp_path):
+    """Exact-match rewards on the warm-started tiny model: many groups all wrong, judged too hard and held back for
+    the rest of the run. A crash after step 2's checkpoint (the later one removed) and a resume: the resumed run
+    rebuilds the verdicts of steps 0-1 from the run dir, redraws steps 2-3 and goes on, never drawing a held-back
+    prompt; every step is judged once."""
+    run_dir = tmp_path / "run"
+    common = [
+        "task.verifier=exact", "orchestrator.difficulty.enabled=true", "orchestrator.difficulty.skip_steps=100",
+        "orchestrator.batch_size=16", "orchestrator.rollouts_per_example=4", "orchestrator.eval.interval=0",
+        "orchestrator.log_samples=16", "ckpt.interval=2", "monitor=off",
+    ]  # fmt: skip
+    first = launch(run_dir, *common, "max_steps=4")
+    assert first.returncode == 0, first.stderr[-3000:]
+    shutil.rmtree(run_dir / "checkpoints" / "step_4")
+    resumed = launch(run_dir, *common, "max_steps=6", "ckpt.resume=true")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from step 2" in resumed.stderr
+
+    judged = [json.loads(line) for line in (run_dir / "difficulty.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in judged] == list(range(6))
+    train = load_task(compose_config(common).task).train
+    places: dict[str, set[int]] = {}  # a prompt's text -> its places in the train split (a word may repeat)
+    for i, ex in enumerate(train):
+        places.setdefault(ex.prompt, set()).add(i)
+    steps = {r["step"]: r for r in rows(run_dir) if "loss" in r}
+    assert sorted(steps) == list(range(6))
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    held: set[int] = set()
+    for row in judged:
+        assert steps[row["step"]]["difficulty/waiting"] == len(held)  # every earlier verdict, across the resume
+        for s in samples:
+            if s["step"] == row["step"]:
+                text = USER_TURN.search(s["prompt"]).group(1)
+                assert places[text] - held, f"step {row['step']} drew {text!r}, held back"
+        held |= set(row["too_hard"] + row["too_easy"])
+    assert len(held) > 0

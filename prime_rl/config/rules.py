@@ -81,6 +81,18 @@ def _knobs(cfg: Config) -> list[tuple[str, bool, str, str]]:
             f"must be >= 0, got {o.dynamic_sampling.max_refills}",
             "use e.g. 3 (0: only fill with what the step drew)",
         ),
+        (
+            "orchestrator.difficulty.skip_steps",
+            o.difficulty.skip_steps >= 1,
+            f"must be >= 1, got {o.difficulty.skip_steps}",
+            "use e.g. 50",
+        ),
+        (
+            "orchestrator.difficulty.max_pass_rate",
+            o.difficulty.min_pass_rate < o.difficulty.max_pass_rate,
+            f"the band [{o.difficulty.min_pass_rate}, {o.difficulty.max_pass_rate}] is empty",
+            "keep min_pass_rate below max_pass_rate, e.g. 0.0 and 1.0 (skip what always fails or always passes)",
+        ),
         ("trainer.optim.lr", t.optim.lr >= 0, f"must be >= 0, got {t.optim.lr}", "use e.g. 3e-4"),
         ("trainer.optim.max_grad_norm", t.optim.max_grad_norm > 0, "must be > 0", "use e.g. 1.0"),
         ("trainer.optim.beta1", 0 <= t.optim.beta1 < 1, f"must be in [0, 1), got {t.optim.beta1}", "use e.g. 0.9"),
@@ -341,6 +353,19 @@ def _mode(cfg: Config, _: int) -> None:
         f"dynamic sampling drops groups without a signal, and every {name} group has one"
         + (" (the teacher's, per token)" if mode.teacher_term else " (the teacher's answers)"),
         "use it with training_mode=rl, or set orchestrator.dynamic_sampling.enabled=false",
+    )
+    difficulty = cfg.orchestrator.difficulty.enabled
+    check(
+        not difficulty or mode.trains_sampled_policy,
+        ["orchestrator.difficulty.enabled", "training_mode"],
+        f"the difficulty filter judges prompts by the student's own rewards, and {name} trains on the teacher's",
+        "use it with training_mode=rl|opd, or set orchestrator.difficulty.enabled=false",
+    )
+    check(
+        verification or not difficulty,
+        ["orchestrator.difficulty.enabled", "orchestrator.verification.enabled"],
+        "the difficulty filter judges prompts by their rewards, but verification is off",
+        "set orchestrator.verification.enabled=true, or orchestrator.difficulty.enabled=false",
     )
     if mode.uses_advantages:
         check(

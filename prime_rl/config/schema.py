@@ -160,6 +160,15 @@ class DynamicSamplingConfig:
 
 
 @dataclass
+class DifficultyConfig:
+    enabled: bool = False  # skip for a while the prompts whose last group's pass rate fell outside the band
+    min_pass_rate: float = 0.0  # a prompt whose pass rate is at or below this is too hard (< 0: none is)
+    max_pass_rate: float = 1.0  # a prompt whose pass rate is at or above this is too easy (> 1: none is)
+    pass_reward: float = 1.0  # a sample passes when its reward is at least this (1.0: exact)
+    skip_steps: int = 50  # steps a prompt outside the band is not drawn, counted from the step that judged it
+
+
+@dataclass
 class LengthConfig:
     overlong_buffer: int = 0  # DAPO's soft overlong penalty over a reply's last N tokens before max_tokens (0 = off)
     overlong_penalty: float = 1.0  # what a reply of max_tokens tokens loses of its reward (linear over the buffer)
@@ -174,6 +183,7 @@ class OrchestratorConfig:
     std_normalize: bool = True  # divide GRPO advantages by the group's reward std (GRPO); false = mean-centred only
     sampling: SamplingConfig = field(default_factory=SamplingConfig)  # rollout sampling
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)  # DAPO's, with refill
+    difficulty: DifficultyConfig = field(default_factory=DifficultyConfig)  # an online difficulty filter of prompts
     length: LengthConfig = field(default_factory=LengthConfig)  # length shaping of single-turn replies (rl, opd)
     verification: VerificationConfig = field(default_factory=VerificationConfig)  # reward computation
     eval: EvalConfig = field(default_factory=EvalConfig)  # periodic evaluation

@@ -21,7 +21,7 @@ def prepare_resume(run_dir: RunDir) -> int:
         run_dir.rollouts(step).unlink(missing_ok=True)
     for step in run_dir.steps_in("weights"):
         shutil.rmtree(run_dir.weights(step), ignore_errors=True)
-    for log in (run_dir.metrics, run_dir.samples):
+    for log in (run_dir.metrics, run_dir.samples, run_dir.difficulty):
         if log.exists():
             keep_rows_before(log, start)
     return start

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field, replace
 from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.inference.client import InferenceClient, Sampling
 from prime_rl.models.chat import final_answer, student_tokenizer, turn_end_ids
+from prime_rl.orchestrator.difficulty import DifficultyFilter
 from prime_rl.orchestrator.env_pool import EnvPool
 from prime_rl.orchestrator.students import StudentServers, student_client
 from prime_rl.orchestrator.tool_calls import ToolReader
@@ -30,15 +31,17 @@ class Context:
     answers: TeacherAnswers | None  # the teacher's chat answers (sft rollouts, its eval), cached and counted
     envs: EnvPool = field(default_factory=EnvPool)  # task=gym: the environments episodes are played against
     tool_readers: dict[str, ToolReader] = field(default_factory=dict)  # task=gym with tools: by parser name
+    difficulty: DifficultyFilter | None = None  # orchestrator.difficulty: the prompts held back, by step
 
 
 def make_context(cfg: Config) -> Context:
     teacher, teacher_model = teacher_client(cfg) if cfg.teacher.kind != TeacherKind.none else (None, None)
-    lora = cfg.trainer.lora
+    lora, task, run_dir = cfg.trainer.lora, load_task(cfg.task), RunDir(cfg.run_dir)
+    difficulty = cfg.orchestrator.difficulty
     return Context(
         cfg=cfg,
-        run_dir=RunDir(cfg.run_dir),
-        task=load_task(cfg.task),
+        run_dir=run_dir,
+        task=task,
         verification=Verification(cfg.task, cfg.orchestrator.verification),
         tokenizer=student_tokenizer(cfg),
         student=student_client(cfg),
@@ -46,6 +49,7 @@ def make_context(cfg: Config) -> Context:
         teacher=teacher,
         teacher_model=teacher_model,
         answers=None,
+        difficulty=DifficultyFilter(difficulty, task, run_dir.difficulty) if difficulty.enabled else None,
     )
 
 

@@ -45,9 +45,11 @@ async def refill(
     examples: list[Example],
     groups: Groups,
     scored_rollouts: Callable[[list[Example]], Awaitable[Groups]],
+    waiting: list[Example] = (),
 ) -> tuple[Groups, dict[str, float]]:
     """The step's groups with every uniform one replaced by a group of a new prompt where the refills found one;
-    `scored_rollouts` samples and scores (rewards, advantages) the groups of new prompts."""
+    `scored_rollouts` samples and scores (rewards, advantages) the groups of new prompts; `waiting`: prompts the
+    difficulty filter holds back, never drawn."""
     start, target = time.monotonic(), len(groups)
     kept, dropped = [g for g in groups if not uniform(g)], [g for g in groups if uniform(g)]
     drawn, tried = list(examples), len(groups)
@@ -56,7 +58,9 @@ async def refill(
         if missing <= 0:
             break
         keep_rate = max(len(kept) / tried, MIN_KEEP_RATE)
-        more = refill_prompts(cfg, task, step, round_, drawn, min(math.ceil(missing / keep_rate), target))
+        more = refill_prompts(
+            cfg, task, step, round_, drawn + list(waiting), min(math.ceil(missing / keep_rate), target)
+        )
         if not more:  # the task has no prompt left that the step did not draw
             break
         new = await scored_rollouts(more)

@@ -15,7 +15,7 @@ from prime_rl.orchestrator.dynamic_sampling import group_metrics, refill
 from prime_rl.orchestrator.evaluation import evaluate, evaluate_teacher
 from prime_rl.orchestrator.length_shaping import shaped_rewards
 from prime_rl.orchestrator.policy import PolicySync
-from prime_rl.orchestrator.prompts import step_prompts
+from prime_rl.orchestrator.prompts import prompts_per_step, step_prompts
 from prime_rl.orchestrator.rollouts import rewards_of
 from prime_rl.orchestrator.server_urls import locate_servers
 from prime_rl.protocol.batch import Batch, Sample, write_batch
@@ -100,8 +100,8 @@ def log_samples(ctx: Context, batch: Batch) -> None:
 
 
 def resume_counts(ctx: Context, algo: Algorithm, start: int) -> None:
-    """A resumed run goes on with the counts so far (verifier calls, the teacher's usage totals) and with what the
-    mode keeps across steps."""
+    """A resumed run goes on with the counts so far (verifier calls, the teacher's usage totals), with what the
+    mode keeps across steps and with the difficulty filter's verdicts."""
     if not start:
         return
     rows = [r for r in read_rows(ctx.run_dir.metrics) if "loss" in r and r["step"] < start]
@@ -112,11 +112,14 @@ def resume_counts(ctx: Context, algo: Algorithm, start: int) -> None:
                 k: v for k, v in rows[-1].items() if k.startswith("teacher/") and k.endswith("_total")
             }
     algo.resume(ctx, start)
+    if ctx.difficulty:
+        ctx.difficulty.resume(start)
 
 
 async def make_batch(ctx: Context, algo: Algorithm, step: int, version: int) -> Batch:
     cfg = ctx.cfg
-    examples = step_prompts(cfg, ctx.task, step)
+    waiting = ctx.difficulty.waiting(step, prompts_per_step(cfg)) if ctx.difficulty else []
+    examples = step_prompts(cfg, ctx.task, step, waiting)
     start = time.monotonic()
     groups, metrics = await algo.rollouts(ctx, examples)
     generate_s = time.monotonic() - start
@@ -128,9 +131,11 @@ async def make_batch(ctx: Context, algo: Algorithm, step: int, version: int) -> 
         metrics.update(group_metrics(groups))
         if cfg.orchestrator.dynamic_sampling.enabled:
             groups, refill_metrics = await refill(
-                cfg, ctx.task, step, examples, groups, lambda more: scored_rollouts(ctx, algo, more)
+                cfg, ctx.task, step, examples, groups, lambda more: scored_rollouts(ctx, algo, more), waiting
             )
             metrics.update(refill_metrics)
+        if ctx.difficulty:
+            metrics.update(ctx.difficulty.close_step(step, len(waiting)))
     samples = [s for group in groups for s in group]
     metrics.update(await algo.teacher_signal(ctx, samples))
     n_tokens = sum(s.trained_tokens for s in samples)
@@ -151,6 +156,8 @@ async def scored_rollouts(ctx: Context, algo: Algorithm, examples: list[Example]
 async def score(ctx: Context, examples: list[Example], groups: list[list[Sample]]) -> dict:
     """Rewards (the verifier's, or an episode's own), GRPO advantages, and the step's reward metrics."""
     rewards = await rewards_of(ctx, examples, groups)
+    if ctx.difficulty:
+        ctx.difficulty.judge(examples, groups)
     sources = [ex.source for ex, group in zip(examples, groups) for _ in group]
     o, samples = ctx.cfg.orchestrator, [s for g in groups for s in g]
     shaped, metrics = shaped_rewards(ctx.cfg, samples, rewards)

@@ -29,6 +29,11 @@ class RunDir:
         return self.root / "samples.jsonl"
 
     @property
+    def difficulty(self) -> Path:
+        """orchestrator -> itself after a resume: each step's prompts the difficulty filter judged out of its band."""
+        return self.root / "difficulty.jsonl"
+
+    @property
     def device_lock(self) -> Path:
         """Colocated layout: held by whichever phase has the device (device_turn.py)."""
         return self.root / "device.lock"
