@@ -1,12 +1,16 @@
-"""What a step trains on (issue 30), measured: DAPO's dynamic sampling and its two length shapings against the plain
-run, on the default run's settings (colocated, the reverse task, 16 prompts x 8), for the same number of steps.
+"""What a step trains on (issue 30), measured: DAPO's dynamic sampling, the difficulty filter and DAPO's two length
+shapings against the plain run, on the default run's settings (colocated, the reverse task, 16 prompts x 8), for the
+same number of steps; `--verifier exact` scores with exact match instead of similarity (most early groups all
+wrong: where the filters act).
 
-Variants: plain; dynamic (orchestrator.dynamic_sampling.enabled); overlong (orchestrator.length.overlong_buffer=4,
-of max_tokens 16); masked (orchestrator.length.mask_truncated). Per variant, medians over seeds: the eval reward at
-the last step (128 prompts; its standard error beside it), steps/min, the wall-clock of the whole run, and the
-shares the variant acts on (groups without signal, refill prompts, cut replies).
+Variants: plain; dynamic (orchestrator.dynamic_sampling.enabled); difficulty (orchestrator.difficulty.enabled);
+overlong (orchestrator.length.overlong_buffer=4, of max_tokens 16); masked (orchestrator.length.mask_truncated). Per
+variant, medians over seeds: the eval reward at the last step (128 prompts; its standard error beside it),
+steps/min, the wall-clock of the whole run, and the shares the variant acts on (groups without signal, refill
+prompts, prompts held back at the end, cut replies).
 
     .venv/bin/python bench/sample_selection.py --runs 3                # ~15 min on the 2-core machine
+    .venv/bin/python bench/sample_selection.py --runs 3 --verifier exact --variants plain,dynamic,difficulty
     .venv/bin/python bench/sample_selection.py --runs 1 --steps 6 --smoke
 """
 
@@ -30,13 +34,14 @@ NAME = "sample_selection"
 VARIANTS = {
     "plain": [],
     "dynamic": ["orchestrator.dynamic_sampling.enabled=true"],
+    "difficulty": ["orchestrator.difficulty.enabled=true"],
     "overlong": ["orchestrator.length.overlong_buffer=4"],
     "masked": ["orchestrator.length.mask_truncated=true"],
 }
 
 
 def run_variant(args, variant: str, seed: int, out: Path) -> dict:
-    overrides = [*fixed_steps(args.steps, seed), *VARIANTS[variant]]
+    overrides = [*fixed_steps(args.steps, seed), f"task.verifier={args.verifier}", *VARIANTS[variant]]
     launch = run_launcher(overrides, out / f"{variant}-{seed}", timeout_s=args.timeout)
     train = [r for _, r in launch.train_rows()]
     return {
@@ -44,10 +49,20 @@ def run_variant(args, variant: str, seed: int, out: Path) -> dict:
         "groups_uniform": median(r.get("groups/uniform") for r in train),
         "extra_prompts": median(r.get("sampling/extra_prompts") for r in train),
         "truncated": median(r.get("seq_len/truncated") for r in train),
+        "held_back": train[-1].get("difficulty/waiting") if train else None,
     }
 
 
-KEYS = ["eval_first", "eval_last", "eval_last_stderr", "steps_per_min", "wall_s", "groups_uniform", "extra_prompts"]
+KEYS = [
+    "eval_first",
+    "eval_last",
+    "eval_last_stderr",
+    "steps_per_min",
+    "wall_s",
+    "groups_uniform",
+    "extra_prompts",
+    "held_back",
+]
 
 
 def main() -> None:
@@ -56,18 +71,21 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=80, help="optimizer steps per run")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of " + ", ".join(VARIANTS))
     parser.add_argument("--timeout", type=float, default=900, help="seconds per run")
+    parser.add_argument("--verifier", default="similarity", help="task.verifier of every run: similarity | exact")
     args = parser.parse_args()
     from prime_rl.prepare import prepare_student
 
-    prepare_student(compose(fixed_steps(args.steps, 0)))  # built before any clock starts
+    prepare_student(compose([*fixed_steps(args.steps, 0), f"task.verifier={args.verifier}"]))  # before any clock
     out, names = bench_dir(NAME), args.variants.split(",")
     runs, summary = compare_variants(args.runs, names, lambda v, seed: run_variant(args, v, seed, out))
     print_table(
-        f"sample selection, the default run's settings, {args.steps} steps: medians of {args.runs} run(s)",
-        ["variant", "eval first", "eval last", "± stderr", "steps/min", "wall s", "uniform groups", "extra prompts"],
+        f"sample selection, the default run's settings, {args.verifier} reward, {args.steps} steps: "
+        f"medians of {args.runs} run(s)",
+        ["variant", "eval first", "eval last", "± stderr", "steps/min", "wall s", "uniform", "extra prompts", "held"],
         [[v, *(summary[v][k] for k in KEYS)] for v in names],
     )
-    finish(NAME, {"runs": args.runs, "steps": args.steps, "variants": summary, "per_run": runs}, args.smoke)
+    record = {"runs": args.runs, "steps": args.steps, "verifier": args.verifier, "variants": summary, "per_run": runs}
+    finish(NAME, record, args.smoke)
 
 
 if __name__ == "__main__":
