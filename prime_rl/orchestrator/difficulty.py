@@ -28,7 +28,7 @@ class DifficultyFilter:
     def waiting(self, step: int, draws: int) -> list[Example]:
         """The prompts step `step` must not draw, so many at most that `draws` prompts remain (those released
         soonest are drawable first)."""
-        waiting = sorted((i for i, until in self.until.items() if until > step), key=lambda i: -self.until[i])
+        waiting = sorted((i for i, until in self.until.items() if until > step), key=lambda i: (-self.until[i], i))
         return [self.task.train[i] for i in waiting[: max(len(self.task.train) - draws, 0)]]
 
     def judge(self, examples: list[Example], groups: list[list[Sample]]) -> None:
@@ -47,6 +47,7 @@ class DifficultyFilter:
         could not draw."""
         judged, scored = self.judged, max(self.scored, 1)
         self.judged, self.scored = {"too_hard": [], "too_easy": []}, 0
+        self.until = {i: until for i, until in self.until.items() if until > step + 1}  # the released ones
         self.wait(step, judged["too_hard"] + judged["too_easy"])
         append_row(self.log, {"step": step, **judged})
         return {
