@@ -2,8 +2,8 @@
 filter on the step drops it and refills its place with a new prompt's group, in bounded rounds of prompts that are a
 function of (seed, step, round). The difficulty filter: a prompt whose group passed too rarely or too often waits.
 Length shaping: DAPO's soft overlong penalty and overlong filter. Their arithmetic against stand-ins, the draw, the
-rules, a real rl run with both the filter and the overlong filter, and one with the difficulty filter across a
-resume."""
+rules, and one real rl run with dynamic sampling, the overlong filter and the difficulty filter, across a crash and
+a resume."""
 
 import asyncio
 import json
@@ -174,43 +174,18 @@ def test_length_shaping_is_refused_on_the_teachers_replies_and_past_max_tokens()
 
 
 @pytest.mark.vllm
-def test_an_rl_run_with_dynamic_sampling_refills_its_batches_and_masks_cut_replies(tmp_path):
+def test_an_rl_run_refills_masks_cut_replies_and_holds_prompts_back_across_a_resume(tmp_path):
     """Exact-match rewards on the warm-started tiny model, whose replies 6 tokens often cut: most groups are all
-    wrong at first, and every cut reply trains on nothing."""
-    run = launch(
-        tmp_path,
-        "task.verifier=exact",
-        "orchestrator.dynamic_sampling.enabled=true",
-        "orchestrator.length.mask_truncated=true",
-        "orchestrator.sampling.max_tokens=6",
-        "orchestrator.batch_size=32",
-        "orchestrator.rollouts_per_example=4",
-        "orchestrator.eval.interval=0",
-        "max_steps=3",
-        "monitor=off",
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    steps = [r for r in rows(tmp_path) if "loss" in r]
-    assert [r["step"] for r in steps] == [0, 1, 2]
-    assert all(0 < r["groups/uniform"] <= 1 and r["time/refill"] >= 0 for r in steps)
-    assert sum(r["sampling/extra_prompts"] for r in steps) > 0  # uniform groups were replaced by new prompts
-    for r in steps:  # what was filtered is what the step sampled uniform, first draw and refills together
-        assert r["sampling/filtered"] > 0 and r["sampling/unfilled"] <= r["groups/uniform"]
-        assert r["seq_len/masked_truncated"] == r["seq_len/truncated"]  # the step's own replies: every cut one
-    assert any(r["seq_len/truncated"] > 0 for r in steps)
-
-
-@pytest.mark.vllm
-def test_the_difficulty_filter_holds_prompts_back_across_a_resume(tmp_path):
-    """Exact-match rewards on the warm-started tiny model: many groups all wrong, judged too hard and held back for
-    the rest of the run. A crash after step 2's checkpoint (the later one removed) and a resume: the resumed run
-    rebuilds the verdicts of steps 0-1 from the run dir, redraws steps 2-3 and goes on, never drawing a held-back
-    prompt; every step is judged once."""
+    wrong, so dynamic sampling refills them, every cut reply trains on nothing, and the difficulty filter holds the
+    all-wrong prompts back for the rest of the run (refills judged too). A crash after step 2's checkpoint (the later
+    one removed) and a resume: the resumed run rebuilds the verdicts of steps 0-1 from the run dir, redraws steps
+    2-3 and goes on, never drawing a held-back prompt; every step is judged once."""
     run_dir = tmp_path / "run"
     common = [
-        "task.verifier=exact", "orchestrator.difficulty.enabled=true", "orchestrator.difficulty.skip_steps=100",
-        "orchestrator.batch_size=16", "orchestrator.rollouts_per_example=4", "orchestrator.eval.interval=0",
-        "orchestrator.log_samples=16", "ckpt.interval=2", "monitor=off",
+        "task.verifier=exact", "orchestrator.dynamic_sampling.enabled=true", "orchestrator.length.mask_truncated=true",
+        "orchestrator.sampling.max_tokens=6", "orchestrator.difficulty.enabled=true",
+        "orchestrator.difficulty.skip_steps=100", "orchestrator.batch_size=16", "orchestrator.rollouts_per_example=4",
+        "orchestrator.eval.interval=0", "orchestrator.log_samples=64", "ckpt.interval=2", "monitor=off",
     ]  # fmt: skip
     first = launch(run_dir, *common, "max_steps=4")
     assert first.returncode == 0, first.stderr[-3000:]
@@ -227,6 +202,12 @@ def test_the_difficulty_filter_holds_prompts_back_across_a_resume(tmp_path):
         places.setdefault(ex.prompt, set()).add(i)
     steps = {r["step"]: r for r in rows(run_dir) if "loss" in r}
     assert sorted(steps) == list(range(6))
+    assert all(0 < r["groups/uniform"] <= 1 and r["time/refill"] >= 0 for r in steps.values())
+    assert sum(r["sampling/extra_prompts"] for r in steps.values()) > 0  # uniform groups were replaced by new prompts
+    for r in steps.values():  # what was filtered is what the step sampled uniform, first draw and refills together
+        assert r["sampling/filtered"] > 0 and r["sampling/unfilled"] <= r["groups/uniform"]
+        assert r["seq_len/masked_truncated"] == r["seq_len/truncated"]  # the step's own replies: every cut one
+    assert any(r["seq_len/truncated"] > 0 for r in steps.values())
     samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
     held: set[int] = set()
     for row in judged:
