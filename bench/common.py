@@ -7,6 +7,7 @@ a comparison are measured by the same clock, from the same moment, including the
 """
 
 import json
+import math
 import os
 import platform
 import re
@@ -249,6 +250,32 @@ def compare_variants(runs: int, variants: Sequence[str], run_one: Callable[[str,
         per_run.append({v: run_one(v, seed) for v in variants})
     keys = per_run[0][variants[0]].keys() - {"ok"}
     return per_run, {v: {k: median(r[v][k] for r in per_run) for k in keys} for v in variants}
+
+
+# ---------------------------------------------------------------- runs held to 90 % of the teacher (opd)
+
+Rows = list[tuple[float, dict]]
+
+
+def teacher_reward(rows: Rows) -> float | None:
+    """The teacher's eval reward an opd run measures at step 0 (same eval prompts, same sampling)."""
+    return next((r["eval/teacher_reward"] for _, r in rows if "eval/teacher_reward" in r), None)
+
+
+def reached(rows: Rows, target: float | None) -> tuple[float, int] | None:
+    """(arrival time, step) of the first eval row at or above the target."""
+    if target is None:
+        return None
+    return next(((t, r["step"]) for t, r in rows if r.get("eval/reward", -1.0) >= target), None)
+
+
+def steps_to_target(run: dict) -> float:
+    """A run that never reached the target took more steps than its budget: inf, so medians stay honest."""
+    return run["target_step"] if run["target_step"] is not None else math.inf
+
+
+def shown(steps: float, budget: int) -> str:
+    return f"> {budget}" if steps == math.inf else f"{steps:g}"
 
 
 # ---------------------------------------------------------------- numbers, tables and the results file

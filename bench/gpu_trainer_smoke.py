@@ -182,7 +182,7 @@ def logprob_agreement(model_dir: Path, args) -> None:
     mb.input_ids, mb.attention_mask = ids, mask
     for name, fused in (("fused", True), ("logits", False)):
         with torch.no_grad():
-            got, _ = policy_logprobs(model, mb, 1.0, torch.bfloat16, fused)
+            got = policy_logprobs(model, mb, 1.0, torch.bfloat16, fused).token
         diff = (got[:, 1:] - reference).abs()
         fig(f"logprobs_{name}_max_abs_diff", round(diff.max().item(), 5))
         fig(f"logprobs_{name}_mean_abs_diff", round(diff.mean().item(), 6))

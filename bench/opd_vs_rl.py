@@ -18,10 +18,21 @@ import math
 import statistics
 from pathlib import Path
 
-from common import add_runs_arg, bench_dir, compose, finish, median, print_table, run_launcher
+from common import (
+    add_runs_arg,
+    bench_dir,
+    compose,
+    finish,
+    median,
+    print_table,
+    reached,
+    run_launcher,
+    shown,
+    steps_to_target,
+    teacher_reward,
+)
 
 NAME = "opd_vs_rl"
-Rows = list[tuple[float, dict]]
 
 
 def overrides(mode: str, steps: int, args, seed: int) -> list[str]:
@@ -32,17 +43,6 @@ def overrides(mode: str, steps: int, args, seed: int) -> list[str]:
         "monitor=off",
         f"seed={seed}",
     ]
-
-
-def teacher_reward(rows: Rows) -> float | None:
-    return next((r["eval/teacher_reward"] for _, r in rows if "eval/teacher_reward" in r), None)
-
-
-def reached(rows: Rows, target: float | None) -> tuple[float, int] | None:
-    """(arrival time, step) of the first eval row at or above the target."""
-    if target is None:
-        return None
-    return next(((t, r["step"]) for t, r in rows if r.get("eval/reward", -1.0) >= target), None)
 
 
 def run_mode(mode: str, steps: int, args, seed: int, out: Path, target: float | None) -> dict:
@@ -101,15 +101,6 @@ def main() -> None:
         rl = run_mode("rl", args.rl_steps, args, seed, out, target=opd["target"])
         runs.append({"seed": seed, "opd": opd, "rl": rl})
     report(args, runs, budgets, out)
-
-
-def steps_to_target(run: dict) -> float:
-    """A run that never reached the target took more steps than its budget: inf, so medians stay honest."""
-    return run["target_step"] if run["target_step"] is not None else math.inf
-
-
-def shown(steps: float, budget: int) -> str:
-    return f"> {budget}" if steps == math.inf else f"{steps:g}"
 
 
 def steps_ratio(opd: float, rl: float, budgets: dict) -> str:

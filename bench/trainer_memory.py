@@ -65,9 +65,9 @@ def micro_batch(n):
         else:
             logits = model(input_ids=ids).logits
     if path == "head":
-        logprobs, entropy = head_logprobs(states.to(compute), model.lm_head.weight, ids)
+        logprobs, entropy, _ = head_logprobs(states.to(compute), model.lm_head.weight, ids)
     else:
-        logprobs, entropy = token_logprobs(logits, ids) if path == "logits" else before(logits, ids)
+        logprobs, entropy = token_logprobs(logits, ids)[:2] if path == "logits" else before(logits, ids)
     loss = -(logprobs * torch.randn(batch, 1)).mean()
     loss.backward()
     return float(entropy.mean())

@@ -5,13 +5,13 @@ import math
 import pytest
 import torch
 
-from prime_rl.config.schema import LossConfig
-from prime_rl.inference.client import InferenceError, parse_completions, parse_prompt_logprobs
+from prime_rl.config.schema import KlDirection, LossConfig
+from prime_rl.inference.client import InferenceError, parse_completions, parse_prompt_logprobs, parse_top_logprobs
 from prime_rl.orchestrator.advantages import grpo_advantages
-from prime_rl.protocol.batch import TEACHER_LOGPROBS, Batch, BatchFormatError, Sample, read_batch, write_batch
+from prime_rl.protocol.batch import FORMAT, TEACHER_LOGPROBS, Batch, BatchFormatError, Sample, read_batch, write_batch
 from prime_rl.trainer.data import TokenBatch, collate, collate_rows
 from prime_rl.trainer.logprobs import token_logprobs
-from prime_rl.trainer.loss import distill_center, rl_loss, sft_loss
+from prime_rl.trainer.loss import distill_center, rl_loss, sft_loss, top_k_distill, top_k_kl, with_tail
 
 
 def one_sequence_batch(mu, advantage=1.0, teacher=None):
@@ -129,7 +129,7 @@ def test_sft_loss_is_token_normalised_nll():
 def test_token_logprobs_picks_the_next_token():
     logits = torch.log(torch.tensor([[[0.1, 0.9], [0.7, 0.3], [0.5, 0.5]]]))
     ids = torch.tensor([[0, 1, 0]])
-    out, entropy = token_logprobs(logits, ids)
+    out, entropy, _ = token_logprobs(logits, ids)
     assert out[0].tolist() == pytest.approx([0.0, math.log(0.9), math.log(0.7)])
     h = lambda *p: -sum(x * math.log(x) for x in p)  # noqa: E731
     assert entropy[0].tolist() == pytest.approx([0.0, h(0.1, 0.9), h(0.7, 0.3)])
@@ -155,10 +155,24 @@ def test_batch_file_round_trip(tmp_path):
     assert not list(path.parent.glob("*.tmp"))
 
 
+def test_a_teachers_top_k_travels_in_the_batch_file_and_lands_at_its_tokens(tmp_path):
+    ids = torch.tensor([[9, 4], [3, 10]], dtype=torch.int32)  # k = 2 at each of the 2 completion tokens
+    scored = Sample([7, 8], [9, 10], [-0.1, -0.2], teacher_top_ids=ids, teacher_top_logprobs=-torch.rand(2, 2))
+    path = tmp_path / "step_0.bin"
+    write_batch(Batch(0, 0, [scored, Sample([7], [9], [-0.3])], {}), path)
+    back = read_batch(path).samples
+    assert torch.equal(back[0].teacher_top_ids, ids) and back[1].teacher_top_ids is None
+    tb = collate_rows([[back[1], back[0]]], pad_id=0)  # packed: the scored sample second in its row
+    assert tb.teacher_top_ids[0, 4:].tolist() == ids.tolist() and not tb.teacher_top_ids[0, :4].any()
+    assert torch.equal(tb.teacher_top_logprobs[0, 4:], back[0].teacher_top_logprobs)
+    assert tb.has_teacher_top.tolist() == [[False, False, True, True, True, True]]
+    assert collate([Sample([7], [9], [-0.3])], pad_id=0).teacher_top_ids is None
+
+
 def test_a_batch_file_of_another_format_is_refused_in_one_line(tmp_path):
     path = tmp_path / "step_0.bin"
     torch.save({"step": 0, "policy_version": 0, "samples": [], "metrics": {}}, path)  # format 1: no version field
-    with pytest.raises(BatchFormatError, match="batch of format 1, this trainer reads format 2; fix: "):
+    with pytest.raises(BatchFormatError, match=f"batch of format 1, this trainer reads format {FORMAT}; fix: "):
         read_batch(path)
 
 
@@ -243,3 +257,71 @@ def test_parse_prompt_logprobs_takes_the_actual_token_not_the_first_key():
     assert parse_prompt_logprobs(choice, [1, 4, 7]) == [None, -2.5, -0.3]
     with pytest.raises(InferenceError):
         parse_prompt_logprobs({"prompt_logprobs": None}, [1, 4, 7])
+
+
+def test_parse_top_logprobs_keeps_the_k_most_likely_not_the_actual_token():
+    choice = {
+        "prompt_logprobs": [
+            None,
+            # k = 2: the actual token 4 (rank 3) came along as a third entry
+            {"9": {"logprob": -0.1, "rank": 1}, "4": {"logprob": -2.5, "rank": 3}, "5": {"logprob": -2.4, "rank": 2}},
+            {"7": {"logprob": -0.3, "rank": 1}, "8": {"logprob": -1.5, "rank": 2}},
+        ]
+    }
+    top = parse_top_logprobs(choice, 2)
+    assert top.ids == [[9, 5], [7, 8]] and top.logprobs == [[-0.1, -2.4], [-0.3, -1.5]]
+    with pytest.raises(InferenceError, match="3 were asked for"):
+        parse_top_logprobs(choice, 3)
+
+
+def test_the_top_k_kl_is_a_kl_over_the_top_ids_and_one_tail_bucket():
+    """By hand: teacher (0.5, 0.3, 0.2), student (0.2, 0.3, 0.5) over three tokens. Top 1 (the teacher's token 0)
+    leaves two outcomes, token 0 and the tail: reverse 0.2 log(0.2/0.5) + 0.8 log(0.8/0.5), forward the other way.
+    Top 3 is the whole vocabulary: the exact KL, no tail."""
+    p, q = [0.5, 0.3, 0.2], [0.2, 0.3, 0.5]
+    log = lambda xs: with_tail(torch.tensor([[xs]]).log())  # noqa: E731  [1, 1, k + 1]
+    reverse = top_k_kl(log(q[:1]), log(p[:1]), KlDirection.reverse).item()
+    forward = top_k_kl(log(q[:1]), log(p[:1]), KlDirection.forward).item()
+    assert reverse == pytest.approx(0.2 * math.log(0.2 / 0.5) + 0.8 * math.log(0.8 / 0.5), rel=1e-5)
+    assert forward == pytest.approx(0.5 * math.log(0.5 / 0.2) + 0.5 * math.log(0.5 / 0.8), rel=1e-5)
+    exact = top_k_kl(log(q), log(p), KlDirection.reverse).item()
+    assert exact == pytest.approx(sum(b * math.log(b / a) for a, b in zip(p, q)), rel=1e-5)
+    # merging outcomes never raises a KL: the top-1 value is a lower bound of the exact one
+    assert 0 < reverse < exact
+
+
+def test_top_k_distillation_at_the_whole_vocabulary_is_the_exact_kl_with_its_gradient():
+    """With k = the vocabulary, the loss is teacher_tau x the full KL(pi || p_T) per scored token over the step's
+    tokens, and its gradient w.r.t. the student's logits is the full KL's; an unscored sample adds nothing."""
+    torch.manual_seed(0)
+    vocab, n = 6, 4
+    logits = torch.randn(2, n, vocab, requires_grad=True)
+    teacher = torch.randn(2, n, vocab).log_softmax(-1)
+    ids = torch.arange(vocab).expand(2, n, vocab)  # the top "k" in id order: any order is the same KL
+    has = torch.tensor([[True] * n, [False] * n])  # sample 1 was not scored
+    mask = torch.tensor([[0, 1, 1, 1], [0, 1, 1, 0]])
+    batch = TokenBatch(
+        input_ids=torch.zeros(2, n, dtype=torch.long),
+        attention_mask=torch.ones(2, n, dtype=torch.long),
+        loss_mask=mask,
+        inference_logprobs=torch.zeros(2, n),
+        advantages=torch.zeros(2, n),
+        teacher_top_ids=ids,
+        teacher_top_logprobs=teacher * has[..., None],
+        has_teacher_top=has,
+    )
+    cfg = LossConfig(teacher_tau=0.5)
+    student = logits.log_softmax(-1)
+    loss, sums = top_k_distill(student.gather(-1, ids), student[..., 0], batch, cfg, total_tokens=5)
+    loss.backward()
+    got_grad, logits.grad = logits.grad, None
+    student = logits.log_softmax(-1)
+    full = (student.exp() * (student - teacher)).sum(-1) * mask * has
+    want = 0.5 * full.sum() / 5
+    want.backward()
+    assert loss.item() == pytest.approx(want.item(), rel=1e-5)
+    torch.testing.assert_close(got_grad, logits.grad, rtol=1e-4, atol=1e-6)
+    assert sums["distill/topk_kl"] == pytest.approx(full.sum().item(), rel=1e-5)
+    assert sums["distill/teacher_tail"] == pytest.approx(0.0, abs=1e-5)  # the whole vocabulary: no mass outside
+    entropy = -(teacher.exp() * teacher).sum(-1) * mask * has
+    assert sums["distill/teacher_entropy"] == pytest.approx(entropy.sum().item(), rel=1e-5)

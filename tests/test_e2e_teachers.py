@@ -15,6 +15,7 @@ from tests.test_e2e_rl import eval_gain_in_standard_errors, launch, rows, summar
 KEY_ENV = "PRIME_RL_TEST_TEACHER_KEY"
 QWEN3_TEACHER = "teacher.warm_start.steps=40"
 BOTH_ADVANTAGES = "trainer.loss.adv_tau=1.0 orchestrator.batch_size=32 orchestrator.rollouts_per_example=4"
+WHOLE_VOCAB_TOP_K = "trainer.loss.distill=topk trainer.loss.distill_top_k=300"  # tiny_qwen3's vocabulary
 
 
 @pytest.fixture(scope="module")
@@ -149,12 +150,13 @@ def test_opd_against_an_endpoint_without_prompt_logprobs_fails_before_training(t
         # tests/test_e2e_rl.py, opd and sft above), rl on the realistic family in test_rl_on_the_tied_qwen3_family
         "rl lora=on trainer.loss.kl_ref_tau=0.1",  # the reference: the adapter off
         # the realistic family (Qwen3, tied embeddings, BPE, a system turn), with a teacher of 40 warm-start steps
-        # (its quality is not what these test); opd with the reward advantage too (adv_tau * A + teacher_tau *
-        # (log p_T - log pi), real groups of 4), sft with answers cut at 2 tokens, shorter than every answer
-        f"opd_lora model=tiny_qwen3 {QWEN3_TEACHER} {BOTH_ADVANTAGES}",
+        # (its quality is not what these test); opd with the reward advantage too (adv_tau * A + teacher_tau x the
+        # KL over the teacher's top k, here the whole 300-token vocabulary: the exact KL; real groups of 4), sft
+        # with answers cut at 2 tokens, shorter than every answer
+        f"opd_lora model=tiny_qwen3 {QWEN3_TEACHER} {BOTH_ADVANTAGES} {WHOLE_VOCAB_TOP_K}",
         f"sft_lora model=tiny_qwen3 {QWEN3_TEACHER} orchestrator.sampling.max_tokens=2",
     ],
-    ids=["rl lora=on", "opd_lora tiny_qwen3", "sft_lora tiny_qwen3"],
+    ids=["rl lora=on", "opd_lora tiny_qwen3 topk", "sft_lora tiny_qwen3"],
 )
 def test_reference_experiment_runs_end_to_end(tmp_path, experiment, teacher_dir):
     name, *extra = experiment.split()
@@ -162,9 +164,12 @@ def test_reference_experiment_runs_end_to_end(tmp_path, experiment, teacher_dir)
     assert run.returncode == 0, run.stderr[-3000:]
     train = [r for r in rows(tmp_path / "run") if "loss" in r]
     assert [r["step"] for r in train] == [0, 1, 2]
-    assert all(("teacher_kl" in r) == name.startswith("opd") for r in train)
+    assert all(("teacher_kl" in r) == name.startswith("opd") and r["batch/file_mib"] > 0 for r in train)
     if "trainer.loss.adv_tau=1.0" in extra:
         assert all("reward/mean" in r and r["verifier/calls"] > 0 for r in train)
+    if "trainer.loss.distill=topk" in extra:
+        # the teacher's whole distribution arrived (no mass outside its "top k"), and the KL over it trained
+        assert all(0 < r["distill/topk_kl"] and r["distill/teacher_tail"] < 1e-4 for r in train), train
     if "orchestrator.sampling.max_tokens=2" in extra:
         # teacher answers cut off by max_tokens come back with finish_reason "length": counted, and trained
         # without the end-of-turn token (test_a_cut_off_teacher_answer_gets_no_end_of_turn_token)

@@ -15,11 +15,14 @@ from prime_rl.inference.client import InferenceClient, InferenceError, Sampling
 from prime_rl.models.chat import prompt_ids, turn_end_ids
 from prime_rl.prepare import prepare_student
 from prime_rl.protocol.run_dir import RunDir
+from prime_rl.teacher.client import TeacherError
+from prime_rl.teacher.scoring import check_top_k_served
 from prime_rl.trainer.weights import export_weights
 from tests.vllm_server import serve
 
 PROMPTS = [f"reverse: {w}" for w in ["abcdef", "xyz", "hello", "qwerty", "mnop", "zzyx", "kite", "robot"]]
 GREEDY = Sampling(temperature=0.0, top_p=1.0, max_tokens=16)
+VOCAB = Config().model.tiny.vocab_size
 
 
 @pytest.fixture(scope="module")
@@ -69,10 +72,15 @@ def test_reload_then_scoring_and_tempered_sampling_match_transformers(student, t
         assert all(c["finish_reason"] == "length" for c in (await running)["choices"])
         ids = prompt_ids(tok, PROMPTS[0]) + after[0]
         [scores] = await client.prompt_logprobs("student", [ids])
+        # opd's distill=topk: the whole vocabulary (the exact distribution), and a top 8, each beside the token's own
+        [(_, whole)], [(top8_scores, top8)] = [
+            await client.prompt_top_logprobs("student", [ids], k) for k in (VOCAB, 8)
+        ]
+        assert top8_scores == pytest.approx(scores, abs=1e-5)
         warm = Sampling(temperature=0.7, top_p=1.0, max_tokens=16, stop_token_ids=turn_end_ids(tok))
         sampled = await client.complete("student", [prompt_ids(tok, p) for p in PROMPTS[:4]], 2, warm)
         await client.close()
-        return before, after, ids, scores, sampled
+        return before, after, ids, scores, sampled, whole, top8
 
     # A hub model's sampling defaults (Qwen3 ships top_k 20, Qwen2.5 a repetition penalty too) must not reach the
     # sampler: the trainer's pi knows only the temperature, so the logprobs checked below would differ. And like a
@@ -89,8 +97,15 @@ def test_reload_then_scoring_and_tempered_sampling_match_transformers(student, t
     (served / "generation_config.json").write_text(json.dumps(defaults))
     tokenizer_config = json.loads((served / "tokenizer_config.json").read_text())
     (served / "tokenizer_config.json").write_text(json.dumps(tokenizer_config | {"eos_token": "<|endoftext|>"}))
-    with serve(served, tmp_path) as url:
-        before, after, ids, scores, sampled = asyncio.run(scenario(url))
+    with serve(served, tmp_path, extra_args=["--max-logprobs", str(VOCAB)]) as url:
+        before, after, ids, scores, sampled, whole, top8 = asyncio.run(scenario(url))
+        # an external teacher asked for more logprobs per position than it serves: one line, before any process
+        external = compose_config(
+            ["training_mode=opd", "teacher=external", f"teacher.base_url={url}/v1", "teacher.model=student"]
+            + ["trainer.loss.distill=topk", f"trainer.loss.distill_top_k={VOCAB + 1}", "teacher.max_retries=0"]
+        )
+        with pytest.raises(TeacherError, match=f"does not return {VOCAB + 1} logprobs per token.*max allowed: {VOCAB}"):
+            check_top_k_served(external)
     expected = [hf_greedy(model, prompt_ids(tok, p)) for p in PROMPTS]
     assert after == expected  # the server now runs the exported weights
     assert any(out[-1] in turn_end_ids(tok) for out in after)  # stopped at <|im_end|>, which is kept
@@ -99,6 +114,11 @@ def test_reload_then_scoring_and_tempered_sampling_match_transformers(student, t
         hf = model(torch.tensor([ids])).logits[0].log_softmax(-1)
     expected_scores = [hf[i - 1, t].item() for i, t in enumerate(ids) if i > 0]
     assert scores[0] is None and scores[1:] == pytest.approx(expected_scores, abs=1e-3)
+    # each position's top k: the ids transformers ranks first, their logprobs, and at the whole vocabulary every id
+    for i, (all_ids, all_logprobs) in enumerate(zip(whole.ids, whole.logprobs)):
+        assert sorted(all_ids) == list(range(VOCAB))
+        assert all_logprobs == pytest.approx(hf[i, all_ids].tolist(), abs=1e-3)
+        assert top8.ids[i] == all_ids[:8] and top8.logprobs[i] == pytest.approx(all_logprobs[:8], abs=1e-5)
     # Sampled at T = 0.7, the server reports the sampling policy's logprobs (--logprobs-mode processed_logprobs):
     # the trainer's pi at T = 0.7, log_softmax(logits / 0.7), not the raw T = 1 logprobs.
     for p, group in zip(PROMPTS[:4], sampled):

@@ -138,6 +138,24 @@ CASES = [
     ),
     Case(
         "mode conflict",
+        "a top-k teacher signal outside opd",
+        ("trainer.loss.distill=topk",),
+        "[trainer.loss.distill, training_mode]",
+    ),
+    Case(
+        "out of range",
+        "a top-k of no token",
+        ("training_mode=opd", "trainer.loss.distill=topk", "trainer.loss.distill_top_k=0"),
+        "[trainer.loss.distill_top_k]",
+    ),
+    Case(
+        "out of range",
+        "a top-k larger than the teacher's vocabulary",
+        ("training_mode=opd", "trainer.loss.distill=topk", "trainer.loss.distill_top_k=1000"),
+        "[trainer.loss.distill_top_k]",
+    ),
+    Case(
+        "mode conflict",
         "GRPO advantage with one rollout per prompt",
         ("training_mode=opd", "orchestrator.rollouts_per_example=1"),
         "[trainer.loss.adv_tau, orchestrator.rollouts_per_example]",

@@ -63,7 +63,7 @@ def test_a_sample_in_a_packed_row_gets_the_logprobs_it_gets_alone(overrides, fus
     with torch.no_grad():
         for rows in (alone, packed):
             mb = collate_rows(rows, pad)
-            logprobs, entropy = policy_logprobs(model, mb, 0.7, torch.float32, fused_head)
+            logprobs, entropy, _ = policy_logprobs(model, mb, 0.7, torch.float32, fused_head)
             got[len(rows)] = (per_sample(logprobs, mb, rows), per_sample(entropy, mb, rows))
     (lp_alone, h_alone), (lp_packed, h_packed) = got[len(alone)], got[len(packed)]
     for s in batch:

@@ -50,7 +50,7 @@ def test_chunked_logprobs_entropy_and_gradient_match_the_direct_computation(monk
     torch.manual_seed(0)
     logits = (torch.randn(batch, length, vocab) * 3).to(dtype).requires_grad_()
     ids, weights = torch.randint(0, vocab, (batch, length)), torch.randn(2, batch, length)
-    got, got_entropy = token_logprobs(logits, ids, temperature=0.7)
+    got, got_entropy, _ = token_logprobs(logits, ids, temperature=0.7)
     weighted(got, got_entropy, weights, uses).backward()
     got_grad, logits.grad = logits.grad, None
     want, want_entropy = reference(logits, ids, 0.7)
@@ -76,7 +76,7 @@ def test_logprobs_from_the_hidden_states_match_the_direct_computation(monkeypatc
     hidden = torch.randn(batch, length, width).to(dtype).requires_grad_()
     weight = torch.nn.Parameter(torch.randn(vocab, width))
     ids, weights = torch.randint(0, vocab, (batch, length)), torch.randn(2, batch, length)
-    got, got_entropy = head_logprobs(hidden, weight, ids, temperature=0.7)
+    got, got_entropy, _ = head_logprobs(hidden, weight, ids, temperature=0.7)
     weighted(got, got_entropy, weights, uses).backward()
     got_grads = hidden.grad, weight.grad
     hidden.grad = weight.grad = None
@@ -239,7 +239,7 @@ def on_policy(setup, batch: Batch) -> Batch:
     rows = []
     for s in batch.samples:
         with torch.no_grad():
-            logprobs, _ = policy_logprobs(model, collate([s], pad), 1.0, torch.float32, fused_head=False)
+            logprobs = policy_logprobs(model, collate([s], pad), 1.0, torch.float32, fused_head=False).token
         rows.append(replace(s, inference_logprobs=logprobs[0, len(s.prompt_ids) :].tolist()))
     return replace(batch, samples=rows)
 
@@ -282,3 +282,41 @@ def test_the_reference_is_the_starting_policy_and_stays_it(overrides):
     torch.testing.assert_close(reference.logprobs(mb, 1.0, torch.float32, fused_head=False), before)
     moved = policy_logprobs(model, mb, 1.0, torch.float32, fused_head=False)[0].detach()
     assert (moved - before).abs().max() > 1e-4  # the trained model did move
+
+
+@pytest.mark.parametrize("path", ["logits", "head"])
+def test_the_logprobs_of_a_teachers_top_ids_and_their_gradients_match_the_direct_computation(monkeypatch, path):
+    """distill=topk: the student's logprobs at k given ids per position come from the same chunks as the token's,
+    and a loss over all of them (token, top ids, entropy) has autograd's gradient of a full log_softmax."""
+    batch, length, width, vocab, k = 2, 9, 16, 40, 5
+    monkeypatch.setattr(logprobs_module, "CHUNK_BYTES", 4 * batch * vocab * 3)  # chunks of 3 positions
+    torch.manual_seed(0)
+    hidden = torch.randn(batch, length, width, requires_grad=True)
+    weight = torch.nn.Parameter(torch.randn(vocab, width))
+    ids, top_ids = torch.randint(0, vocab, (batch, length)), torch.randint(0, vocab, (batch, length, k))
+    top_ids[0, 4, 1] = ids[0, 4]  # the token itself among its top ids: both gradients land on one logit
+    weights = torch.randn(batch, length), torch.randn(batch, length), torch.randn(batch, length, k)
+
+    def loss(out):
+        return sum((t * w).sum() for t, w in zip(out, weights))
+
+    if path == "head":
+        got = head_logprobs(hidden, weight, ids, 0.7, top_ids)
+    else:
+        got = token_logprobs(hidden @ weight.T, ids, 0.7, top_ids)
+    loss(got).backward()
+    got_grads = hidden.grad, weight.grad
+    hidden.grad = weight.grad = None
+    lp = torch.log_softmax((hidden @ weight.T)[:, :-1] / 0.7, dim=-1)
+    pad = lambda x: torch.cat([torch.zeros_like(x[:, :1]), x], dim=1)  # noqa: E731
+    want = (
+        pad(lp.gather(-1, ids[:, 1:, None]).squeeze(-1)),
+        pad(-(lp.exp() * lp).sum(-1)),
+        pad(lp.gather(-1, top_ids[:, 1:])),
+    )
+    loss(want).backward()
+    tol = {"rtol": 1e-4, "atol": 5e-5}  # float32 rounding of the entropy's terms of both signs (see above)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, **tol)
+    torch.testing.assert_close(got_grads[0], hidden.grad, **tol)
+    torch.testing.assert_close(got_grads[1], weight.grad, **tol)

@@ -11,7 +11,7 @@ up per source instead of per run: nothing here depends on the run's other settin
 from dataclasses import dataclass
 from enum import Enum
 
-from prime_rl.config.schema import Config, TrainingMode
+from prime_rl.config.schema import Config, DistillSignal, TrainingMode
 
 
 class RolloutSource(str, Enum):
@@ -81,3 +81,9 @@ MODES: dict[TrainingMode, Mode] = {
 
 def mode_of(cfg: Config) -> Mode:
     return MODES[cfg.training_mode]
+
+
+def distill_top_k(cfg: Config) -> int:
+    """The teacher logprobs per position the run distils from (trainer.loss.distill=topk); 0: the sampled token's."""
+    distills = mode_of(cfg).teacher_term and cfg.trainer.loss.distill == DistillSignal.topk
+    return cfg.trainer.loss.distill_top_k if distills else 0

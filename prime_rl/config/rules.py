@@ -9,7 +9,7 @@ broken rule raises ConfigError, whose one-line message names the offending keys 
 from urllib.parse import urlparse
 
 from prime_rl.config.modes import mode_of
-from prime_rl.config.schema import Config, Layout, RatioLevel, TeacherKind, node_gpus, num_nodes
+from prime_rl.config.schema import Config, DistillSignal, Layout, RatioLevel, TeacherKind, node_gpus, num_nodes
 from prime_rl.config.user_error import check
 from prime_rl.protocol.servers import SERVER_KEY_ENV
 
@@ -130,6 +130,12 @@ def _knobs(cfg: Config) -> list[tuple[str, bool, str, str]]:
         ),
         ("trainer.loss.seq_clip_high", t.loss.seq_clip_high >= 0, "must be >= 0", "use e.g. 4e-4"),
         ("trainer.loss.mask_band", t.loss.mask_band > 0, "must be > 0", "use e.g. 0.2"),
+        (
+            "trainer.loss.distill_top_k",
+            t.loss.distill_top_k >= 1,
+            f"must be >= 1, got {t.loss.distill_top_k}",
+            "use e.g. 32",
+        ),
         ("trainer.num_procs", t.num_procs >= 1, f"must be >= 1, got {t.num_procs}", "use 1, or more on CPU"),
         ("trainer.num_threads", t.num_threads >= 0, f"must be >= 0, got {t.num_threads}", "use 0 (auto) or more"),
         ("ckpt.interval", cfg.ckpt.interval >= 0, "must be >= 0", "use 0 to checkpoint only at the end"),
@@ -326,6 +332,12 @@ def _mode(cfg: Config, _: int) -> None:
             ["trainer.loss.teacher_tau", "training_mode"],
             f"teacher_tau={loss.teacher_tau} only applies in opd",
             "set trainer.loss.teacher_tau=0 or training_mode=opd",
+        )
+        check(
+            loss.distill == DistillSignal.sampled,
+            ["trainer.loss.distill", "training_mode"],
+            f"distill={loss.distill.value} only applies in opd, where a teacher scores the student's tokens",
+            "set trainer.loss.distill=sampled or training_mode=opd",
         )
     if mode.needs_rewards:
         check(

@@ -41,6 +41,16 @@ class RatioLevel(str, Enum):
     sequence = "sequence"  # GSPO: each sample's length-normalised ratio exp(mean log pi/mu), clipped
 
 
+class DistillSignal(str, Enum):
+    sampled = "sampled"  # log p_T of the token the student sampled, as a per-token advantage
+    topk = "topk"  # the KL over the teacher's top-k tokens at each position plus one tail bucket, as a loss
+
+
+class KlDirection(str, Enum):
+    reverse = "reverse"  # KL(student || teacher): mode-seeking
+    forward = "forward"  # KL(teacher || student): mass-covering
+
+
 class TokenLimitField(str, Enum):
     auto = "auto"  # learned by the probe before the first step
     max_tokens = "max_tokens"  # vLLM, most compatible servers, Anthropic
@@ -208,6 +218,9 @@ class LossConfig:
     seq_clip_high: float = 4e-4  # sequence level: clip each sample's ratio at 1 + this (GSPO's value)
     teacher_adv_clip: float = 2.0  # clamp the per-token distillation advantage to +-this (0 = no clamp)
     teacher_adv_center: bool = True  # subtract the batch mean of the distillation advantage
+    distill: DistillSignal = DistillSignal.sampled  # opd's teacher signal: sampled (one token) | topk (a KL)
+    distill_top_k: int = 32  # distill=topk: teacher logprobs per position (the vocabulary size: the exact KL)
+    distill_kl: KlDirection = KlDirection.reverse  # distill=topk: reverse KL(pi || p_T) | forward KL(p_T || pi)
 
 
 @dataclass

@@ -76,6 +76,14 @@ class Completion:
 
 
 @dataclass
+class TopLogprobs:
+    """A scored sequence's top-k: at each position from 1, the k most likely token ids and their logprobs."""
+
+    ids: list[list[int]]
+    logprobs: list[list[float]]
+
+
+@dataclass
 class ChatAnswer:
     text: str  # the answer (message.content)
     finish_reason: str | None  # "stop": the answer ended; "length": cut off by the token limit
@@ -225,13 +233,24 @@ class InferenceClient:
 
     async def prompt_logprobs(self, model: str, sequences: list[list[int]]) -> list[list[float | None]]:
         """For each sequence, the server's logprob of every token in context (None for the first one)."""
-        payload = {"model": model, "prompt": sequences, "max_tokens": 1, "prompt_logprobs": 0, "temperature": 1.0}
+        choices = await self.scored_choices(model, sequences, 0)
+        return [parse_prompt_logprobs(c, seq) for c, seq in zip(choices, sequences)]
+
+    async def prompt_top_logprobs(
+        self, model: str, sequences: list[list[int]], k: int
+    ) -> list[tuple[list[float | None], TopLogprobs]]:
+        """For each sequence, prompt_logprobs' values and, in the same request, each position's top k."""
+        choices = await self.scored_choices(model, sequences, k)
+        return [(parse_prompt_logprobs(c, seq), parse_top_logprobs(c, k)) for c, seq in zip(choices, sequences)]
+
+    async def scored_choices(self, model: str, sequences: list[list[int]], k: int) -> list[dict]:
+        """One request scoring each sequence (vLLM's prompt_logprobs, with the top k of each position), in order."""
+        payload = {"model": model, "prompt": sequences, "max_tokens": 1, "prompt_logprobs": k, "temperature": 1.0}
         data = await self.post("/completions", payload)
         choices = data.get("choices") if isinstance(data, dict) else None
         if not isinstance(choices, list) or len(choices) != len(sequences):
             raise InferenceError(f"expected {len(sequences)} choices with prompt_logprobs, got: {str(data)[:300]}")
-        ordered = sorted(choices, key=lambda c: c.get("index", 0))
-        return [parse_prompt_logprobs(c, seq) for c, seq in zip(ordered, sequences)]
+        return sorted(choices, key=lambda c: c.get("index", 0))
 
     async def chat(self, payload: dict) -> ChatReply:
         """One /chat/completions request, its payload already fitted to the endpoint (teacher/chat_api.py)."""
@@ -328,3 +347,16 @@ def parse_prompt_logprobs(choice: dict, token_ids: list[int]) -> list[float | No
             raise InferenceError(f"prompt_logprobs lack an entry for token id {tok}")
         out.append(float(hit["logprob"]))
     return out
+
+
+def parse_top_logprobs(choice: dict, k: int) -> TopLogprobs:
+    """The k most likely entries of each position from 1 (the position's own token joins them when it is not one
+    of them: vLLM then sends k + 1)."""
+    ids, logprobs = [], []
+    for entry in choice["prompt_logprobs"][1:]:
+        top = sorted(((float(e["logprob"]), int(tok)) for tok, e in (entry or {}).items()), reverse=True)[:k]
+        if len(top) < k:
+            raise InferenceError(f"prompt_logprobs hold {len(top)} entries at a position, {k} were asked for")
+        logprobs.append([lp for lp, _ in top])
+        ids.append([tok for _, tok in top])
+    return TopLogprobs(ids, logprobs)

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from prime_rl.config.layout import TEACHER_LOGITS_BYTES, is_colocated, server_dtype, teacher_gpu_share
-from prime_rl.config.modes import RolloutSource, mode_of
+from prime_rl.config.modes import RolloutSource, distill_top_k, mode_of
 from prime_rl.config.schema import Config
 from prime_rl.inference.server_auth import MIDDLEWARE
 
@@ -93,6 +93,9 @@ def vllm_command(
             # engine off its OpenMP threads, for processes that are idle here (one engine process, no scheduler).
             # A value exported to the launcher wins.
             env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+    if not student and distill_top_k(cfg):
+        # vLLM returns at most --max-logprobs per position (20 by default)
+        argv += ["--max-logprobs", str(distill_top_k(cfg))]
     parser = None if student else teacher_tool_parser(cfg)
     if parser:
         # the teacher's chat replies come back with their calls read out as `tool_calls`
@@ -117,10 +120,14 @@ def teacher_batched_tokens(cfg: Config, model: Path) -> int:
     defaults (at a 152 k vocabulary the floor, 2048 tokens: 2.3 GiB)."""
     if cfg.teacher.max_num_batched_tokens:
         return cfg.teacher.max_num_batched_tokens
-    config_file = model / "config.json"
-    if not config_file.is_file():  # a built-in teacher not built yet: a vocabulary of a few hundred tokens
+    if not (model / "config.json").is_file():  # a built-in teacher not built yet: a vocabulary of a few hundred tokens
         return MAX_BATCHED_TOKENS
-    config = json.loads(config_file.read_text())
-    vocab = config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")  # multimodal: text_config
+    vocab = vocab_size(model)
     fit = TEACHER_LOGITS_BYTES // (vocab * LOGITS_BYTES_PER_ENTRY) // 256 * 256
     return min(max(fit, MIN_BATCHED_TOKENS), MAX_BATCHED_TOKENS)
+
+
+def vocab_size(model: Path) -> int:
+    """The output layer's size, from the model dir's config.json (vLLM's limit for logprobs per position)."""
+    config = json.loads((model / "config.json").read_text())
+    return config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")  # multimodal: text_config

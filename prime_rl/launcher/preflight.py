@@ -3,14 +3,16 @@ teacher's endpoint), and when each runs (docs/architecture.md, "Validation"):
 
 - at launch (`check_at_launch`), once per run and once per sweep point, before any process starts or job is
   submitted: the config's rules (config/rules.py), then the external teacher's env vars, a writable
-  teacher.cache_dir, the model dirs and Hub ids, and the task, built as configured. Called by the `ValidateRun`
+  teacher.cache_dir, the model dirs and Hub ids (and a local teacher's vocabulary against a top-k), and the task,
+  built as configured. Called by the `ValidateRun`
   callback and the validating sweeper (launcher/validation.py).
 - at job time (`check_at_job`), where the job runs (a SLURM node, or this machine): the GPU count against the GPUs
   the job really sees, a CPU deployment on a GPU node with vLLM's GPU build, W&B's reachability
-  (monitor/wandb_mode.py) and the teacher's probe (teacher/chat_api.py).
+  (monitor/wandb_mode.py), the teacher's probe (teacher/chat_api.py) and, for a top-k distillation, its
+  logprobs per position (teacher/scoring.py).
   Called by `run_job` (launcher/job.py), which does not repeat the launch's checks. Once the student is built,
   `check_with_student_tokenizer`: every prompt fits the student's context with a whole answer; a teacher's tool
-  calls reach the student's tokens.
+  calls reach the student's tokens; a Hub teacher's vocabulary holds the top k.
 
 Each raises a UserError (a ConfigError for the launch's) whose one line names the keys and the fix.
 """
@@ -40,6 +42,7 @@ from prime_rl.tasks.registry import (
     train_sizes,
 )
 from prime_rl.teacher.chat_api import resolve_teacher_api
+from prime_rl.teacher.scoring import check_top_k_served, check_top_k_vocab
 
 
 def check_at_launch(cfg: Config, gpus: int) -> None:
@@ -48,6 +51,7 @@ def check_at_launch(cfg: Config, gpus: int) -> None:
     _teacher_env(cfg)
     _teacher_cache(cfg)
     _models(cfg)
+    check_top_k_vocab(cfg)
     _task(cfg)
 
 
@@ -60,12 +64,13 @@ def check_at_job(cfg: Config, run_dir: Path, warn: Callable[[str], None]) -> Con
     cfg = settle_wandb_mode(cfg, run_dir, warn)
     if not cfg.launcher.dry_run:  # a setting the endpoint refuses, a wrong key or model: before anything starts
         cfg = resolve_teacher_api(cfg)
+        check_top_k_served(cfg)
     return cfg
 
 
 def check_with_student_tokenizer(cfg: Config) -> None:
-    """What needs the student's tokenizer and chat template: at job time, once the student is built, and before
-    any server starts."""
+    """What needs the student's tokenizer and chat template (and a local teacher's config): at job time, once the
+    models are built, and before any server starts."""
     from prime_rl.models.chat import student_tokenizer  # transformers: only once a job runs
 
     try:
@@ -78,6 +83,7 @@ def check_with_student_tokenizer(cfg: Config) -> None:
     task = load_task(cfg.task)
     _prompt_lengths(cfg, task, tokenizer)
     _teacher_tool_calls(cfg, tokenizer)
+    check_top_k_vocab(cfg)
 
 
 def _prompt_lengths(cfg: Config, task: Task, tokenizer) -> None:

@@ -12,7 +12,7 @@ import torch
 
 from prime_rl.protocol.atomic import write_file
 
-FORMAT = 2  # 2: per-token loss mask, named per-token streams, each sample's mode and teacher
+FORMAT = 3  # 2: per-token loss mask, named per-token streams, each sample's mode and teacher; 3: teacher top-k
 TEACHER_LOGPROBS = "teacher_logprobs"  # stream: the teacher's log p_T of each completion token (opd)
 
 
@@ -28,6 +28,10 @@ class Sample:
     mode: str = ""  # the training mode whose objective trains it: rl | opd | sft
     teacher: str | None = None  # the model name of the teacher that scored or wrote it (None: no teacher)
     truncated: bool = False  # a reply cut off by max_tokens (orchestrator.length)
+    # trainer.loss.distill=topk: the teacher's k most likely tokens at each completion token's position ([tokens, k]
+    # int32 ids, float32 log p_T; None: no top-k)
+    teacher_top_ids: torch.Tensor | None = None
+    teacher_top_logprobs: torch.Tensor | None = None
 
     @property
     def length(self) -> int:

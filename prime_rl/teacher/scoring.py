@@ -1,17 +1,38 @@
 """opd: the teacher scores the student's own tokens (vLLM prompt logprobs), after checks that it can."""
 
+import asyncio
 from pathlib import Path
 
-from prime_rl.inference.client import InferenceClient, InferenceError
-from prime_rl.teacher.client import TeacherError
+from prime_rl.config.modes import distill_top_k
+from prime_rl.config.schema import Config, TeacherKind
+from prime_rl.config.user_error import check
+from prime_rl.inference.client import InferenceClient, InferenceError, TopLogprobs
+from prime_rl.inference.server import vocab_size
+from prime_rl.teacher.client import TeacherError, teacher_client
 
 
 async def teacher_logprobs(
-    client: InferenceClient, model: str, pairs: list[tuple[list[int], list[int]]]
-) -> list[list[float]]:
-    """For each (prompt, completion): log p_T of each completion token given everything before it."""
-    scores = await client.prompt_logprobs(model, [p + c for p, c in pairs])
-    return [[float(x) for x in s[len(p) :]] for s, (p, _) in zip(scores, pairs)]
+    client: InferenceClient, model: str, pairs: list[tuple[list[int], list[int]]], top_k: int = 0
+) -> list[tuple[list[float], TopLogprobs | None]]:
+    """For each (prompt, completion): log p_T of each completion token given everything before it, and with
+    `top_k` the teacher's top_k most likely tokens at each of those positions (None without), in one request."""
+    sequences = [p + c for p, c in pairs]
+    if top_k:
+        scores = await client.prompt_top_logprobs(model, sequences, top_k)
+    else:
+        scores = [(token, None) for token in await client.prompt_logprobs(model, sequences)]
+    return [
+        ([float(x) for x in token[len(p) :]], completion_top(top, len(p)))
+        for (token, top), (p, _) in zip(scores, pairs)
+    ]
+
+
+def completion_top(top: TopLogprobs | None, prompt_length: int) -> TopLogprobs | None:
+    """The completion's share of a sequence's top-k (which has no entry for position 0)."""
+    if top is None:
+        return None
+    start = prompt_length - 1
+    return TopLogprobs(top.ids[start:], top.logprobs[start:])
 
 
 def check_same_tokenizer(student_tok, teacher_dir: Path) -> None:
@@ -54,3 +75,50 @@ async def probe_prompt_logprobs(client: InferenceClient, model: str, token_ids: 
         ) from e
     if any(s is None for s in scores[1:]):
         raise TeacherError(f"teacher endpoint {client.base_url} returned incomplete prompt logprobs")
+
+
+def check_top_k_served(cfg: Config) -> None:
+    """distill=topk: an external endpoint returns k logprobs per position, asked once before anything starts
+    (vLLM refuses more than its --max-logprobs, 20 by default); a local teacher is started with enough."""
+    k = distill_top_k(cfg)
+    if not k or cfg.teacher.kind != TeacherKind.external:
+        return
+    asyncio.run(probe_top_k(cfg, k))
+
+
+async def probe_top_k(cfg: Config, k: int) -> None:
+    client, model = teacher_client(cfg)
+    try:
+        await client.prompt_top_logprobs(model, [[0, 1]], k)  # ids every vocabulary has
+    except InferenceError as e:
+        raise TeacherError(
+            f"teacher endpoint {client.base_url} does not return {k} logprobs per token "
+            f"[trainer.loss.distill_top_k]: {str(e)[:300]}; fix: lower trainer.loss.distill_top_k, or serve the "
+            f"teacher with vllm serve --max-logprobs {k}"
+        ) from e
+    finally:
+        await client.close()
+
+
+def check_top_k_vocab(cfg: Config) -> None:
+    """distill=topk from a local teacher: its vocabulary holds k ids (vLLM would accept the request and fail in its
+    engine). Known at launch for the built-in teacher and a model dir, at job time for a Hub id's snapshot."""
+    k = distill_top_k(cfg)
+    if not k or cfg.teacher.kind != TeacherKind.local_vllm:
+        return
+    vocab = local_teacher_vocab(cfg)
+    check(
+        vocab is None or k <= vocab,
+        ["trainer.loss.distill_top_k"],
+        f"{k} logprobs per position is more than the teacher's {vocab}-token vocabulary",
+        f"set trainer.loss.distill_top_k={vocab} (the exact KL) or less",
+    )
+
+
+def local_teacher_vocab(cfg: Config) -> int | None:
+    """The local teacher's vocabulary size; None for a Hub id not fetched yet."""
+    t = cfg.teacher
+    if t.model == "tiny" and not t.path:
+        return cfg.model.tiny.vocab_size
+    path = Path(t.path or t.model).expanduser()
+    return vocab_size(path) if (path / "config.json").is_file() else None

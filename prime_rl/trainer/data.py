@@ -25,6 +25,11 @@ class TokenBatch:
     has_stream: dict[str, torch.Tensor] = field(default_factory=dict)  # [B, T] bool: tokens of samples with the stream
     sample_ids: torch.Tensor | None = None  # [B, T] the index of a token's sample in the micro-batch (padding: n)
     position_ids: torch.Tensor | None = None  # [B, T] packed rows: each sample's positions from 0; None: unpacked
+    # distill=topk: [B, T, k] the teacher's top-k ids and log p_T at completion positions (0 elsewhere), [B, T] bool
+    # at the tokens of samples that have them; None where no sample of the micro-batch has them
+    teacher_top_ids: torch.Tensor | None = None
+    teacher_top_logprobs: torch.Tensor | None = None
+    has_teacher_top: torch.Tensor | None = None
 
     def model_inputs(self) -> dict:
         """The forward pass's inputs, without a KV cache (training needs none). Packed rows go by their position ids
@@ -52,6 +57,7 @@ def collate_rows(rows: list[Row], pad_id: int) -> TokenBatch:
     names = sorted({name for row in rows for s in row for name in s.streams})
     streams = {name: torch.zeros(shape) for name in names}
     has_stream = {name: torch.zeros(shape, dtype=torch.bool) for name in names}
+    top_ids, top_logprobs, has_top = teacher_top_tensors(rows, shape)
     k = 0  # the sample's index in the micro-batch
     for i, row in enumerate(rows):
         start = 0
@@ -68,11 +74,34 @@ def collate_rows(rows: list[Row], pad_id: int) -> TokenBatch:
             for name, values in s.streams.items():
                 streams[name][i, completion] = floored(values)
                 has_stream[name][i, whole] = True
+            if s.teacher_top_ids is not None:
+                top_ids[i, completion] = s.teacher_top_ids.long()
+                top_logprobs[i, completion] = s.teacher_top_logprobs.clamp(min=LOGPROB_FLOOR)
+                has_top[i, whole] = True
             start, k = start + s.length, k + 1
     packed = any(len(row) > 1 for row in rows)
     return TokenBatch(
-        ids, attn, loss_mask, mu, advantages, streams, has_stream, sample_ids, positions if packed else None
+        ids,
+        attn,
+        loss_mask,
+        mu,
+        advantages,
+        streams,
+        has_stream,
+        sample_ids,
+        positions if packed else None,
+        top_ids,
+        top_logprobs,
+        has_top,
     )
+
+
+def teacher_top_tensors(rows: list[Row], shape: tuple[int, int]) -> tuple[torch.Tensor | None, ...]:
+    """Zeroed (ids [B, T, k], log p_T [B, T, k], has [B, T]) for the rows' teacher top-k; Nones where none has one."""
+    k = next((s.teacher_top_ids.shape[1] for row in rows for s in row if s.teacher_top_ids is not None), 0)
+    if not k:
+        return None, None, None
+    return torch.zeros(*shape, k, dtype=torch.long), torch.zeros(*shape, k), torch.zeros(shape, dtype=torch.bool)
 
 
 def floored(logprobs: list[float]) -> torch.Tensor:

@@ -9,7 +9,12 @@ the backward pass:
   whole (their gradient neither): peak memory above the activations is one chunk, and the weight's gradient
   accumulates straight into its `.grad`;
 - `token_logprobs` starts from logits a model returned (any model, any output layer).
+
+Either also reports, at each position, the logprobs of a few given ids (a teacher's top-k: trainer.loss.distill),
+picked from the same chunk of logits, so a top-k distillation loss costs no second pass over the vocabulary.
 """
+
+from typing import NamedTuple
 
 import torch
 
@@ -19,27 +24,47 @@ CHUNK_BYTES = 64 * 2**20  # the fp32 slice of the logits one chunk works on (mem
 CUDA_CHUNK_BYTES = 512 * 2**20
 
 
+class Logprobs(NamedTuple):
+    token: torch.Tensor  # [B, T] each token's logprob given the ones before it (position 0, without context: 0)
+    entropy: torch.Tensor  # [B, T] the entropy of the distribution that predicted it
+    top: torch.Tensor | None  # [B, T, k] the logprob of each of `top_ids` there (None without top_ids)
+
+
 def token_logprobs(
-    logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """([B, T] logprob of each token given the ones before it, [B, T] entropy of the distribution that predicted it)
-    under softmax(logits / temperature); position 0, which has no context, gets 0 in both."""
-    picked, entropy = SelectedLogprobs.apply(logits[:, :-1], input_ids[:, 1:], temperature)
-    return at_positions(picked), at_positions(entropy)
+    logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0, top_ids: torch.Tensor | None = None
+) -> Logprobs:
+    """Logprobs under softmax(logits / temperature); with `top_ids` ([B, T, k] ids at each token's position, e.g. a
+    teacher's most likely ones), each of their logprobs in the distribution that predicted the token there too."""
+    picked, entropy = SelectedLogprobs.apply(logits[:, :-1], targets_of(input_ids, top_ids), temperature)
+    return split(at_positions(picked), at_positions(entropy), top_ids)
 
 
 def head_logprobs(
-    hidden: torch.Tensor, weight: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0
-) -> tuple[torch.Tensor, torch.Tensor]:
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    input_ids: torch.Tensor,
+    temperature: float = 1.0,
+    top_ids: torch.Tensor | None = None,
+) -> Logprobs:
     """token_logprobs of the logits `hidden @ weight.T` ([B, T, H] final hidden states, [V, H] output layer),
     computed in `hidden`'s dtype a chunk at a time: the [B, T, V] logits are never built."""
-    picked, entropy = HeadLogprobs.apply(hidden[:, :-1], weight, input_ids[:, 1:], temperature)
-    return at_positions(picked), at_positions(entropy)
+    picked, entropy = HeadLogprobs.apply(hidden[:, :-1], weight, targets_of(input_ids, top_ids), temperature)
+    return split(at_positions(picked), at_positions(entropy), top_ids)
+
+
+def targets_of(input_ids: torch.Tensor, top_ids: torch.Tensor | None) -> torch.Tensor:
+    """[B, T-1, 1 + k] the ids whose logprob each prediction (of tokens 1..) reports: the token's, then the top ids."""
+    targets = input_ids[:, 1:, None]
+    return targets if top_ids is None else torch.cat([targets, top_ids[:, 1:]], dim=-1)
+
+
+def split(picked: torch.Tensor, entropy: torch.Tensor, top_ids: torch.Tensor | None) -> Logprobs:
+    return Logprobs(picked[..., 0], entropy, None if top_ids is None else picked[..., 1:])
 
 
 def at_positions(per_prediction: torch.Tensor) -> torch.Tensor:
-    """[B, T-1] values of the predictions of tokens 1.. as [B, T] by token position (position 0 has none: 0)."""
-    return torch.nn.functional.pad(per_prediction, (1, 0))
+    """[B, T-1, ...] values of the predictions of tokens 1.. as [B, T, ...] by token position (position 0: 0)."""
+    return torch.cat([torch.zeros_like(per_prediction[:, :1]), per_prediction], dim=1)
 
 
 def chunks(batch: int, length: int, vocab: int, device: str = "cpu") -> list[slice]:
@@ -49,9 +74,9 @@ def chunks(batch: int, length: int, vocab: int, device: str = "cpu") -> list[sli
 
 
 def chunk_stats(x: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(log-normaliser, logprob of the target, entropy) per position of fp32 logits x [B, c, V]."""
+    """(log-normaliser, logprob of each target [B, c, m], entropy) per position of fp32 logits x [B, c, V]."""
     lse = torch.logsumexp(x, dim=-1)
-    picked = x.gather(-1, targets[..., None]).squeeze(-1) - lse
+    picked = x.gather(-1, targets) - lse[..., None]
     # H = -sum p log p = lse - sum p x, with p = exp(x - lse); in place: one chunk-sized buffer, not three
     return lse, picked, lse - (x - lse[..., None]).exp_().mul_(x).sum(-1)
 
@@ -64,20 +89,22 @@ def logits_grad(
     entropy: torch.Tensor,
     grad_entropy: torch.Tensor | None,
 ) -> torch.Tensor:
-    """d loss / d x for fp32 logits x [B, c, V] (overwritten): through the picked logprob, (onehot(target) - p) *
-    d loss / d picked, and, where the loss used the entropy H, through it: -p * (log p + H) * d loss / d H."""
+    """d loss / d x for fp32 logits x [B, c, V] (overwritten): through each picked logprob [B, c, m],
+    (onehot(target) - p) * d loss / d picked, and, where the loss used the entropy H, through it:
+    -p * (log p + H) * d loss / d H."""
     logp = x.sub_(lse[..., None])
+    through_picked = grad_picked.sum(-1, keepdim=True)
     if grad_entropy is None:
-        g = logp.exp_().mul_(-grad_picked[..., None])
+        g = logp.exp_().mul_(through_picked.neg_())
     else:
-        weight = (logp + entropy[..., None]).mul_(grad_entropy[..., None]).add_(grad_picked[..., None])
+        weight = (logp + entropy[..., None]).mul_(grad_entropy[..., None]).add_(through_picked)
         g = logp.exp_().mul_(weight.neg_())
-    return g.scatter_add_(-1, targets[..., None], grad_picked[..., None])
+    return g.scatter_add_(-1, targets, grad_picked)
 
 
-def upstream(grad_picked: torch.Tensor | None, lse: torch.Tensor) -> torch.Tensor:
+def upstream(grad_picked: torch.Tensor | None, targets: torch.Tensor) -> torch.Tensor:
     """The picked logprobs' gradient; zeros where the loss used only the entropy (autograd then passes None)."""
-    return torch.zeros_like(lse) if grad_picked is None else grad_picked
+    return torch.zeros_like(targets, dtype=torch.float32) if grad_picked is None else grad_picked
 
 
 class HeadLogprobs(torch.autograd.Function):
@@ -85,8 +112,8 @@ class HeadLogprobs(torch.autograd.Function):
     def forward(ctx, hidden, weight, targets, temperature):
         w = weight.to(hidden.dtype)  # the compute dtype (autocast would cast the same way)
         picked = torch.empty(targets.shape, dtype=torch.float32, device=hidden.device)
-        entropy, lse = torch.empty_like(picked), torch.empty_like(picked)
-        for s in chunks(*targets.shape, weight.shape[0], hidden.device.type):
+        entropy, lse = torch.empty_like(picked[..., 0]), torch.empty_like(picked[..., 0])
+        for s in chunks(*targets.shape[:2], weight.shape[0], hidden.device.type):
             x = (hidden[:, s] @ w.T).float().div_(temperature)
             lse[:, s], picked[:, s], entropy[:, s] = chunk_stats(x, targets[:, s])
         ctx.save_for_backward(hidden, weight, targets, lse, entropy)
@@ -97,11 +124,11 @@ class HeadLogprobs(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_picked, grad_entropy):
         hidden, weight, targets, lse, entropy = ctx.saved_tensors
-        grad_picked = upstream(grad_picked, lse)
+        grad_picked = upstream(grad_picked, targets)
         w = weight.to(hidden.dtype)
         grad_hidden = torch.empty_like(hidden)
         grad_weight = weight_grad(weight) if ctx.needs_input_grad[1] else None  # frozen (LoRA): none
-        for s in chunks(*targets.shape, weight.shape[0], hidden.device.type):
+        for s in chunks(*targets.shape[:2], weight.shape[0], hidden.device.type):
             h = hidden[:, s]
             x = (h @ w.T).float().div_(ctx.temperature)
             g_entropy = None if grad_entropy is None else grad_entropy[:, s]
@@ -129,7 +156,7 @@ class SelectedLogprobs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, targets, temperature):
         picked = torch.empty(targets.shape, dtype=torch.float32, device=logits.device)
-        entropy, lse = torch.empty_like(picked), torch.empty_like(picked)
+        entropy, lse = torch.empty_like(picked[..., 0]), torch.empty_like(picked[..., 0])
         for s in chunks(*logits.shape, logits.device.type):
             lse[:, s], picked[:, s], entropy[:, s] = chunk_stats(logits[:, s].float() / temperature, targets[:, s])
         ctx.save_for_backward(logits, targets, lse, entropy)
@@ -140,7 +167,7 @@ class SelectedLogprobs(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_picked, grad_entropy):
         logits, targets, lse, entropy = ctx.saved_tensors
-        grad_picked = upstream(grad_picked, lse)
+        grad_picked = upstream(grad_picked, targets)
         grad = torch.empty_like(logits)
         for s in chunks(*logits.shape, logits.device.type):
             x = logits[:, s].float() / ctx.temperature

@@ -1,20 +1,25 @@
 """Losses over the completion tokens of one micro-batch (docs/architecture.md, "The maths"), and the one a run's
 mode trains with (`Objective`, from config/modes.py): the importance-weighted policy loss, with the teacher term
-where the mode has one, or the NLL of teacher-written tokens.
+where the mode has one (a per-token advantage from the sampled token, or a KL over the teacher's top k:
+trainer.loss.distill), or the NLL of teacher-written tokens.
 
 Sums are divided by the token count of the whole step (`total_tokens`), not the micro-batch, so
 gradient accumulation over micro-batches gives the same gradient as one big batch.
 """
 
 from collections.abc import Callable
-from functools import partial
 
 import torch
 
-from prime_rl.config.modes import Loss, mode_of
-from prime_rl.config.schema import Config, LossConfig, RatioLevel
+from prime_rl.config.modes import Loss, distill_top_k, mode_of
+from prime_rl.config.schema import Config, KlDirection, LossConfig, RatioLevel
 from prime_rl.protocol.batch import TEACHER_LOGPROBS
 from prime_rl.trainer.data import TokenBatch
+from prime_rl.trainer.logprobs import Logprobs
+
+# the least tail mass a top-k distribution gets (with_tail): its log stays finite; at k = the vocabulary the tail
+# is 0 but for rounding (~1e-7 in float32), which this floor keeps from adding more than ~2e-7 nats to a KL
+TAIL_FLOOR = 1e-8
 
 
 def teacher_logprobs(batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -72,9 +77,14 @@ def rl_loss(
         "masked/ratio": off_ratio.sum().item(),  # in the band, but pi/mu outside [ratio_low, ratio_high]
     }
     if teacher_center is not None:
-        teacher, scored = teacher_logprobs(batch)
-        sums["teacher_kl"] = ((logprobs - teacher).detach() * scored).sum().item()
+        sums["teacher_kl"] = sampled_teacher_kl(logprobs, batch)
     return loss, sums
+
+
+def sampled_teacher_kl(logprobs: torch.Tensor, batch: TokenBatch) -> float:
+    """The sum of log pi - log p_T over the scored tokens: the single-sample estimate of KL(pi || p_T)."""
+    teacher, scored = teacher_logprobs(batch)
+    return ((logprobs - teacher).detach() * scored).sum().item()
 
 
 def sequence_policy_term(
@@ -126,27 +136,79 @@ def distill_center(mbs: list[TokenBatch], cfg: LossConfig) -> float:
     return ((adv * mask).sum() / mask.sum().clamp(min=1)).item()
 
 
+def top_k_distill(
+    top: torch.Tensor | None, logprobs: torch.Tensor, batch: TokenBatch, cfg: LossConfig, total_tokens: int
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """distill=topk: teacher_tau x the KL between teacher and student over the teacher's top k plus the tail, at the
+    tokens a teacher scored, over the step's tokens; `top` [B, T, k] is the student's logprobs at the teacher's
+    top ids (None: a micro-batch without any, which adds nothing). Returns (loss, metric sums), the sampled
+    teacher_kl among them, comparable across trainer.loss.distill."""
+    names = ("teacher_kl", "distill/topk_kl", "distill/teacher_tail", "distill/teacher_entropy")
+    if top is None:
+        return torch.zeros(()), dict.fromkeys(names, 0.0)
+    scored = batch.loss_mask.float() * batch.has_teacher_top
+    teacher = with_tail(batch.teacher_top_logprobs)
+    kl = top_k_kl(with_tail(top), teacher, cfg.distill_kl) * scored
+    values = (
+        sampled_teacher_kl(logprobs, batch),
+        kl.detach().sum().item(),
+        (teacher[..., -1].exp() * scored).sum().item(),  # the teacher's mass outside its top k
+        # over the k + 1 outcomes: at most the teacher's entropy, equal to it at k = the vocabulary
+        (-(teacher.exp() * teacher).sum(-1) * scored).sum().item(),
+    )
+    return cfg.teacher_tau * kl.sum() / total_tokens, dict(zip(names, values))
+
+
+def top_k_kl(student: torch.Tensor, teacher: torch.Tensor, direction: KlDirection) -> torch.Tensor:
+    """[B, T] KL between two distributions over k + 1 outcomes ([B, T, k + 1] logprobs of the top k ids and of the
+    tail bucket of everything else, `with_tail`): a lower bound of the full KL (merging outcomes never raises a KL),
+    equal to it when k is the vocabulary."""
+    if direction == KlDirection.reverse:
+        return (student.exp() * (student - teacher)).sum(-1)
+    return (teacher.exp() * (teacher - student)).sum(-1)
+
+
+def with_tail(top: torch.Tensor) -> torch.Tensor:
+    """[B, T, k + 1]: the k ids' logprobs and the tail's, log(1 - their mass), summed in float64 (a top k covering
+    nearly all the mass leaves a difference of nearly equal numbers) and floored at TAIL_FLOOR, where float32
+    rounding decides its value."""
+    mass = top.double().exp().sum(-1)
+    tail = (1 - mass).clamp(min=TAIL_FLOOR).log().to(top.dtype)
+    return torch.cat([top, tail[..., None]], dim=-1)
+
+
 def metric_means(sums: dict[str, float], total_tokens: int) -> dict[str, float]:
     return {k: v / total_tokens for k, v in sums.items()}
 
 
-# (logprobs, micro-batch, total_tokens=the step's token count) -> (loss, metric sums)
-StepLoss = Callable[[torch.Tensor, TokenBatch, int], tuple[torch.Tensor, dict[str, float]]]
+# (the micro-batch's logprobs, the micro-batch, total_tokens=the step's token count) -> (loss, metric sums)
+StepLoss = Callable[[Logprobs, TokenBatch, int], tuple[torch.Tensor, dict[str, float]]]
 
 
 class Objective:
-    """The run's loss: which formula, with which teacher centre, at which temperature the policy is computed."""
+    """The run's loss: which formula, with which teacher signal and centre, at which temperature the policy is
+    computed."""
 
     def __init__(self, cfg: Config):
         self.mode, self.loss_cfg = mode_of(cfg), cfg.trainer.loss
         # pi is the policy that sampled, at its temperature (vLLM reports mu the same way, --logprobs-mode
         # processed_logprobs); teacher-written tokens are plain targets: NLL at temperature 1
         self.temperature = cfg.orchestrator.sampling.temperature if self.mode.trains_sampled_policy else 1.0
+        self.top_k = bool(distill_top_k(cfg))
 
     def for_step(self, mbs: list[TokenBatch]) -> StepLoss:
         """The loss of every micro-batch of a step, given all of the step's micro-batches (before any rank split):
-        the teacher term is centred on the mean of the whole step."""
+        the sampled teacher term is centred on the mean of the whole step."""
         if self.mode.loss == Loss.nll:
-            return sft_loss
-        center = distill_center(mbs, self.loss_cfg) if self.mode.teacher_term else None
-        return partial(rl_loss, cfg=self.loss_cfg, teacher_center=center)
+            return lambda out, mb, total_tokens: sft_loss(out.token, mb, total_tokens)
+        sampled = self.mode.teacher_term and not self.top_k
+        center = distill_center(mbs, self.loss_cfg) if sampled else None
+
+        def step_loss(out: Logprobs, mb: TokenBatch, total_tokens: int):
+            loss, sums = rl_loss(out.token, mb, self.loss_cfg, total_tokens, teacher_center=center)
+            if not self.top_k:
+                return loss, sums
+            distill, distill_sums = top_k_distill(out.top, out.token, mb, self.loss_cfg, total_tokens)
+            return loss + distill, sums | distill_sums
+
+        return step_loss

@@ -22,11 +22,11 @@ class Reference:
     def logprobs(self, mb: TokenBatch, temperature: float, compute: torch.dtype, fused_head: bool) -> torch.Tensor:
         """[B, T] each token's logprob under the reference, like policy_logprobs under the trained model."""
         if not self.lora:
-            return policy_logprobs(self.model, mb, temperature, compute, fused_head)[0]
+            return policy_logprobs(self.model, mb, temperature, compute, fused_head).token
         training = self.model.training
         self.model.eval()  # the adapter's dropout off (rl and opd refuse it; sft may have it)
         with self.model.disable_adapter():
-            logprobs = policy_logprobs(self.model, mb, temperature, compute, fused_head)[0]
+            logprobs = policy_logprobs(self.model, mb, temperature, compute, fused_head).token
         self.model.train(training)
         return logprobs
 

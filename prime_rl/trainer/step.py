@@ -12,7 +12,7 @@ from prime_rl.config.schema import Config
 from prime_rl.protocol.batch import Batch, Sample
 from prime_rl.trainer.data import micro_batches, to_device
 from prime_rl.trainer.distributed import SINGLE, World, all_sum, full_tensor, rank_micro_batches
-from prime_rl.trainer.logprobs import head_logprobs, token_logprobs
+from prime_rl.trainer.logprobs import Logprobs, head_logprobs, token_logprobs
 from prime_rl.trainer.loss import Objective, entropy_bonus, metric_means, reference_kl
 from prime_rl.trainer.lr_schedule import lr_factor
 from prime_rl.trainer.model import compute_dtype, decoder_and_head
@@ -73,18 +73,18 @@ def train_step(
     compute = compute_dtype(cfg, device)
     for mb in mbs:
         mb = to_device(mb, device)
-        logprobs, entropy = policy_logprobs(model, mb, objective.temperature, compute, fused_head)
-        loss, extra = step_loss(logprobs, mb, total_tokens=total_tokens)
+        out = policy_logprobs(model, mb, objective.temperature, compute, fused_head)
+        loss, extra = step_loss(out, mb, total_tokens=total_tokens)
         if objective.loss_cfg.entropy_tau:
-            loss = loss + entropy_bonus(entropy, mb, objective.loss_cfg, total_tokens)
+            loss = loss + entropy_bonus(out.entropy, mb, objective.loss_cfg, total_tokens)
         if reference is not None:
             ref_logprobs = reference.logprobs(mb, objective.temperature, compute, fused_head)
-            kl = reference_kl(logprobs, ref_logprobs) * mb.loss_mask
+            kl = reference_kl(out.token, ref_logprobs) * mb.loss_mask
             loss = loss + objective.loss_cfg.kl_ref_tau * kl.sum() / total_tokens
             extra["kl_ref"] = kl.detach().sum().item()
         loss.backward()
         sums["loss"] += loss.item() * total_tokens
-        sums["entropy"] += (entropy * mb.loss_mask).sum().item()
+        sums["entropy"] += (out.entropy * mb.loss_mask).sum().item()
         for k, v in extra.items():
             sums[k] = sums.get(k, 0.0) + v
     grad_norm = float(full_tensor(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.optim.max_grad_norm)))
@@ -126,16 +126,17 @@ def micro_batch_size(cfg: Config, samples: list[Sample], vocab: int, fused_head:
     return max(1, min(rows, WHOLE_LOGITS_BYTES // (width * vocab * WHOLE_LOGITS_BYTES_PER_ENTRY)))
 
 
-def policy_logprobs(model, mb, temperature: float, compute: torch.dtype, fused_head: bool):
-    """(token logprobs, entropy) of the micro-batch under the model at `temperature`, computed in `compute`. One
-    process autocasts from the float32 weights (FSDP casts them itself, by its policy). With a plain output layer
-    the logits are never built whole (head_logprobs); otherwise they come from the model (token_logprobs)."""
+def policy_logprobs(model, mb, temperature: float, compute: torch.dtype, fused_head: bool) -> Logprobs:
+    """The micro-batch's logprobs under the model at `temperature` (with the teacher's top-k ids where it has them),
+    computed in `compute`. One process autocasts from the float32 weights (FSDP casts them itself, by its policy).
+    With a plain output layer the logits are never built whole (head_logprobs); otherwise they come from the model
+    (token_logprobs)."""
     autocast = torch.autocast(mb.input_ids.device.type, dtype=compute, enabled=compute != torch.float32)
     if fused_head:
         decoder, head = decoder_and_head(model)
         with autocast:
             hidden = decoder(**mb.model_inputs()).last_hidden_state
-        return head_logprobs(hidden.to(compute), head.weight, mb.input_ids, temperature)
+        return head_logprobs(hidden.to(compute), head.weight, mb.input_ids, temperature, mb.teacher_top_ids)
     with autocast:
         logits = model(**mb.model_inputs()).logits
-    return token_logprobs(logits, mb.input_ids, temperature)
+    return token_logprobs(logits, mb.input_ids, temperature, mb.teacher_top_ids)

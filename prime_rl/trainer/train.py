@@ -83,6 +83,7 @@ def train(cfg: Config) -> None:
             "time/step": step_s,
             "time/wait_batch": batches.take_wait_s(),
             "throughput/tokens_per_s": metrics["tokens"] / step_s,
+            "batch/file_mib": batches.file_mib,  # what the orchestrator hands over each step (a top-k adds most)
         }
         row = {"step": step, **batch.metrics, **metrics, **timing}
         if turn.shared:  # the hand-offs of the step: to the orchestrator for its batch, then to the trainer
@@ -115,6 +116,7 @@ class BatchWait:
         self.fallback_s = fallback_s(num_nodes(cfg.deployment) > 1, BATCH_POLL_S)  # the orchestrator announces batches
         self.listener = Listener(self.run_dir.handoff("batch"))
         self.wait_s = 0.0
+        self.file_mib = 0.0  # the size of the last batch file read
 
     def wait(self, step: int) -> Batch:
         path = self.run_dir.rollouts(step)
@@ -122,6 +124,7 @@ class BatchWait:
         start = time.monotonic()
         self.listener.wait(path.exists, self.timeout_s, self.fallback_s, error)
         self.wait_s += time.monotonic() - start
+        self.file_mib = path.stat().st_size / 2**20
         try:
             return read_batch(path)
         except BatchFormatError as e:

@@ -4,6 +4,9 @@ the trainer turns into the per-token advantage teacher_tau * (log p_T - log pi).
 import asyncio
 import time
 
+import torch
+
+from prime_rl.config.modes import distill_top_k
 from prime_rl.config.schema import TeacherKind
 from prime_rl.models import teacher_dir
 from prime_rl.models.chat import answer_ids, prompt_ids
@@ -39,8 +42,12 @@ class OPD(RL):
         scored = [s for s in samples if s.trained_tokens]  # an episode its environment broke has nothing to score
         pairs = [(s.prompt_ids, s.completion_ids) for s in scored]
         shares = even_shares(pairs, ctx.cfg.orchestrator.requests_per_step)
-        replies = await asyncio.gather(*(teacher_logprobs(ctx.teacher, ctx.teacher_model, share) for share in shares))
-        for s, logprobs in zip(scored, (lp for reply in replies for lp in reply)):
+        k = distill_top_k(ctx.cfg)
+        replies = await asyncio.gather(*(teacher_logprobs(ctx.teacher, ctx.teacher_model, s, k) for s in shares))
+        for s, (logprobs, top) in zip(scored, (one for reply in replies for one in reply)):
             s.streams[TEACHER_LOGPROBS] = logprobs
             s.teacher = ctx.teacher_model
+            if top is not None:
+                s.teacher_top_ids = torch.tensor(top.ids, dtype=torch.int32).view(-1, k)
+                s.teacher_top_logprobs = torch.tensor(top.logprobs, dtype=torch.float32).view(-1, k)
         return {"time/teacher": time.monotonic() - start}
