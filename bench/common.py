@@ -248,7 +248,8 @@ def compare_variants(runs: int, variants: Sequence[str], run_one: Callable[[str,
     for seed in range(runs):
         print(f"run {seed + 1}/{runs}", flush=True)
         per_run.append({v: run_one(v, seed) for v in variants})
-    keys = per_run[0][variants[0]].keys() - {"ok"}
+    first = per_run[0][variants[0]]
+    keys = [k for k, value in first.items() if k != "ok" and not isinstance(value, list)]  # lists: curves
     return per_run, {v: {k: median(r[v][k] for r in per_run) for k in keys} for v in variants}
 
 
