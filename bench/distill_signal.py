@@ -18,6 +18,7 @@ import statistics
 from pathlib import Path
 
 from common import (
+    REPO,
     add_runs_arg,
     bench_dir,
     compose,
@@ -76,7 +77,32 @@ def run_variant(args, overrides: list[str], name: str, seed: int, out: Path) -> 
         "teacher_entropy": median(r.get("distill/teacher_entropy") for r in rows),
         "teacher_tail": median(r.get("distill/teacher_tail") for r in rows),
         "teacher_kl": median(r.get("teacher_kl") for r in rows[-10:]),
+        "curve": [(r["step"], r["eval/reward"]) for _, r in evals],
     }
+
+
+COLORS = {"sampled": "tab:gray", "topk8": "tab:blue", "topk32": "tab:green", "exact": "tab:red"}
+
+
+def plot(runs: list[dict], names: list[str], target: float | None, path: Path) -> None:
+    """Every run's eval reward by step, a colour per signal, and the target."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name in names:
+        for i, run in enumerate(runs):
+            steps, rewards = zip(*run[name]["curve"]) if run[name]["curve"] else ((), ())
+            ax.plot(steps, rewards, color=COLORS[name], alpha=0.7, label=name if i == 0 else None)
+    if target is not None:
+        ax.axhline(target, color="black", linestyle=":", label="90 % of the teacher")
+    ax.set_xlabel("step")
+    ax.set_ylabel("eval reward")
+    ax.legend()
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
 
 
 COLUMNS = {  # summary key -> column header
@@ -132,6 +158,10 @@ def main() -> None:
             for name in names
         ],
     )
+    if not args.smoke:
+        teacher = median(r[name]["teacher_reward"] for r in runs for name in names)
+        target = None if teacher is None else args.fraction * teacher
+        plot(runs, names, target, REPO / "docs" / f"{NAME}.png")
     finish(
         NAME,
         {
