@@ -11,6 +11,7 @@ from prime_rl.config.schema import Config
 from prime_rl.prepare import prepare_teacher
 from tests.http_stub import StubHandler, serve_stub, stub_url
 from tests.test_e2e_rl import eval_gain_in_standard_errors, launch, rows, summary
+from tests.test_episodes import ON_POLICY
 
 KEY_ENV = "PRIME_RL_TEST_TEACHER_KEY"
 QWEN3_TEACHER = "teacher.warm_start.steps=40"
@@ -71,6 +72,47 @@ def test_sft_from_the_local_teacher_learns(tmp_path, teacher_dir):
     train = [r for r in rows(tmp_path / "run") if "loss" in r]
     assert [r["step"] for r in train] == list(range(20)) and not any("teacher_kl" in r for r in train)
     assert not (tmp_path / "run" / "merged").exists()
+
+
+# the built-in task under three labels, each source with its own mode (the first: training_mode's, rl)
+MIXED_MODES = (
+    "task.mix=[{name:reverse,label:rl_part},{name:reverse,label:opd_part,mode:opd},"
+    "{name:reverse,label:sft_part,mode:sft}]"
+)
+
+
+@pytest.mark.vllm
+def test_a_mix_trains_each_source_with_its_own_mode_in_the_same_steps(tmp_path, teacher_dir):
+    """task.mix[i].mode: every step holds rl, opd and sft samples, each with its source's mode; the student samples
+    the rl and opd prompts and the teacher scores the opd ones, the teacher writes the sft ones; the trainer takes
+    the policy loss on the student's samples at their sampling temperature (on policy at 0.8: mismatch_kl ~0, which
+    the sft samples, with no sampler logprobs, would ruin) and the NLL on the teacher's."""
+    run_dir = tmp_path / "run"
+    run = launch(
+        run_dir,
+        "task=mix",
+        MIXED_MODES,
+        "teacher=local_vllm",
+        "trainer.loss.teacher_tau=1.0",
+        "model.warm_start.task=reverse",
+        "teacher.warm_start.task=reverse",  # both the built-in reverse models: no build for the mix
+        "orchestrator.sampling.temperature=0.8",
+        "max_steps=3",
+        "orchestrator.eval.interval=3",
+        "orchestrator.log_samples=128",  # the whole step: 16 prompts x 8
+        *ON_POLICY,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    train = [r for r in rows(run_dir) if "loss" in r]
+    assert [r["step"] for r in train] == [0, 1, 2]
+    for r in train:
+        assert r["teacher_kl"] != 0 and "teacher/truncated" in r and "seq_len/truncated" in r, r
+        assert all(f"reward/{mode}_part" in r for mode in ("rl", "opd", "sft")), r
+    assert max(abs(r["mismatch_kl"]) for r in train) < 1e-6, [r["mismatch_kl"] for r in train]
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 3 * 128
+    assert {(s["source"], s["mode"]) for s in samples} == {(f"{m}_part", m) for m in ("rl", "opd", "sft")}
+    assert "eval/teacher_reward" in summary(run_dir)
 
 
 @pytest.mark.vllm

@@ -138,6 +138,25 @@ CASES = [
     ),
     Case(
         "mode conflict",
+        "a mix source in opd without a teacher",
+        ("task=mix", "task.mix=[{name:reverse},{name:sort,mode:opd}]", "trainer.loss.teacher_tau=1"),
+        "[task.mix[1].mode, teacher]",
+    ),
+    Case("mode conflict", "a source's mode outside a mix", ("task.mode=opd",), "[task.mode]"),
+    Case(
+        "mode conflict",
+        "dynamic sampling beside an opd source",
+        (
+            "task=mix",
+            "task.mix=[{name:reverse},{name:sort,mode:opd}]",
+            "teacher=local_vllm",
+            "trainer.loss.teacher_tau=1",
+            "orchestrator.dynamic_sampling.enabled=true",
+        ),
+        "[orchestrator.dynamic_sampling.enabled, task.mix[1].mode]",
+    ),
+    Case(
+        "mode conflict",
         "a top-k teacher signal outside opd",
         ("trainer.loss.distill=topk",),
         "[trainer.loss.distill, training_mode]",

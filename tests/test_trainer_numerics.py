@@ -17,7 +17,7 @@ from prime_rl.protocol.batch import Batch, Sample
 from prime_rl.trainer.data import collate
 from prime_rl.trainer.distributed import SINGLE
 from prime_rl.trainer.logprobs import head_logprobs, token_logprobs
-from prime_rl.trainer.loss import entropy_bonus, reference_kl
+from prime_rl.trainer.loss import entropy_bonus, reference_kl, rl_loss, sft_loss
 from prime_rl.trainer.model import head_is_plain, load_model
 from prime_rl.trainer.reference import Reference
 from prime_rl.trainer.step import policy_logprobs
@@ -320,3 +320,31 @@ def test_the_logprobs_of_a_teachers_top_ids_and_their_gradients_match_the_direct
         torch.testing.assert_close(g, w, **tol)
     torch.testing.assert_close(got_grads[0], hidden.grad, **tol)
     torch.testing.assert_close(got_grads[1], weight.grad, **tol)
+
+
+def test_a_step_of_several_modes_trains_each_sample_with_its_own_modes_loss():
+    """A mix whose sources set their own modes: the rl samples take the policy loss at the sampling temperature, the
+    sft samples the NLL at temperature 1, both over the whole step's tokens; the same samples all taken as rl give
+    another step."""
+    setup = step_setup("orchestrator.sampling.temperature=0.7")
+    cfg, model, _, _, pad = setup
+    rl = [replace(s, mode="rl") for s in samples(10).samples[:3]]
+    sft = [replace(s, mode="sft", inference_logprobs=[]) for s in samples(11).samples[:3]]
+    tokens = sum(len(s.completion_ids) for s in rl + sft)
+    rl_batch, sft_batch = collate(rl, pad), collate(sft, pad)
+    rl_out = policy_logprobs(model, rl_batch, 0.7, torch.float32, fused_head=False).token
+    sft_out = policy_logprobs(model, sft_batch, 1.0, torch.float32, fused_head=False).token
+    want = rl_loss(rl_out, rl_batch, cfg.trainer.loss, tokens)[0] + sft_loss(sft_out, sft_batch, tokens)[0]
+    want.backward()
+    want_norm = torch.sqrt(sum((p.grad**2).sum() for p in model.parameters() if p.grad is not None)).item()
+    model.zero_grad(set_to_none=True)
+    as_rl = run_step(step_setup("orchestrator.sampling.temperature=0.7"), Batch(0, 0, [*rl, *rl_like(sft)], {}))
+    got = run_step(setup, Batch(0, 0, [rl[0], sft[0], *rl[1:], *sft[1:]], {}))  # the modes interleaved
+    assert got["loss"] == pytest.approx(want.item(), rel=1e-5) and got["tokens"] == tokens
+    assert got["grad_norm"] == pytest.approx(want_norm, rel=1e-4)
+    assert abs(as_rl["loss"] - got["loss"]) > 1e-3, (as_rl, got)
+
+
+def rl_like(batch: list[Sample]) -> list[Sample]:
+    """Teacher-written samples passed off as the student's own (with a sampler logprob per token)."""
+    return [replace(s, mode="rl", inference_logprobs=[-5.6] * len(s.completion_ids)) for s in batch]

@@ -5,7 +5,7 @@ does in its turn all come from here."""
 import os
 from dataclasses import dataclass
 
-from prime_rl.config.modes import RolloutSource, mode_of
+from prime_rl.config.modes import RolloutSource, uses
 from prime_rl.config.schema import Config, Layout, TeacherKind, num_nodes
 
 GIB = 1 << 30
@@ -59,13 +59,14 @@ class Turn:
 
 def turns(cfg: Config) -> list[Turn]:
     """One step of the colocated layout: the orchestrator's turn, then the trainer's."""
-    gpu, mode = on_gpu(cfg), mode_of(cfg)
+    gpu = on_gpu(cfg)
     servers = "the student and teacher servers" if cfg.teacher.kind == TeacherKind.local_vllm else "the student server"
     orchestrator = [
         *([f"wake {servers}"] if gpu else []),
         "reload the newest weights",
-        "student generates" if mode.rollouts == RolloutSource.student else "teacher writes the rollouts",
-        "teacher scores the rollouts" if mode.teacher_term else "",
+        "student generates" if uses(cfg, lambda m: m.rollouts == RolloutSource.student) else "",
+        "teacher writes the rollouts" if uses(cfg, lambda m: m.rollouts == RolloutSource.teacher) else "",
+        "teacher scores the rollouts" if uses(cfg, lambda m: m.teacher_term) else "",
         "rewards, advantages, evaluation when due",
         *([f"{servers} sleep"] if gpu else []),
         "write the batch",

@@ -4,14 +4,16 @@ rewards are needed, which loss trains the student.
 Every process reads these facts instead of branching on the mode's name: validation states its rules from them
 (config/rules.py), the orchestrator picks the mode's step (orchestrator/algo/), the trainer its loss
 (trainer/loss.py Objective), the launcher the servers' settings. A new mode is one `Mode` here plus one file in
-orchestrator/algo/ (docs/architecture.md, "Adding a mode"). Choosing a mode per task source later means looking it
-up per source instead of per run: nothing here depends on the run's other settings.
+orchestrator/algo/ (docs/architecture.md, "Adding a mode"). A mix's sources may each set their own mode
+(task.mix[i].mode): what a mode needs is then looked up per source (`source_modes`, `example_mode`), and what the
+run's processes need is what any of its modes needs (`run_modes`).
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from prime_rl.config.schema import Config, DistillSignal, TrainingMode
+from prime_rl.config.schema import MIX, Config, DistillSignal, TaskSourceConfig, TrainingMode
 
 
 class RolloutSource(str, Enum):
@@ -79,11 +81,38 @@ MODES: dict[TrainingMode, Mode] = {
 }
 
 
-def mode_of(cfg: Config) -> Mode:
-    return MODES[cfg.training_mode]
+def source_modes(cfg: Config) -> list[tuple[str, TaskSourceConfig, Mode]]:
+    """(the key that sets its mode, the source, its mode) of each task source: a mix source's own mode or else
+    training_mode's; the task itself with training_mode's where it is no mix."""
+    if cfg.task.name != MIX:
+        return [("training_mode", cfg.task, MODES[cfg.training_mode])]
+    return [
+        (f"task.mix[{i}].mode", src, MODES[src.mode]) if src.mode else ("training_mode", src, MODES[cfg.training_mode])
+        for i, src in enumerate(cfg.task.mix)
+    ]
+
+
+def run_modes(cfg: Config) -> list[Mode]:
+    """The modes the run trains with, each once: its processes are set up for every one of them."""
+    return list(dict.fromkeys(mode for _, _, mode in source_modes(cfg)))
+
+
+def uses(cfg: Config, fact: Callable[[Mode], bool]) -> bool:
+    """Whether any of the run's modes has `fact` (a teacher term, teacher-written rollouts, ...)."""
+    return any(fact(mode) for mode in run_modes(cfg))
+
+
+def example_mode(cfg: Config, example) -> Mode:
+    """The mode a prompt trains with: its source's (an Example's `mode`, set in a mix), else the run's."""
+    return MODES[TrainingMode(example.mode) if example.mode else cfg.training_mode]
+
+
+def context_margin(cfg: Config) -> int:
+    """Tokens the student's sequences keep free of the context: the most any of the run's modes needs."""
+    return max(mode.context_margin for mode in run_modes(cfg))
 
 
 def distill_top_k(cfg: Config) -> int:
     """The teacher logprobs per position the run distils from (trainer.loss.distill=topk); 0: the sampled token's."""
-    distills = mode_of(cfg).teacher_term and cfg.trainer.loss.distill == DistillSignal.topk
+    distills = uses(cfg, lambda m: m.teacher_term) and cfg.trainer.loss.distill == DistillSignal.topk
     return cfg.trainer.loss.distill_top_k if distills else 0

@@ -8,7 +8,7 @@ broken rule raises ConfigError, whose one-line message names the offending keys 
 
 from urllib.parse import urlparse
 
-from prime_rl.config.modes import mode_of
+from prime_rl.config.modes import RolloutSource, run_modes, source_modes, uses
 from prime_rl.config.schema import Config, DistillSignal, Layout, RatioLevel, TeacherKind, node_gpus, num_nodes
 from prime_rl.config.user_error import check
 from prime_rl.protocol.servers import SERVER_KEY_ENV
@@ -300,86 +300,100 @@ def _pairs(cfg: Config, _: int) -> None:
 
 
 def _mode(cfg: Config, _: int) -> None:
-    """The rules a mode's facts (config/modes.py) imply for the rest of the config."""
-    mode, loss, teacher = mode_of(cfg), cfg.trainer.loss, cfg.teacher.kind
-    name, verification = mode.name.value, cfg.orchestrator.verification.enabled
-    if mode.trains_sampled_policy:
-        _sampling_policy(cfg)
-    if mode.teacher:
+    """The rules a mode's facts (config/modes.py) imply for the rest of the config: per task source where a mix sets
+    modes per source, for the run's shared knobs where any of its modes (or all) needs them."""
+    sources, loss, teacher = source_modes(cfg), cfg.trainer.loss, cfg.teacher.kind
+    check(
+        cfg.task.mode is None,
+        ["task.mode"],
+        f"task.mode={cfg.task.mode and cfg.task.mode.value} sets the mode of a source of task.mix, and this task is "
+        f"{cfg.task.name}",
+        f"set training_mode={cfg.task.mode and cfg.task.mode.value} instead",
+    )
+    for key, _, mode in sources:
+        name = mode.name.value
         check(
-            teacher != TeacherKind.none,
-            ["training_mode", "teacher"],
-            f"{name} needs a teacher",
+            teacher != TeacherKind.none or not mode.teacher,
+            [key, "teacher"],
+            f"{name} needs a teacher" + ("" if key == "training_mode" else f" ({key})"),
             "add teacher=local_vllm or teacher=external",
         )
-    else:
-        check(
-            teacher == TeacherKind.none,
-            ["training_mode", "teacher"],
-            f"{name} takes no teacher, got teacher={teacher.value}",
-            "use teacher=none, or training_mode=opd|sft to learn from a teacher",
-        )
-    if mode.teacher_term:
+    modes = run_modes(cfg)
+    student = [m for m in modes if m.trains_sampled_policy]
+    keys = sorted({key for key, _, _ in sources})
+    names = "|".join(m.name.value for m in modes)
+    if student:
+        _sampling_policy(cfg, student[0].name.value)
+    check(
+        teacher == TeacherKind.none or any(m.teacher for m in modes),
+        [*keys, "teacher"],
+        f"{names} takes no teacher, got teacher={teacher.value}",
+        "use teacher=none, or training_mode=opd|sft to learn from a teacher",
+    )
+    if any(m.teacher_term for m in modes):
         check(
             loss.teacher_tau > 0,
             ["trainer.loss.teacher_tau"],
-            f"{name} needs teacher_tau > 0",
+            "opd needs teacher_tau > 0",
             "set trainer.loss.teacher_tau=1.0",
         )
     else:
         check(
             loss.teacher_tau == 0,
-            ["trainer.loss.teacher_tau", "training_mode"],
+            ["trainer.loss.teacher_tau", *keys],
             f"teacher_tau={loss.teacher_tau} only applies in opd",
             "set trainer.loss.teacher_tau=0 or training_mode=opd",
         )
         check(
             loss.distill == DistillSignal.sampled,
-            ["trainer.loss.distill", "training_mode"],
+            ["trainer.loss.distill", *keys],
             f"distill={loss.distill.value} only applies in opd, where a teacher scores the student's tokens",
             "set trainer.loss.distill=sampled or training_mode=opd",
         )
-    if mode.needs_rewards:
+    verification = cfg.orchestrator.verification.enabled
+    for key, _, mode in sources:
         check(
-            verification,
-            ["orchestrator.verification.enabled", "training_mode"],
-            f"{name} learns from rewards, so verification must be on",
+            verification or not mode.needs_rewards,
+            ["orchestrator.verification.enabled", key],
+            f"{mode.name.value} learns from rewards, so verification must be on",
             "set orchestrator.verification.enabled=true",
         )
     check(
-        mode.trains_sampled_policy or loss.ratio_level == RatioLevel.token,
-        ["trainer.loss.ratio_level", "training_mode"],
-        f"a sequence-level importance ratio weighs the student's own samples, and {name} trains on the teacher's",
+        bool(student) or loss.ratio_level == RatioLevel.token,
+        ["trainer.loss.ratio_level", *keys],
+        f"a sequence-level importance ratio weighs the student's own samples, and {names} trains on the teacher's",
         "set trainer.loss.ratio_level=token",
     )
     length = cfg.orchestrator.length
     check(
-        mode.trains_sampled_policy or not (length.overlong_buffer or length.mask_truncated),
-        ["orchestrator.length", "training_mode"],
-        f"length shaping applies to the student's own replies, and {name} trains on the teacher's",
+        bool(student) or not (length.overlong_buffer or length.mask_truncated),
+        ["orchestrator.length", *keys],
+        f"length shaping applies to the student's own replies, and {names} trains on the teacher's",
         "set orchestrator.length.overlong_buffer=0 and orchestrator.length.mask_truncated=false",
     )
+    # the prompt filters act on whole steps: every source's groups must be ones they can judge
+    for key, _, mode in sources:
+        name = mode.name.value
+        check(
+            not cfg.orchestrator.dynamic_sampling.enabled or (mode.uses_advantages and not mode.teacher_term),
+            ["orchestrator.dynamic_sampling.enabled", key],
+            f"dynamic sampling drops groups without a signal, and every {name} group has one"
+            + (" (the teacher's, per token)" if mode.teacher_term else " (the teacher's answers)"),
+            f"use it with {key}=rl, or set orchestrator.dynamic_sampling.enabled=false",
+        )
+        check(
+            not cfg.orchestrator.difficulty.enabled or mode.trains_sampled_policy,
+            ["orchestrator.difficulty.enabled", key],
+            f"the difficulty filter judges prompts by the student's own rewards, and {name} trains on the teacher's",
+            f"use it with {key}=rl|opd, or set orchestrator.difficulty.enabled=false",
+        )
     check(
-        not cfg.orchestrator.dynamic_sampling.enabled or (mode.uses_advantages and not mode.teacher_term),
-        ["orchestrator.dynamic_sampling.enabled", "training_mode"],
-        f"dynamic sampling drops groups without a signal, and every {name} group has one"
-        + (" (the teacher's, per token)" if mode.teacher_term else " (the teacher's answers)"),
-        "use it with training_mode=rl, or set orchestrator.dynamic_sampling.enabled=false",
-    )
-    difficulty = cfg.orchestrator.difficulty.enabled
-    check(
-        not difficulty or mode.trains_sampled_policy,
-        ["orchestrator.difficulty.enabled", "training_mode"],
-        f"the difficulty filter judges prompts by the student's own rewards, and {name} trains on the teacher's",
-        "use it with training_mode=rl|opd, or set orchestrator.difficulty.enabled=false",
-    )
-    check(
-        verification or not difficulty,
+        verification or not cfg.orchestrator.difficulty.enabled,
         ["orchestrator.difficulty.enabled", "orchestrator.verification.enabled"],
         "the difficulty filter judges prompts by their rewards, but verification is off",
         "set orchestrator.verification.enabled=true, or orchestrator.difficulty.enabled=false",
     )
-    if mode.uses_advantages:
+    if any(m.uses_advantages for m in modes):
         check(
             verification or loss.adv_tau == 0,
             ["trainer.loss.adv_tau", "orchestrator.verification.enabled"],
@@ -395,19 +409,20 @@ def _mode(cfg: Config, _: int) -> None:
 
 
 def _episodes(cfg: Config, _: int) -> None:
-    """A local teacher that plays a gym task's episodes (sft) reads every source's tool calls with one parser."""
-    parsers = {src.tool_parser for src in (cfg.task, *cfg.task.mix) if src.name == "gym"}
+    """A local teacher that plays a gym task's episodes (sft) reads every such source's tool calls with one parser."""
+    played = [src for _, src, mode in source_modes(cfg) if mode.rollouts == RolloutSource.teacher]
+    parsers = {src.tool_parser for src in played if src.name == "gym"}
     check(
-        len(parsers) <= 1 or mode_of(cfg).trains_sampled_policy or cfg.teacher.kind != TeacherKind.local_vllm,
+        len(parsers) <= 1 or cfg.teacher.kind != TeacherKind.local_vllm,
         ["task.mix", "teacher"],
         f"the local teacher's server reads tool calls with one parser, but the gym sources use {sorted(parsers)}",
         "give every gym source of the mix the same task.tool_parser",
     )
 
 
-def _sampling_policy(cfg: Config) -> None:
+def _sampling_policy(cfg: Config, mode: str) -> None:
     """rl and opd train the policy that sampled: the trainer reproduces its temperature, not a truncation."""
-    s, mode = cfg.orchestrator.sampling, cfg.training_mode.value
+    s = cfg.orchestrator.sampling
     check(
         s.temperature > 0,
         ["orchestrator.sampling.temperature", "training_mode"],
@@ -507,7 +522,7 @@ def _lora(cfg: Config, _: int) -> None:
     lora = cfg.trainer.lora
     if lora.enabled:
         check(
-            lora.dropout == 0 or not mode_of(cfg).trains_sampled_policy,
+            lora.dropout == 0 or not uses(cfg, lambda m: m.trains_sampled_policy),
             ["trainer.lora.dropout", "training_mode"],
             "must be 0 in rl and opd: with dropout the trainer's policy is not the one vLLM sampled from",
             "set trainer.lora.dropout=0 (dropout regularises sft only)",

@@ -134,6 +134,10 @@ class TaskSourceConfig:
     seed: int = 0  # examples' seed (built-in: eval is one list's tail; reasoning_gym: eval seed+1; verifiers: shuffle)
     weight: float = 1.0  # in task.mix: this source's share of each step's prompts
     label: str | None = None  # in task.mix: its metrics' name, reward/<label> (None: dataset, taskset, file, task)
+    mode: TrainingMode | None = None  # in task.mix: the mode its prompts train with (None: training_mode)
+
+
+MIX = "mix"  # the task name that trains on several sources (task.mix)
 
 
 @dataclass

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from prime_rl.config.layout import TEACHER_LOGITS_BYTES, is_colocated, server_dtype, teacher_gpu_share
-from prime_rl.config.modes import RolloutSource, distill_top_k, mode_of
+from prime_rl.config.modes import RolloutSource, context_margin, distill_top_k, source_modes
 from prime_rl.config.schema import Config
 from prime_rl.inference.server_auth import MIDDLEWARE
 
@@ -24,7 +24,7 @@ def vllm_command(
     inf = cfg.inference
     on_gpu = bool(gpus)
     # the mode may keep the student's sequences shorter than the context (opd: the teacher scores one more token)
-    margin = mode_of(cfg).context_margin if student else 0
+    margin = context_margin(cfg) if student else 0
     argv = [
         sys.executable,
         "-m",
@@ -108,9 +108,8 @@ def vllm_command(
 
 def teacher_tool_parser(cfg: Config) -> str | None:
     """The tool parser of a teacher that plays a gym task's episodes (sft), None for one that plays none."""
-    if mode_of(cfg).rollouts != RolloutSource.teacher:
-        return None
-    return next((src.tool_parser for src in (cfg.task, *cfg.task.mix) if src.name == "gym"), None)
+    played = (src for _, src, mode in source_modes(cfg) if mode.rollouts == RolloutSource.teacher)
+    return next((src.tool_parser for src in played if src.name == "gym"), None)
 
 
 def teacher_batched_tokens(cfg: Config, model: Path) -> int:

@@ -18,6 +18,7 @@ from rich.console import Console
 
 from prime_rl.config import Config, ConfigError, TeacherKind, to_config
 from prime_rl.config.layout import cores, gpu_shares, is_colocated, on_gpu, turns
+from prime_rl.config.modes import run_modes
 from prime_rl.config.timeouts import with_ready_timeout
 from prime_rl.config.user_error import UserError, run_or_exit
 from prime_rl.launcher.gpus import visible_gpus
@@ -145,8 +146,9 @@ def run(plan: Plan) -> int:
 def print_plan(plan: Plan) -> None:
     c = plan.config
     teacher = f", teacher={c.teacher.kind.value}" if c.teacher.kind.value != "none" else ""
+    modes = "|".join(mode.name.value for mode in run_modes(c))  # a mix's sources may train with several
     console.print(
-        f"[bold]plan[/bold] training_mode={c.training_mode.value}{teacher}, "
+        f"[bold]plan[/bold] training_mode={modes}{teacher}, "
         f"lora={'on' if c.trainer.lora.enabled else 'off'}, "
         f"max_steps={c.max_steps}, run dir {plan.run_dir}"
     )

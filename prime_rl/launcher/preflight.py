@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from prime_rl.config.layout import on_gpu
-from prime_rl.config.modes import RolloutSource, mode_of
+from prime_rl.config.modes import RolloutSource, context_margin, example_mode, source_modes
 from prime_rl.config.rules import check_gpu_count, check_rules
 from prime_rl.config.schema import Config, TaskSourceConfig, TeacherKind
 from prime_rl.config.user_error import UserError, check
@@ -93,11 +93,10 @@ def _prompt_lengths(cfg: Config, task: Task, tokenizer) -> None:
     is played (orchestrator/episodes.py)."""
     from prime_rl.models.chat import prompt_ids
 
-    room = cfg.inference.max_model_len - mode_of(cfg).context_margin - 1  # at least one token of answer
+    room = cfg.inference.max_model_len - context_margin(cfg) - 1  # at least one token of answer
     evaluation = cfg.orchestrator.eval
     splits = {"eval": task.eval[: evaluation.num_examples] if evaluation.interval else []}  # what it evaluates
-    if mode_of(cfg).rollouts == RolloutSource.student:
-        splits["train"] = task.train
+    splits["train"] = [ex for ex in task.train if example_mode(cfg, ex).rollouts == RolloutSource.student]
     for split, examples in splits.items():
         lengths = [len(prompt_ids(tokenizer, ex.messages)) for ex in examples if ex.env is None]
         long = [n for n in lengths if n > room]
@@ -115,9 +114,10 @@ def _teacher_tool_calls(cfg: Config, tokenizer) -> None:
     student's tokens only through a chat template that writes them."""
     from prime_rl.models.chat import renders_tool_calls
 
-    if mode_of(cfg).rollouts != RolloutSource.teacher or renders_tool_calls(tokenizer):
+    if renders_tool_calls(tokenizer):
         return
-    for src in (cfg.task, *cfg.task.mix):
+    played = [src for _, src, mode in source_modes(cfg) if mode.rollouts == RolloutSource.teacher]
+    for src in played:
         if src.name == "gym" and tool_schemas(env_factory(src.env)(**src.options)):
             raise UserError(
                 f"{src.env}'s tools are called by the teacher, but the student's chat template [model.name] does "

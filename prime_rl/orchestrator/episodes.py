@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from prime_rl.config.modes import mode_of
+from prime_rl.config.modes import context_margin, example_mode
 from prime_rl.config.user_error import UserError
 from prime_rl.inference.client import Completion, Sampling
 from prime_rl.models.chat import final_answer, next_turn_ids, prompt_ids, turn_end_ids
@@ -93,7 +93,7 @@ async def play_episodes(
 
 def context_limit(ctx: Context) -> int:
     """The tokens an episode may hold: the student server's context."""
-    return ctx.cfg.inference.max_model_len - mode_of(ctx.cfg).context_margin
+    return ctx.cfg.inference.max_model_len - context_margin(ctx.cfg)
 
 
 def finished(ctx: Context, groups: list[list[Episode]], teacher: str | None = None):
@@ -104,12 +104,13 @@ def finished(ctx: Context, groups: list[list[Episode]], teacher: str | None = No
         ctx.envs.release(e.example.env, e.env)
     if all(e.end in FAILURES for e in episodes):
         raise EnvFailed(f"every one of {len(episodes)} episodes failed in its environment (see the log)")
-    mode, metrics = ctx.cfg.training_mode.value, episode_metrics(episodes)
+    metrics = episode_metrics(episodes)
     for label in ctx.task.weights:  # a mix: each source's own, in the steps that drew it
         mine = [e for e in episodes if e.example.source == label]
         if mine:
             metrics.update({f"env/{label}/{k.removeprefix('env/')}": v for k, v in episode_metrics(mine).items()})
-    return [[e.sample(mode, teacher) for e in group] for group in groups], metrics
+    samples = [[e.sample(example_mode(ctx.cfg, e.example).name.value, teacher) for e in group] for group in groups]
+    return samples, metrics
 
 
 async def start(ctx: Context, e: Episode, longest_prompt: int) -> None:

@@ -6,7 +6,7 @@ import asyncio
 import math
 import statistics
 
-from prime_rl.config.modes import RolloutSource, mode_of
+from prime_rl.config.modes import RolloutSource, example_mode
 from prime_rl.models.chat import final_answer
 from prime_rl.orchestrator.context import Context, student_sampling, teacher_sampling
 from prime_rl.orchestrator.rollouts import rewards_of, student_rollouts
@@ -66,13 +66,13 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 async def evaluate_teacher(ctx: Context) -> dict[str, float]:
     """The teacher's eval reward under the same sampling, one answer per prompt: the level distilled toward. The
-    teacher plays the episodes of a task with an environment only where it writes the rollouts (sft); elsewhere its
-    level is that of the single-turn prompts."""
+    teacher plays the episodes of a source with an environment only where it writes the rollouts (sft); elsewhere
+    its level is that of the single-turn prompts."""
     cfg = ctx.cfg
     examples = ctx.task.eval[: cfg.orchestrator.eval.num_examples]
     eval_sampling = teacher_sampling(cfg, temperature=cfg.orchestrator.eval.temperature)
     single = [ex for ex in examples if ex.env is None]
-    played = [ex for ex in examples if ex.env is not None] if mode_of(cfg).rollouts == RolloutSource.teacher else []
+    played = [ex for ex in examples if ex.env is not None and example_mode(cfg, ex).rollouts == RolloutSource.teacher]
     rewards = []
     if single:
         answers = await asyncio.gather(*(ctx.answers.answers_at(ex.messages, [0], eval_sampling) for ex in single))

@@ -33,7 +33,7 @@ async def run(cfg: Config) -> None:
     if ctx.teacher:
         # the launcher has probed an external endpoint already; run alone, the orchestrator probes it here
         ctx.answers = TeacherAnswers(cfg, ctx.teacher, ctx.teacher_model, await resolved_api(cfg))
-    algo = algorithm(cfg.training_mode)
+    algo = algorithm(cfg)
     resume_counts(ctx, algo, start)
     lora = cfg.trainer.lora
     policy = PolicySync(ctx.run_dir, ctx.student, lora.name if lora.enabled else None, cfg)
@@ -88,6 +88,7 @@ def log_samples(ctx: Context, batch: Batch) -> None:
         record = {
             "step": batch.step,
             "mode": s.mode,
+            "source": s.source,
             "reward": s.reward,
             "advantage": s.advantage,
             "prompt": ctx.tokenizer.decode(s.prompt_ids),
@@ -121,7 +122,7 @@ async def make_batch(ctx: Context, algo: Algorithm, step: int, version: int) -> 
     waiting = ctx.difficulty.waiting(step, prompts_per_step(cfg)) if ctx.difficulty else []
     examples = step_prompts(cfg, ctx.task, step, waiting)
     start = time.monotonic()
-    groups, metrics = await algo.rollouts(ctx, examples)
+    groups, metrics = await rollouts(algo, ctx, examples)
     generate_s = time.monotonic() - start
     generated = sum(s.trained_tokens for group in groups for s in group)
     if cfg.orchestrator.verification.enabled:
@@ -148,9 +149,18 @@ async def make_batch(ctx: Context, algo: Algorithm, step: int, version: int) -> 
 
 async def scored_rollouts(ctx: Context, algo: Algorithm, examples: list[Example]) -> list[list[Sample]]:
     """The groups of `examples` with their rewards and advantages (a dynamic-sampling refill)."""
-    groups, _ = await algo.rollouts(ctx, examples)
+    groups, _ = await rollouts(algo, ctx, examples)
     await score(ctx, examples, groups)
     return groups
+
+
+async def rollouts(algo: Algorithm, ctx: Context, examples: list[Example]) -> tuple[list[list[Sample]], dict]:
+    """The mode's groups of `examples`, each sample labelled with its prompt's source."""
+    groups, metrics = await algo.rollouts(ctx, examples)
+    for ex, group in zip(examples, groups):
+        for s in group:
+            s.source = ex.source
+    return groups, metrics
 
 
 async def score(ctx: Context, examples: list[Example], groups: list[list[Sample]]) -> dict:

@@ -5,6 +5,7 @@ and their rewards: an episode's from its environment, a reply's from the task's 
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from prime_rl.config.modes import example_mode
 from prime_rl.inference.client import Sampling
 from prime_rl.models.chat import prompt_ids
 from prime_rl.orchestrator.context import Context, completion_text
@@ -52,10 +53,10 @@ async def single_turn(ctx: Context, examples: list[Example], n: int, sampling: S
     groups = await sample_groups(
         ctx.student, ctx.student_model, prompts, n, sampling, ctx.cfg.orchestrator.requests_per_step
     )
-    mode = ctx.cfg.training_mode.value
+    modes = [example_mode(ctx.cfg, ex).name.value for ex in examples]
     samples = [
         [Sample(p, c.token_ids, c.logprobs, mode=mode, truncated=c.finish_reason == "length") for c in group]
-        for p, group in zip(prompts, groups)
+        for p, mode, group in zip(prompts, modes, groups)
     ]
     cut = [s.truncated for group in samples for s in group]
     return samples, {"seq_len/truncated": sum(cut) / len(cut)}

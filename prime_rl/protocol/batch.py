@@ -26,6 +26,7 @@ class Sample:
     loss_mask: list[bool] | None = None  # per completion token: whether it trains (None: every one does)
     streams: dict[str, list[float]] = field(default_factory=dict)  # named per-token values, e.g. teacher_logprobs
     mode: str = ""  # the training mode whose objective trains it: rl | opd | sft
+    source: str = ""  # in a task mix: the label of its prompt's source ("" outside a mix)
     teacher: str | None = None  # the model name of the teacher that scored or wrote it (None: no teacher)
     truncated: bool = False  # a reply cut off by max_tokens (orchestrator.length)
     # trainer.loss.distill=topk: the teacher's k most likely tokens at each completion token's position ([tokens, k]

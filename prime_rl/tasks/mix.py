@@ -1,6 +1,7 @@
 """Several tasks in one run (`task=mix`, sources in `task.mix`): each step draws its prompts' sources by weight,
-each source keeps its own verifier, and the metrics carry each source's label (reward/<label>,
-eval/<label>/…). The registry passes in how a source is loaded and scored, so this module imports no loader."""
+each source keeps its own verifier (and may set its own training mode), and the metrics carry each source's label
+(reward/<label>, eval/<label>/…). The registry passes in how a source is loaded and scored, so this module imports
+no loader."""
 
 import functools
 import itertools
@@ -31,9 +32,10 @@ def load_mix(cfg: TaskConfig, load_source: Callable[[TaskSourceConfig], Task]) -
             parts.append((label, src.weight, load_source(src)))
         except ConfigError as e:
             raise ConfigError([k.replace("task.", f"task.mix[{i}].", 1) for k in e.keys], e.problem, e.fix) from e
-    train = [replace(ex, source=label) for label, _, part in parts for ex in part.train]
+    modes = {label: src.mode.value if src.mode else None for label, src in mix_sources(cfg)}
+    train = [replace(ex, source=label, mode=modes[label]) for label, _, part in parts for ex in part.train]
     # interleaved, so the first orchestrator.eval.num_examples cover every source alike
-    labelled_evals = [[replace(ex, source=label) for ex in part.eval] for label, _, part in parts]
+    labelled_evals = [[replace(ex, source=label, mode=modes[label]) for ex in part.eval] for label, _, part in parts]
     evals = [ex for row in itertools.zip_longest(*labelled_evals) for ex in row if ex is not None]
     verify = functools.partial(score_source, {label: part.verify for label, _, part in parts})
     return Task("mix", train, evals, verify, weights={label: weight for label, weight, _ in parts})

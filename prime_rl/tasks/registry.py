@@ -5,7 +5,7 @@ the loaders import only task.py and rewards.py."""
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from prime_rl.config.schema import TaskConfig, TaskSourceConfig
+from prime_rl.config.schema import MIX, TaskConfig, TaskSourceConfig
 from prime_rl.config.user_error import check
 from prime_rl.tasks.builtin import check_builtin, reverse_task, sort_task
 from prime_rl.tasks.gym_env import episode_scorer, load_gym_task
@@ -44,7 +44,6 @@ KINDS: dict[str, TaskKind] = {
     "verifiers": TaskKind(load_verifiers_task, env_scorer, DataKey("env", "a taskset", "<taskset id>")),
     "gym": TaskKind(load_gym_task, episode_scorer, DataKey("env", "an environment factory", "<module>:<factory>")),
 }
-MIX = "mix"
 SOURCE_KINDS = tuple(KINDS)  # what a source of a mix can be
 TASK_KINDS = (*SOURCE_KINDS, MIX)
 

@@ -32,6 +32,7 @@ class Example:
     system: str | None = None  # a system message before the prompt (None: the chat template's default)
     entry: dict | None = field(default=None, compare=False)  # reasoning_gym: the entry its score_answer reads
     source: str = ""  # in a task mix: the label of the source it comes from ("" outside a mix)
+    mode: str | None = None  # in a task mix: its source's training mode (None: the run's training_mode)
     env: EnvSpec | None = field(default=None, compare=False)  # task=gym: played as an episode, prompt from reset()
 
     @property

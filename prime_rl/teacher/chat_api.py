@@ -7,7 +7,7 @@ import asyncio
 from dataclasses import replace
 
 from prime_rl.config.evaluation import due_for_eval
-from prime_rl.config.modes import RolloutSource, mode_of
+from prime_rl.config.modes import RolloutSource, uses
 from prime_rl.config.schema import Config, TeacherApiConfig, TeacherKind, TokenLimitField
 from prime_rl.inference.client import ChatReply, InferenceClient, InferenceError, Sampling
 from prime_rl.teacher.cache import TeacherCache
@@ -113,7 +113,7 @@ def samplings(cfg: Config) -> list[tuple[str, float]]:
 
 def chat_n(cfg: Config) -> int:
     """The most answers one prompt needs from the teacher at once: sft's group; opd asks for one (its eval)."""
-    writes_rollouts = mode_of(cfg).rollouts == RolloutSource.teacher
+    writes_rollouts = uses(cfg, lambda m: m.rollouts == RolloutSource.teacher)
     return cfg.orchestrator.rollouts_per_example if writes_rollouts else 1
 
 

@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 import torch
 
-from prime_rl.config.modes import Loss, distill_top_k, mode_of
-from prime_rl.config.schema import Config, KlDirection, LossConfig, RatioLevel
-from prime_rl.protocol.batch import TEACHER_LOGPROBS
+from prime_rl.config.modes import MODES, Loss, Mode, distill_top_k
+from prime_rl.config.schema import Config, KlDirection, LossConfig, RatioLevel, TrainingMode
+from prime_rl.protocol.batch import TEACHER_LOGPROBS, Sample
 from prime_rl.trainer.data import TokenBatch
 from prime_rl.trainer.logprobs import Logprobs
 
@@ -186,19 +186,36 @@ StepLoss = Callable[[Logprobs, TokenBatch, int], tuple[torch.Tensor, dict[str, f
 
 
 class Objective:
-    """The run's loss: which formula, with which teacher signal and centre, at which temperature the policy is
-    computed."""
+    """The run's loss: each sample trains with its mode's (`ModeLoss`), a mix's sources each with their own mode;
+    the step's samples go to micro-batches of one mode each."""
 
     def __init__(self, cfg: Config):
-        self.mode, self.loss_cfg = mode_of(cfg), cfg.trainer.loss
+        self.loss_cfg, self.default = cfg.trainer.loss, cfg.training_mode.value
+        self.by_mode = {mode.value: ModeLoss(cfg, MODES[mode]) for mode in TrainingMode}
+
+    def parts(self, samples: list[Sample]) -> list[tuple["ModeLoss", list[Sample]]]:
+        """The step's samples by mode (a sample without one: the run's training_mode), in order of first appearance:
+        the same on every rank."""
+        by_mode: dict[str, list[Sample]] = {}
+        for s in samples:
+            by_mode.setdefault(s.mode or self.default, []).append(s)
+        return [(self.by_mode[mode], share) for mode, share in by_mode.items()]
+
+
+class ModeLoss:
+    """One mode's loss: which formula, with which teacher signal and centre, at which temperature the policy is
+    computed."""
+
+    def __init__(self, cfg: Config, mode: Mode):
+        self.mode, self.loss_cfg = mode, cfg.trainer.loss
         # pi is the policy that sampled, at its temperature (vLLM reports mu the same way, --logprobs-mode
         # processed_logprobs); teacher-written tokens are plain targets: NLL at temperature 1
-        self.temperature = cfg.orchestrator.sampling.temperature if self.mode.trains_sampled_policy else 1.0
-        self.top_k = bool(distill_top_k(cfg))
+        self.temperature = cfg.orchestrator.sampling.temperature if mode.trains_sampled_policy else 1.0
+        self.top_k = mode.teacher_term and bool(distill_top_k(cfg))
 
     def for_step(self, mbs: list[TokenBatch]) -> StepLoss:
-        """The loss of every micro-batch of a step, given all of the step's micro-batches (before any rank split):
-        the sampled teacher term is centred on the mean of the whole step."""
+        """The loss of every micro-batch of the mode's share of a step, given all of its micro-batches (before any
+        rank split): the sampled teacher term is centred on their mean."""
         if self.mode.loss == Loss.nll:
             return lambda out, mb, total_tokens: sft_loss(out.token, mb, total_tokens)
         sampled = self.mode.teacher_term and not self.top_k

@@ -3,7 +3,7 @@
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from prime_rl.config.modes import mode_of
+from prime_rl.config.modes import uses
 from prime_rl.config.schema import Config
 from prime_rl.models import student_dir
 
@@ -23,9 +23,10 @@ def compute_dtype(cfg: Config, device: torch.device) -> torch.dtype:
 
 
 def model_config(cfg: Config):
-    """The student's config as the trainer builds it: without dropout where it trains the sampled policy."""
+    """The student's config as the trainer builds it: without dropout where it trains the sampled policy (in a mix
+    of modes, where any source does: one model trains every sample)."""
     config = AutoConfig.from_pretrained(student_dir(cfg))
-    if mode_of(cfg).trains_sampled_policy:
+    if uses(cfg, lambda m: m.trains_sampled_policy):
         without_dropout(config)
     return config
 

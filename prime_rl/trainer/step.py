@@ -50,12 +50,16 @@ def train_step(
     start = time.monotonic()
     model.train()
     objective = objective or Objective(cfg)
-    size = micro_batch_size(cfg, batch.samples, decoder_and_head(model)[1].weight.shape[0], fused_head)
-    pack = cfg.trainer.pack_tokens
-    mbs = micro_batches(batch.samples, size, pad_id, pack)
-    step_loss = objective.for_step(mbs)  # sees the whole step, before it is split by rank
-    if world.size > 1:
-        mbs = rank_micro_batches(batch.samples, size, pad_id, world, pack)
+    vocab, pack = decoder_and_head(model)[1].weight.shape[0], cfg.trainer.pack_tokens
+    work = []  # (the mode's loss, the loss of its micro-batches, one micro-batch of this rank)
+    for mode_loss, samples in objective.parts(batch.samples):
+        size = micro_batch_size(cfg, samples, vocab, fused_head)
+        mbs = micro_batches(samples, size, pad_id, pack)
+        step_loss = mode_loss.for_step(mbs)  # sees the mode's whole share of the step, before it is split by rank
+        if world.size > 1:
+            mbs = rank_micro_batches(samples, size, pad_id, world, pack)
+        work += [(mode_loss, step_loss, mb) for mb in mbs]
+    mbs = [mb for _, _, mb in work]
     # Divide by the step's tokens on all ranks: the summed gradients then equal one process's gradient.
     # a step may train on no token (every reply cut and masked: orchestrator.length.mask_truncated): it divides by
     # 1 and skips the update below, which Adam's momentum would otherwise make from zero gradients
@@ -71,14 +75,14 @@ def train_step(
     total_tokens = max(trained, 1)
     sums = {"loss": 0.0, "entropy": 0.0}
     compute = compute_dtype(cfg, device)
-    for mb in mbs:
+    for mode_loss, step_loss, mb in work:
         mb = to_device(mb, device)
-        out = policy_logprobs(model, mb, objective.temperature, compute, fused_head)
+        out = policy_logprobs(model, mb, mode_loss.temperature, compute, fused_head)
         loss, extra = step_loss(out, mb, total_tokens=total_tokens)
         if objective.loss_cfg.entropy_tau:
             loss = loss + entropy_bonus(out.entropy, mb, objective.loss_cfg, total_tokens)
         if reference is not None:
-            ref_logprobs = reference.logprobs(mb, objective.temperature, compute, fused_head)
+            ref_logprobs = reference.logprobs(mb, mode_loss.temperature, compute, fused_head)
             kl = reference_kl(out.token, ref_logprobs) * mb.loss_mask
             loss = loss + objective.loss_cfg.kl_ref_tau * kl.sum() / total_tokens
             extra["kl_ref"] = kl.detach().sum().item()

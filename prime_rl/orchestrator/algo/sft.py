@@ -4,6 +4,7 @@ and trained on with NLL."""
 
 import asyncio
 
+from prime_rl.config.modes import RolloutSource, example_mode
 from prime_rl.inference.client import ChatAnswer
 from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.orchestrator.algo.base import Algorithm
@@ -26,12 +27,12 @@ class SFT(Algorithm):
         )
 
     def resume(self, ctx: Context, start: int) -> None:
-        """The teacher's answers go on with each prompt's next sample index (answers are cached by it). An
+        """The teacher's answers go on with each of its prompts' next sample index (answers are cached by it). An
         episode's conversations come from its environment as it is played: a resumed run asks for their answers
         from index 0 again (the cache gives back the answers the run had)."""
         for step in range(start):
             for ex in step_prompts(ctx.cfg, ctx.task, step):
-                if ex.env is None:
+                if ex.env is None and example_mode(ctx.cfg, ex).rollouts == RolloutSource.teacher:
                     ctx.answers.skip(ex.messages, ctx.cfg.orchestrator.rollouts_per_example)
 
 
@@ -50,5 +51,5 @@ def teacher_sample(ctx: Context, ex: Example, answer: ChatAnswer) -> Sample:
     """The teacher's answer in the student's tokens; one cut off by max_tokens is not taught as finished."""
     text = trained_text(answer, ctx.cfg.teacher.reasoning)
     completion = answer_ids(ctx.tokenizer, ex.messages, text, finished=answer.finish_reason != "length")
-    mode = ctx.cfg.training_mode.value
+    mode = example_mode(ctx.cfg, ex).name.value
     return Sample(prompt_ids(ctx.tokenizer, ex.messages), completion, [], mode=mode, teacher=ctx.teacher_model)

@@ -1,0 +1,49 @@
+"""A mix whose sources train with different modes (task.mix[i].mode): each prompt of a step goes to its source's
+mode, the modes make their groups concurrently, and the groups come back in the prompts' order; each mode's teacher
+signal goes to its own samples (a mode with none in a step is not asked). A metric that two modes both report is
+their mean, weighted by their prompts (samples, for the teacher signal)."""
+
+import asyncio
+
+from prime_rl.config.modes import example_mode
+from prime_rl.orchestrator.algo.base import Algorithm
+from prime_rl.orchestrator.context import Context
+from prime_rl.protocol.batch import Sample
+from prime_rl.tasks import Example
+
+
+class PerSource(Algorithm):
+    def __init__(self, parts: dict[str, Algorithm]):
+        self.parts = parts  # by mode name: each of the run's modes' part
+
+    async def preflight(self, ctx: Context) -> None:
+        for algo in self.parts.values():
+            await algo.preflight(ctx)
+
+    async def rollouts(self, ctx: Context, examples: list[Example]) -> tuple[list[list[Sample]], dict[str, float]]:
+        modes = [example_mode(ctx.cfg, ex).name.value for ex in examples]
+        shares = {mode: [ex for ex, m in zip(examples, modes) if m == mode] for mode in set(modes)}
+        made = await asyncio.gather(*(self.parts[mode].rollouts(ctx, share) for mode, share in shares.items()))
+        each = {mode: iter(groups) for mode, (groups, _) in zip(shares, made)}
+        weighed = [(metrics, len(share)) for share, (_, metrics) in zip(shares.values(), made)]
+        return [next(each[mode]) for mode in modes], weighted_means(weighed)
+
+    async def teacher_signal(self, ctx: Context, samples: list[Sample]) -> dict[str, float]:
+        shares = {mode: [s for s in samples if s.mode == mode] for mode in {s.mode for s in samples}}
+        signals = await asyncio.gather(*(self.parts[mode].teacher_signal(ctx, share) for mode, share in shares.items()))
+        return weighted_means([(signal, len(share)) for signal, share in zip(signals, shares.values())])
+
+    def resume(self, ctx: Context, start: int) -> None:
+        for algo in self.parts.values():
+            algo.resume(ctx, start)
+
+
+def weighted_means(parts: list[tuple[dict[str, float], int]]) -> dict[str, float]:
+    """Each metric's mean over the parts that report it, weighted by the parts' sizes."""
+    totals: dict[str, float] = {}
+    weights: dict[str, int] = {}
+    for metrics, size in parts:
+        for key, value in metrics.items():
+            totals[key] = totals.get(key, 0.0) + value * size
+            weights[key] = weights.get(key, 0) + size
+    return {key: totals[key] / weights[key] for key in totals if weights[key]}
