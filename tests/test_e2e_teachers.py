@@ -86,7 +86,8 @@ def test_a_mix_trains_each_source_with_its_own_mode_in_the_same_steps(tmp_path, 
     """task.mix[i].mode: every step holds rl, opd and sft samples, each with its source's mode; the student samples
     the rl and opd prompts and the teacher scores the opd ones, the teacher writes the sft ones; the trainer takes
     the policy loss on the student's samples at their sampling temperature (on policy at 0.8: mismatch_kl ~0, which
-    the sft samples, with no sampler logprobs, would ruin) and the NLL on the teacher's."""
+    the sft samples, with no sampler logprobs, would ruin) and the NLL on the teacher's. With LoRA and the
+    reference KL (the adapter off) on every mode's samples: the LoRA reference experiment of rl."""
     run_dir = tmp_path / "run"
     run = launch(
         run_dir,
@@ -100,6 +101,8 @@ def test_a_mix_trains_each_source_with_its_own_mode_in_the_same_steps(tmp_path, 
         "max_steps=3",
         "orchestrator.eval.interval=3",
         "orchestrator.log_samples=128",  # the whole step: 16 prompts x 8
+        "lora=on",
+        "trainer.loss.kl_ref_tau=0.1",  # the reference: the adapter off, at each mode's temperature
         *ON_POLICY,
     )
     assert run.returncode == 0, run.stderr[-3000:]
@@ -109,6 +112,10 @@ def test_a_mix_trains_each_source_with_its_own_mode_in_the_same_steps(tmp_path, 
         assert r["teacher_kl"] != 0 and "teacher/truncated" in r and "seq_len/truncated" in r, r
         assert all(f"reward/{mode}_part" in r for mode in ("rl", "opd", "sft")), r
     assert max(abs(r["mismatch_kl"]) for r in train) < 1e-6, [r["mismatch_kl"] for r in train]
+    # step 0 trains the starting weights: KL 0 to the reference
+    assert train[0]["kl_ref"] == 0.0 and all(r["kl_ref"] >= 0 for r in train), train
+    assert (run_dir / "merged" / "config.json").exists()
+    assert (run_dir / "weights" / "step_3" / "adapter_model.safetensors").exists()
     samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 3 * 128
     assert {(s["source"], s["mode"]) for s in samples} == {(f"{m}_part", m) for m in ("rl", "opd", "sft")}
@@ -188,9 +195,9 @@ def test_opd_against_an_endpoint_without_prompt_logprobs_fails_before_training(t
 @pytest.mark.parametrize(
     "experiment",
     [
-        # every mode with LoRA; the full-weight reference experiments run in the learning tests (rl:
-        # tests/test_e2e_rl.py, opd and sft above), rl on the realistic family in test_rl_on_the_tied_qwen3_family
-        "rl lora=on trainer.loss.kl_ref_tau=0.1",  # the reference: the adapter off
+        # opd and sft with LoRA (rl with LoRA: the mixed-mode run above); the full-weight reference experiments run
+        # in the learning tests (rl: tests/test_e2e_rl.py, opd and sft above), rl on the realistic family in
+        # test_rl_on_the_tied_qwen3_family
         # the realistic family (Qwen3, tied embeddings, BPE, a system turn), with a teacher of 40 warm-start steps
         # (its quality is not what these test); opd with the reward advantage too (adv_tau * A + teacher_tau x the
         # KL over the teacher's top k, here the whole 300-token vocabulary: the exact KL; real groups of 4), sft
@@ -198,7 +205,7 @@ def test_opd_against_an_endpoint_without_prompt_logprobs_fails_before_training(t
         f"opd_lora model=tiny_qwen3 {QWEN3_TEACHER} {BOTH_ADVANTAGES} {WHOLE_VOCAB_TOP_K}",
         f"sft_lora model=tiny_qwen3 {QWEN3_TEACHER} orchestrator.sampling.max_tokens=2",
     ],
-    ids=["rl lora=on", "opd_lora tiny_qwen3 topk", "sft_lora tiny_qwen3"],
+    ids=["opd_lora tiny_qwen3 topk", "sft_lora tiny_qwen3"],
 )
 def test_reference_experiment_runs_end_to_end(tmp_path, experiment, teacher_dir):
     name, *extra = experiment.split()
@@ -216,9 +223,5 @@ def test_reference_experiment_runs_end_to_end(tmp_path, experiment, teacher_dir)
         # teacher answers cut off by max_tokens come back with finish_reason "length": counted, and trained
         # without the end-of-turn token (test_a_cut_off_teacher_answer_gets_no_end_of_turn_token)
         assert all(r["teacher/truncated"] > 0.5 for r in train), train
-    if "trainer.loss.kl_ref_tau=0.1" in extra:  # step 0 trains the starting weights: KL 0 to the reference
-        assert train[0]["kl_ref"] == 0.0 and all(r["kl_ref"] >= 0 for r in train), train
-    lora = name.endswith("_lora") or "lora=on" in extra
-    assert (tmp_path / "run" / "merged" / "config.json").exists() == lora
-    if lora:
-        assert (tmp_path / "run" / "weights" / "step_3" / "adapter_model.safetensors").exists()
+    assert (tmp_path / "run" / "merged" / "config.json").exists()  # every one is LoRA
+    assert (tmp_path / "run" / "weights" / "step_3" / "adapter_model.safetensors").exists()
