@@ -74,9 +74,10 @@ def test_sft_from_the_local_teacher_learns(tmp_path, teacher_dir):
     assert not (tmp_path / "run" / "merged").exists()
 
 
-# the built-in task under three labels, each source with its own mode (the first: training_mode's, rl)
+# the built-in task under three labels, each source with its own mode (the first: training_mode's, rl), the opd one
+# as pure distillation (its own adv_tau 0)
 MIXED_MODES = (
-    "task.mix=[{name:reverse,label:rl_part},{name:reverse,label:opd_part,mode:opd},"
+    "task.mix=[{name:reverse,label:rl_part},{name:reverse,label:opd_part,mode:opd,adv_tau:0},"
     "{name:reverse,label:sft_part,mode:sft}]"
 )
 

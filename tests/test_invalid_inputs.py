@@ -145,6 +145,12 @@ CASES = [
     Case("mode conflict", "a source's mode outside a mix", ("task.mode=opd",), "[task.mode]"),
     Case(
         "mode conflict",
+        "a teacher_tau on a mix source in rl",
+        ("task=mix", "task.mix=[{name:reverse,teacher_tau:1},{name:sort}]"),
+        "[task.mix[0].teacher_tau, task.mix[0].mode]",
+    ),
+    Case(
+        "mode conflict",
         "dynamic sampling beside an opd source",
         (
             "task=mix",

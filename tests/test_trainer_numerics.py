@@ -348,3 +348,17 @@ def test_a_step_of_several_modes_trains_each_sample_with_its_own_modes_loss():
 def rl_like(batch: list[Sample]) -> list[Sample]:
     """Teacher-written samples passed off as the student's own (with a sampler logprob per token)."""
     return [replace(s, mode="rl", inference_logprobs=[-5.6] * len(s.completion_ids)) for s in batch]
+
+
+def test_a_mix_sources_own_adv_tau_weighs_its_samples_alone():
+    """task.mix[i].adv_tau: samples of a source with adv_tau 0 give no gradient from their advantages, the same
+    samples from a source with the run's adv_tau do; in one step each source's samples train with its own weight."""
+    mix = ["task=mix", "task.mix=[{name:reverse,label:a},{name:reverse,label:b,adv_tau:0}]"]
+    setups = [step_setup(*mix, "model.warm_start.task=reverse") for _ in range(3)]
+    batch = samples(12)
+    of = lambda label: [replace(s, mode="rl", source=label) for s in batch.samples]  # noqa: E731
+    weighted, unweighted = run_step(setups[0], Batch(0, 0, of("a"), {})), run_step(setups[1], Batch(0, 0, of("b"), {}))
+    assert weighted["grad_norm"] > 0 and unweighted["grad_norm"] == 0.0, (weighted, unweighted)
+    both = run_step(setups[2], Batch(0, 0, [*of("b"), *of("a")], {}))  # twice the tokens, half of them unweighted
+    assert both["loss"] == pytest.approx(weighted["loss"] / 2, rel=1e-5)
+    assert both["grad_norm"] == pytest.approx(weighted["grad_norm"] / 2, rel=1e-4)

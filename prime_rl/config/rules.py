@@ -8,8 +8,9 @@ broken rule raises ConfigError, whose one-line message names the offending keys 
 
 from urllib.parse import urlparse
 
-from prime_rl.config.modes import RolloutSource, run_modes, source_modes, uses
-from prime_rl.config.schema import Config, DistillSignal, Layout, RatioLevel, TeacherKind, node_gpus, num_nodes
+from prime_rl.config.modes import MODES, RolloutSource, run_modes, source_modes, uses
+from prime_rl.config.schema import MIX, Config, DistillSignal, Layout, RatioLevel, TeacherKind, node_gpus, num_nodes
+from prime_rl.config.sources import source_loss
 from prime_rl.config.user_error import check
 from prime_rl.protocol.servers import SERVER_KEY_ENV
 
@@ -22,7 +23,8 @@ CHAT_FIELDS = ("model", "messages", "n", "max_tokens", "max_completion_tokens", 
 
 def check_rules(cfg: Config, visible_gpus: int) -> None:
     """Raise ConfigError on the first broken rule. `visible_gpus`: GPUs the job will see."""
-    for rule in (_ranges, _pairs, _mode, _episodes, _teacher, _lora, _nodes, _colocated, _gpus, _parallel):
+    rules = (_ranges, _pairs, _source_weights, _mode, _episodes, _teacher, _lora, _nodes, _colocated, _gpus, _parallel)
+    for rule in rules:
         rule(cfg, visible_gpus)
 
 
@@ -330,14 +332,15 @@ def _mode(cfg: Config, _: int) -> None:
         f"{names} takes no teacher, got teacher={teacher.value}",
         "use teacher=none, or training_mode=opd|sft to learn from a teacher",
     )
-    if any(m.teacher_term for m in modes):
+    # the opd sources that take trainer.loss.teacher_tau (a source's own: _source_weights)
+    if any(mode.teacher_term and src.teacher_tau is None for _, src, mode in sources):
         check(
             loss.teacher_tau > 0,
             ["trainer.loss.teacher_tau"],
             "opd needs teacher_tau > 0",
             "set trainer.loss.teacher_tau=1.0",
         )
-    else:
+    if not any(m.teacher_term for m in modes):
         check(
             loss.teacher_tau == 0,
             ["trainer.loss.teacher_tau", *keys],
@@ -393,19 +396,50 @@ def _mode(cfg: Config, _: int) -> None:
         "the difficulty filter judges prompts by their rewards, but verification is off",
         "set orchestrator.verification.enabled=true, or orchestrator.difficulty.enabled=false",
     )
+    # the largest adv_tau a sample with advantages trains with (a mix source's own, or trainer.loss's)
+    adv_tau = max((source_loss(loss, src).adv_tau for _, src, mode in sources if mode.uses_advantages), default=0)
     if any(m.uses_advantages for m in modes):
         check(
-            verification or loss.adv_tau == 0,
+            verification or adv_tau == 0,
             ["trainer.loss.adv_tau", "orchestrator.verification.enabled"],
-            f"adv_tau={loss.adv_tau} needs rewards but verification is off",
+            f"adv_tau={adv_tau} needs rewards but verification is off",
             "set trainer.loss.adv_tau=0 (pure distillation) or orchestrator.verification.enabled=true",
         )
         check(
-            loss.adv_tau == 0 or cfg.orchestrator.rollouts_per_example > 1,
+            adv_tau == 0 or cfg.orchestrator.rollouts_per_example > 1,
             ["trainer.loss.adv_tau", "orchestrator.rollouts_per_example"],
-            f"adv_tau={loss.adv_tau} weighs GRPO advantages, which are always 0 with one rollout per prompt",
+            f"adv_tau={adv_tau} weighs GRPO advantages, which are always 0 with one rollout per prompt",
             "set orchestrator.rollouts_per_example=2 or more, or trainer.loss.adv_tau=0 (pure distillation)",
         )
+
+
+def _source_weights(cfg: Config, _: int) -> None:
+    """A mix source's own adv_tau and teacher_tau: only where its mode has that term, and what the term needs."""
+    task = cfg.task
+    check(
+        task.adv_tau is None and task.teacher_tau is None,
+        ["task.adv_tau", "task.teacher_tau"],
+        f"these set the loss weights of a source of task.mix, and this task is {task.name}",
+        "set trainer.loss.adv_tau and trainer.loss.teacher_tau instead",
+    )
+    for i, src in enumerate(task.mix if task.name == MIX else []):
+        at, mode = f"task.mix[{i}]", MODES[src.mode or cfg.training_mode]
+        if src.teacher_tau is not None:
+            check(
+                mode.teacher_term,
+                [f"{at}.teacher_tau", f"{at}.mode"],
+                f"teacher_tau weighs the teacher's term of opd samples, and this source trains in {mode.name.value}",
+                f"drop {at}.teacher_tau, or set {at}.mode=opd",
+            )
+            check(src.teacher_tau > 0, [f"{at}.teacher_tau"], "opd needs teacher_tau > 0", f"set {at}.teacher_tau=1.0")
+        if src.adv_tau is not None:
+            check(
+                mode.uses_advantages,
+                [f"{at}.adv_tau", f"{at}.mode"],
+                f"adv_tau weighs the advantages of rl and opd samples, and this source trains in {mode.name.value}",
+                f"drop {at}.adv_tau, or set {at}.mode=rl|opd",
+            )
+            check(src.adv_tau >= 0, [f"{at}.adv_tau"], "must be >= 0", "use 1.0, or 0 for pure distillation")
 
 
 def _episodes(cfg: Config, _: int) -> None:

@@ -135,6 +135,8 @@ class TaskSourceConfig:
     weight: float = 1.0  # in task.mix: this source's share of each step's prompts
     label: str | None = None  # in task.mix: its metrics' name, reward/<label> (None: dataset, taskset, file, task)
     mode: TrainingMode | None = None  # in task.mix: the mode its prompts train with (None: training_mode)
+    adv_tau: float | None = None  # in task.mix: its samples' trainer.loss.adv_tau (None: the run's)
+    teacher_tau: float | None = None  # in task.mix: its opd samples' trainer.loss.teacher_tau (None: the run's)
 
 
 MIX = "mix"  # the task name that trains on several sources (task.mix)

@@ -7,21 +7,11 @@ import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 from prime_rl.config.schema import TaskConfig, TaskSourceConfig
+from prime_rl.config.sources import mix_sources
 from prime_rl.config.user_error import ConfigError
 from prime_rl.tasks.task import Example, Task
-
-
-def mix_sources(cfg: TaskConfig) -> list[tuple[str, TaskSourceConfig]]:
-    """Each source with its label: its `label`, else its dataset, file or task name (numbered when repeated)."""
-    labelled, seen = [], {}
-    for src in cfg.mix:
-        base = src.label or src.dataset or src.env or (Path(src.path).stem if src.path else None) or src.name
-        seen[base] = seen.get(base, 0) + 1
-        labelled.append((base if seen[base] == 1 else f"{base}-{seen[base]}", src))
-    return labelled
 
 
 def load_mix(cfg: TaskConfig, load_source: Callable[[TaskSourceConfig], Task]) -> Task:

@@ -8,11 +8,13 @@ gradient accumulation over micro-batches gives the same gradient as one big batc
 """
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
 from prime_rl.config.modes import MODES, Loss, Mode, distill_top_k
 from prime_rl.config.schema import Config, KlDirection, LossConfig, RatioLevel, TrainingMode
+from prime_rl.config.sources import source_losses
 from prime_rl.protocol.batch import TEACHER_LOGPROBS, Sample
 from prime_rl.trainer.data import TokenBatch
 from prime_rl.trainer.logprobs import Logprobs
@@ -186,28 +188,37 @@ StepLoss = Callable[[Logprobs, TokenBatch, int], tuple[torch.Tensor, dict[str, f
 
 
 class Objective:
-    """The run's loss: each sample trains with its mode's (`ModeLoss`), a mix's sources each with their own mode;
-    the step's samples go to micro-batches of one mode each."""
+    """The run's loss: each sample trains with its mode's (`ModeLoss`) and its source's loss weights (a mix's sources
+    may set their own mode, adv_tau and teacher_tau); the step's samples go to micro-batches of one such part each."""
 
     def __init__(self, cfg: Config):
-        self.loss_cfg, self.default = cfg.trainer.loss, cfg.training_mode.value
-        self.by_mode = {mode.value: ModeLoss(cfg, MODES[mode]) for mode in TrainingMode}
+        self.cfg, self.loss_cfg, self.default = cfg, cfg.trainer.loss, cfg.training_mode.value
+        self.source_losses = source_losses(cfg)
+        self.made: dict[tuple[str, float, float], ModeLoss] = {}
 
     def parts(self, samples: list[Sample]) -> list[tuple["ModeLoss", list[Sample]]]:
-        """The step's samples by mode (a sample without one: the run's training_mode), in order of first appearance:
-        the same on every rank."""
-        by_mode: dict[str, list[Sample]] = {}
+        """The step's samples by mode (a sample without one: the run's training_mode) and loss weights, in order of
+        first appearance: the same on every rank."""
+        by_part: dict[tuple[str, float, float], list[Sample]] = {}
         for s in samples:
-            by_mode.setdefault(s.mode or self.default, []).append(s)
-        return [(self.by_mode[mode], share) for mode, share in by_mode.items()]
+            loss = self.source_losses.get(s.source, self.loss_cfg)
+            by_part.setdefault((s.mode or self.default, loss.adv_tau, loss.teacher_tau), []).append(s)
+        return [(self.mode_loss(*part), share) for part, share in by_part.items()]
+
+    def mode_loss(self, mode: str, adv_tau: float, teacher_tau: float) -> "ModeLoss":
+        key = (mode, adv_tau, teacher_tau)
+        if key not in self.made:
+            loss = replace(self.loss_cfg, adv_tau=adv_tau, teacher_tau=teacher_tau)
+            self.made[key] = ModeLoss(self.cfg, MODES[TrainingMode(mode)], loss)
+        return self.made[key]
 
 
 class ModeLoss:
     """One mode's loss: which formula, with which teacher signal and centre, at which temperature the policy is
     computed."""
 
-    def __init__(self, cfg: Config, mode: Mode):
-        self.mode, self.loss_cfg = mode, cfg.trainer.loss
+    def __init__(self, cfg: Config, mode: Mode, loss: LossConfig):
+        self.mode, self.loss_cfg = mode, loss
         # pi is the policy that sampled, at its temperature (vLLM reports mu the same way, --logprobs-mode
         # processed_logprobs); teacher-written tokens are plain targets: NLL at temperature 1
         self.temperature = cfg.orchestrator.sampling.temperature if mode.trains_sampled_policy else 1.0

@@ -1,0 +1,32 @@
+"""The sources of a task mix as the config names them: each one's label (its metrics' name, and how a sample says
+where its prompt came from) and the loss weights it trains with (task.mix[i].adv_tau / teacher_tau over
+trainer.loss's)."""
+
+from dataclasses import replace
+from pathlib import Path
+
+from prime_rl.config.schema import MIX, Config, LossConfig, TaskConfig, TaskSourceConfig
+
+
+def mix_sources(cfg: TaskConfig) -> list[tuple[str, TaskSourceConfig]]:
+    """Each source with its label: its `label`, else its dataset, file or task name (numbered when repeated)."""
+    labelled, seen = [], {}
+    for src in cfg.mix:
+        base = src.label or src.dataset or src.env or (Path(src.path).stem if src.path else None) or src.name
+        seen[base] = seen.get(base, 0) + 1
+        labelled.append((base if seen[base] == 1 else f"{base}-{seen[base]}", src))
+    return labelled
+
+
+def source_loss(loss: LossConfig, src: TaskSourceConfig) -> LossConfig:
+    """trainer.loss with the source's own adv_tau and teacher_tau where it sets them."""
+    adv_tau = loss.adv_tau if src.adv_tau is None else src.adv_tau
+    teacher_tau = loss.teacher_tau if src.teacher_tau is None else src.teacher_tau
+    return replace(loss, adv_tau=adv_tau, teacher_tau=teacher_tau)
+
+
+def source_losses(cfg: Config) -> dict[str, LossConfig]:
+    """By source label, the loss weights each source of a mix trains with ("" outside a mix: trainer.loss)."""
+    if cfg.task.name != MIX:
+        return {"": cfg.trainer.loss}
+    return {label: source_loss(cfg.trainer.loss, src) for label, src in mix_sources(cfg.task)}
