@@ -101,6 +101,16 @@ def test_prepare_student_and_teacher_match_their_dirs(tmp_path, monkeypatch):
     assert student_dir(cfg) != teacher_dir(cfg)
 
 
+def test_a_mix_sources_mode_and_loss_weights_leave_its_models_as_they_are():
+    """A warm start learns the sources' data, not how the run trains on them: the same build for either."""
+    mix = "task.mix=[{name:reverse},{name:sort%s}]"
+    plain = compose_config(["task=mix", mix % "", "training_mode=opd"])
+    moded = compose_config(["task=mix", mix % ",mode:opd,adv_tau:0,teacher_tau:2", "teacher=local_vllm"])
+    assert student_dir(plain) == student_dir(moded) and teacher_dir(plain) == teacher_dir(moded)
+    other_data = compose_config(["task=mix", mix % ",num_train:500", "training_mode=opd"])
+    assert student_dir(other_data) != student_dir(plain)
+
+
 @pytest.mark.slow
 def test_warm_start_improves_greedy_reward():
     task = load_task(TaskConfig(num_train=2000, num_eval=64))

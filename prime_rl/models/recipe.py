@@ -22,8 +22,19 @@ def cache_root(cache_dir: str | None) -> Path:
     return Path(cache_dir or os.environ.get("PRIME_RL_CACHE") or "~/.cache/prime_rl").expanduser()
 
 
+# what a source says about training on it, not about its data: a warm start never reads it
+TRAINING_ONLY = ("mode", "adv_tau", "teacher_tau")
+
+
 def recipe(tiny: TinyModelConfig, warm_start: WarmStartConfig, task: TaskConfig) -> dict:
-    return {"version": RECIPE_VERSION, "tiny": asdict(tiny), "warm_start": asdict(warm_start), "task": asdict(task)}
+    return {"version": RECIPE_VERSION, "tiny": asdict(tiny), "warm_start": asdict(warm_start), "task": data_of(task)}
+
+
+def data_of(task: TaskConfig) -> dict:
+    """The task as a warm start learns it: every source's data fields, without how the run trains on them."""
+    fields = {k: v for k, v in asdict(task).items() if k not in TRAINING_ONLY}
+    fields["mix"] = [{k: v for k, v in src.items() if k not in TRAINING_ONLY} for src in fields["mix"]]
+    return fields
 
 
 def trained_on(warm_start: WarmStartConfig, task: TaskConfig) -> tuple[WarmStartConfig, TaskConfig]:

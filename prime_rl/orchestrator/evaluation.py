@@ -79,4 +79,12 @@ async def evaluate_teacher(ctx: Context) -> dict[str, float]:
         rewards += await ctx.verification.rewards([(final_answer(a.text), ex) for [a], ex in zip(answers, single)])
     episodes, _ = await teacher_episodes(ctx, played, 1, eval_sampling)
     rewards += [s.reward for group in episodes for s in group]
-    return {"eval/teacher_reward": sum(rewards) / len(rewards)} if rewards else {}
+    if not rewards:
+        return {}
+    metrics = {"eval/teacher_reward": sum(rewards) / len(rewards)}
+    sources = [ex.source for ex in single + played]
+    for label in ctx.task.weights:  # a mix: the level each source is distilled toward
+        mine = [r for source, r in zip(sources, rewards) if source == label]
+        if mine:
+            metrics[f"eval/{label}/teacher_reward"] = sum(mine) / len(mine)
+    return metrics
