@@ -22,14 +22,14 @@ class PerSource(Algorithm):
 
     async def rollouts(self, ctx: Context, examples: list[Example]) -> tuple[list[list[Sample]], dict[str, float]]:
         modes = [example_mode(ctx.cfg, ex).name.value for ex in examples]
-        shares = {mode: [ex for ex, m in zip(examples, modes) if m == mode] for mode in set(modes)}
+        shares = {mode: [ex for ex, m in zip(examples, modes) if m == mode] for mode in dict.fromkeys(modes)}
         made = await asyncio.gather(*(self.parts[mode].rollouts(ctx, share) for mode, share in shares.items()))
         each = {mode: iter(groups) for mode, (groups, _) in zip(shares, made)}
         weighed = [(metrics, len(share)) for share, (_, metrics) in zip(shares.values(), made)]
         return [next(each[mode]) for mode in modes], weighted_means(weighed)
 
     async def teacher_signal(self, ctx: Context, samples: list[Sample]) -> dict[str, float]:
-        shares = {mode: [s for s in samples if s.mode == mode] for mode in {s.mode for s in samples}}
+        shares = {mode: [s for s in samples if s.mode == mode] for mode in dict.fromkeys(s.mode for s in samples)}
         signals = await asyncio.gather(*(self.parts[mode].teacher_signal(ctx, share) for mode, share in shares.items()))
         return weighted_means([(signal, len(share)) for signal, share in zip(signals, shares.values())])
 
