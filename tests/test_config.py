@@ -101,6 +101,7 @@ def test_every_experiment_composes_and_validates(name):
     assert cfg.teacher.kind.value == expected_teacher
 
 
+RL_BESIDE_OPD = ["task=mix", "task.mix=[{name:reverse},{name:sort,mode:opd}]", "trainer.loss.teacher_tau=1"]
 # (accepted overrides, rejected overrides, a key the error must name)
 RULES = {
     "rl forbids a teacher": ([], ["teacher=local_vllm"], "teacher"),
@@ -222,6 +223,34 @@ RULES = {
         ["task=mix", "task.mix=[{name:sort},{name:reverse,num_train:16}]"],
         ["task=mix", "task.mix=[{name:sort},{name:reverse,num_train:15}]"],
         "task.mix[1].num_train",
+    ),
+    # a mode per source: what each source's mode needs, under its key
+    "a teacher for an opd source of a mix": (
+        [*RL_BESIDE_OPD, "teacher=local_vllm"],
+        RL_BESIDE_OPD,
+        "task.mix[1].mode",
+    ),
+    "a teacher only where a source's mode takes one": (
+        ["task=mix", "task.mix=[{name:reverse},{name:sort,mode:sft}]", "teacher=local_vllm"],
+        ["task=mix", "task.mix=[{name:reverse},{name:sort}]", "teacher=local_vllm"],
+        "teacher",
+    ),
+    "an opd source's own teacher_tau stands for the run's": (
+        ["task=mix", "task.mix=[{name:reverse},{name:sort,mode:opd,teacher_tau:0.5}]", "teacher=local_vllm"],
+        ["task=mix", "task.mix=[{name:reverse},{name:sort,mode:opd,teacher_tau:0}]", "teacher=local_vllm"],
+        "task.mix[1].teacher_tau",
+    ),
+    "an sft source takes no adv_tau": (
+        ["task=mix", "task.mix=[{name:reverse,adv_tau:0.5},{name:sort,mode:sft}]", "teacher=local_vllm"],
+        ["task=mix", "task.mix=[{name:reverse},{name:sort,mode:sft,adv_tau:0.5}]", "teacher=local_vllm"],
+        "task.mix[1].adv_tau",
+    ),
+    "the difficulty filter needs every source on the student's samples": (
+        ["task=mix", "task.mix=[{name:reverse},{name:sort,mode:opd}]", "teacher=local_vllm"]
+        + ["trainer.loss.teacher_tau=1", "orchestrator.difficulty.enabled=true"],
+        ["task=mix", "task.mix=[{name:reverse},{name:sort,mode:sft}]", "teacher=local_vllm"]
+        + ["orchestrator.difficulty.enabled=true"],
+        "task.mix[1].mode",
     ),
     "trainer procs >= 1": (["trainer.num_procs=2"], ["trainer.num_procs=0"], "trainer.num_procs"),
     "lora trains in one process": (["lora=on"], ["lora=on", "trainer.num_procs=2"], "trainer.lora.enabled"),
