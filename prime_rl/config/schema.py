@@ -206,7 +206,7 @@ class OrchestratorConfig:
     requests_per_step: int = 8  # concurrent requests a step's rollouts (and opd's teacher scoring) are split into
     request_timeout_s: float = 0.0  # per request to a student server; 0 = auto: 120 s + max_tokens / 10 tokens/s
     max_retries: int = 3  # retries (with backoff) of a failed request (each request alone) before the run fails
-    log_samples: int = 2  # each step's first N samples (text, token ids, loss mask, reward) go to <run>/samples.jsonl
+    log_samples: int = 2  # each step's first N samples (text, ids, loss mask, reward, mode, source) to samples.jsonl
 
 
 @dataclass
