@@ -442,3 +442,28 @@ def test_dry_run_gpu_deployment_with_tp_dp_and_a_sharded_trainer(tmp_path):
     assert "CUDA_VISIBLE_DEVICES=3,4,5,6" in text and "CUDA_VISIBLE_DEVICES=7,9" in text
     trainer = command_of(text, "trainer")
     assert trainer[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+
+
+def test_each_named_teacher_sees_the_run_as_its_own_sources_and_gets_a_server(tmp_path):
+    """teachers.<name>: a view of the run with that teacher as `teacher` and its own sources as the task (a built-in
+    teacher is built on them alone), a server role of its own, and checks that name it."""
+    from prime_rl.config.teachers import local_teachers, named_errors, teacher_view
+    from prime_rl.models import teacher_dir
+
+    overrides = [
+        "task=mix",
+        "task.mix=[{name:reverse,mode:opd,teacher:rev},{name:sort,mode:opd,teacher:srt},{name:reverse,label:r2}]",
+        "++teachers={rev:{kind:local_vllm,model:tiny},srt:{kind:external,model:m,base_url:'http://h/v1'}}",
+        "trainer.loss.teacher_tau=1",
+    ]
+    cfg = compose_config(overrides)
+    rev, srt = teacher_view(cfg, "rev"), teacher_view(cfg, "srt")
+    assert (rev.teacher.kind, srt.teacher.model) == (TeacherKind.local_vllm, "m")
+    assert [s.name for s in rev.task.mix] == ["reverse"] and [s.name for s in srt.task.mix] == ["sort"]
+    assert teacher_dir(rev) != teacher_dir(compose_config(["training_mode=opd"]))  # built on reverse alone
+    assert local_teachers(cfg) == ["rev"]  # the external one has no server
+    roles = [r.name for r in build_plan(cfg, tmp_path, []).roles]
+    assert roles == ["inference", "teacher_inference_rev", "orchestrator", "trainer"]
+    with pytest.raises(ConfigError) as err, named_errors("rev"):
+        check(["training_mode=opd", "teacher=external", "teacher.model=m", "teacher.base_url=nope"])
+    assert err.value.keys == ["teachers.rev.base_url"] and "teachers.rev.base_url=" in err.value.fix

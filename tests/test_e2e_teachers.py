@@ -50,12 +50,13 @@ def test_a_cut_off_teacher_answer_gets_no_end_of_turn_token(teacher_dir):
     from prime_rl.orchestrator.algo.sft import teacher_sample
     from prime_rl.tasks import Example
 
-    ctx = SimpleNamespace(tokenizer=AutoTokenizer.from_pretrained(teacher_dir), cfg=Config(), teacher_model="teacher")
+    ctx = SimpleNamespace(tokenizer=AutoTokenizer.from_pretrained(teacher_dir), cfg=Config())
+    teacher = SimpleNamespace(cfg=Config(), label="teacher")
     example = Example("reverse: abc", "cba")
-    sample = teacher_sample(ctx, example, ChatAnswer("cba", "stop"))
+    sample = teacher_sample(ctx, teacher, example, ChatAnswer("cba", "stop"))
     assert (sample.mode, sample.teacher, sample.loss_mask) == ("rl", "teacher", None)  # Config() is rl
     finished = sample.completion_ids
-    cut = teacher_sample(ctx, example, ChatAnswer("cb", "length")).completion_ids
+    cut = teacher_sample(ctx, teacher, example, ChatAnswer("cb", "length")).completion_ids
     eot = end_of_turn_id(ctx.tokenizer)
     assert finished[-1] == eot and eot not in cut and ctx.tokenizer.decode(cut) == "cb"
 
@@ -121,6 +122,36 @@ def test_a_mix_trains_each_source_with_its_own_mode_in_the_same_steps(tmp_path, 
     assert len(samples) == 3 * 128
     assert {(s["source"], s["mode"]) for s in samples} == {(f"{m}_part", m) for m in ("rl", "opd", "sft")}
     assert "eval/teacher_reward" in summary(run_dir)
+
+
+# two sources, each taught by its own local teacher, built on that source alone (briefly: routing is what is tested)
+TWO_TEACHERS = [
+    "task=mix",
+    "task.mix=[{name:reverse,mode:opd,teacher:rev},{name:sort,mode:opd,teacher:srt}]",
+    "++teachers={rev:{kind:local_vllm,model:tiny,warm_start:{steps:40}},"
+    "srt:{kind:local_vllm,model:tiny,warm_start:{steps:40}}}",
+    "trainer.loss.teacher_tau=1.0",
+]
+
+
+@pytest.mark.vllm
+def test_two_local_teachers_each_teach_their_own_source(tmp_path):
+    """teachers.<name>: each named local teacher is a vLLM server of its own (its own role and log), built on the
+    sources that name it; each opd sample is scored by its source's teacher, and each teacher's level is measured
+    on its own source."""
+    run_dir = tmp_path / "run"
+    run = launch(run_dir, *TWO_TEACHERS, "max_steps=2", "orchestrator.eval.interval=2", "orchestrator.log_samples=128")
+    assert run.returncode == 0, run.stderr[-3000:]
+    train = [r for r in rows(run_dir) if "loss" in r]
+    assert [r["step"] for r in train] == [0, 1] and all(r["teacher_kl"] != 0 for r in train), train
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert {(s["source"], s["teacher"]) for s in samples} == {("reverse", "teachers.rev"), ("sort", "teachers.srt")}
+    first = next(r for r in rows(run_dir) if "eval/teacher_reward" in r)
+    assert 0 <= first["eval/reverse/teacher_reward"] <= 1 and 0 <= first["eval/sort/teacher_reward"] <= 1
+    for name in ("rev", "srt"):  # each server answered the scoring requests of its own source
+        log = (run_dir / "logs" / f"teacher_inference_{name}.log").read_text()
+        assert "POST /v1/completions" in log, log[-2000:]
+    assert not (run_dir / "logs" / "teacher_inference.log").exists()  # no default teacher: none was asked for
 
 
 @pytest.mark.vllm

@@ -145,6 +145,22 @@ CASES = [
     Case("mode conflict", "a source's mode outside a mix", ("task.mode=opd",), "[task.mode]"),
     Case(
         "mode conflict",
+        "a source naming an unknown teacher",
+        ("task=mix", "task.mix=[{name:reverse,mode:opd,teacher:nope},{name:sort}]", "trainer.loss.teacher_tau=1"),
+        "[task.mix[0].teacher]",
+    ),
+    Case(
+        "mode conflict",
+        "a named teacher on a source in rl",
+        (
+            "task=mix",
+            "task.mix=[{name:reverse,teacher:rev},{name:sort}]",
+            "++teachers={rev:{kind:local_vllm,model:tiny}}",
+        ),
+        "[task.mix[0].teacher, task.mix[0].mode]",
+    ),
+    Case(
+        "mode conflict",
         "a teacher_tau on a mix source in rl",
         ("task=mix", "task.mix=[{name:reverse,teacher_tau:1},{name:sort}]"),
         "[task.mix[0].teacher_tau, task.mix[0].mode]",

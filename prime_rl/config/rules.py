@@ -8,9 +8,11 @@ broken rule raises ConfigError, whose one-line message names the offending keys 
 
 from urllib.parse import urlparse
 
+from prime_rl.config.layout import on_gpu
 from prime_rl.config.modes import MODES, RolloutSource, run_modes, source_modes, uses
 from prime_rl.config.schema import MIX, Config, DistillSignal, Layout, RatioLevel, TeacherKind, node_gpus, num_nodes
 from prime_rl.config.sources import source_loss
+from prime_rl.config.teachers import named_errors, teacher_key, teacher_view
 from prime_rl.config.user_error import check
 from prime_rl.protocol.servers import SERVER_KEY_ENV
 
@@ -23,8 +25,8 @@ CHAT_FIELDS = ("model", "messages", "n", "max_tokens", "max_completion_tokens", 
 
 def check_rules(cfg: Config, visible_gpus: int) -> None:
     """Raise ConfigError on the first broken rule. `visible_gpus`: GPUs the job will see."""
-    rules = (_ranges, _pairs, _source_weights, _mode, _episodes, _teacher, _lora, _nodes, _colocated, _gpus, _parallel)
-    for rule in rules:
+    rules = (_ranges, _pairs, _source_weights, _teachers, _mode, _episodes, _teacher, _lora, _nodes, _colocated)
+    for rule in (*rules, _gpus, _parallel):
         rule(cfg, visible_gpus)
 
 
@@ -312,10 +314,10 @@ def _mode(cfg: Config, _: int) -> None:
         f"{cfg.task.name}",
         f"set training_mode={cfg.task.mode and cfg.task.mode.value} instead",
     )
-    for key, _, mode in sources:
+    for key, src, mode in sources:
         name = mode.name.value
         check(
-            teacher != TeacherKind.none or not mode.teacher,
+            teacher != TeacherKind.none or not mode.teacher or src.teacher is not None,
             [key, "teacher"],
             f"{name} needs a teacher" + ("" if key == "training_mode" else f" ({key})"),
             "add teacher=local_vllm or teacher=external",
@@ -331,6 +333,12 @@ def _mode(cfg: Config, _: int) -> None:
         [*keys, "teacher"],
         f"{names} takes no teacher, got teacher={teacher.value}",
         "use teacher=none, or training_mode=opd|sft to learn from a teacher",
+    )
+    check(
+        teacher == TeacherKind.none or any(mode.teacher and src.teacher is None for _, src, mode in sources),
+        ["teacher", "task.mix"],
+        f"every source that learns from a teacher names one of `teachers`, so teacher={teacher.value} teaches none",
+        "use teacher=none, or let a source learn from it (drop its task.mix[i].teacher)",
     )
     # the opd sources that take trainer.loss.teacher_tau (a source's own: _source_weights)
     if any(mode.teacher_term and src.teacher_tau is None for _, src, mode in sources):
@@ -440,6 +448,58 @@ def _source_weights(cfg: Config, _: int) -> None:
                 f"drop {at}.adv_tau, or set {at}.mode=rl|opd",
             )
             check(src.adv_tau >= 0, [f"{at}.adv_tau"], "must be >= 0", "use 1.0, or 0 for pure distillation")
+
+
+def _teachers(cfg: Config, _: int) -> None:
+    """Named teachers (`teachers.<name>`): each a teacher by `teacher`'s rules, each teaching a mix source whose mode
+    learns from one, each local one on a CPU deployment of one node (its own GPUs are not planned yet)."""
+    sources = source_modes(cfg)
+    check(
+        cfg.task.teacher is None,
+        ["task.teacher"],
+        f"task.teacher names the teacher of a source of task.mix, and this task is {cfg.task.name}",
+        "set the teacher itself: teacher=local_vllm or teacher=external",
+    )
+    for i, (_, src, mode) in enumerate(sources if cfg.task.name == MIX else []):
+        if src.teacher is None:
+            continue
+        at = f"task.mix[{i}]"
+        check(
+            src.teacher in cfg.teachers,
+            [f"{at}.teacher"],
+            f"{src.teacher!r} is none of the named teachers ({', '.join(cfg.teachers) or 'there are none'})",
+            f"add it, e.g. '++teachers={{{src.teacher}:{{kind:local_vllm,model:tiny}}}}', or drop {at}.teacher",
+        )
+        check(
+            mode.teacher,
+            [f"{at}.teacher", f"{at}.mode"],
+            f"this source trains in {mode.name.value}, which takes no teacher",
+            f"drop {at}.teacher, or set {at}.mode=opd|sft",
+        )
+    taught = {src.teacher for _, src, mode in sources if mode.teacher}
+    for name, t in cfg.teachers.items():
+        key = teacher_key(name)
+        check(
+            name.isidentifier(),
+            [key],
+            f"{name!r} cannot name a teacher: it names its server's role and its metrics",
+            "use letters, digits and _",
+        )
+        check(
+            t.kind != TeacherKind.none,
+            [f"{key}.kind"],
+            "a named teacher is local_vllm or external",
+            f"set {key}.kind=local_vllm (with {key}.model) or external",
+        )
+        check(name in taught, [key], "no source of task.mix names it", f"set task.mix[i].teacher={name} on a source")
+        check(
+            t.kind != TeacherKind.local_vllm or not (on_gpu(cfg) or num_nodes(cfg.deployment) > 1),
+            [f"{key}.kind", "deployment"],
+            "a named local teacher runs on the CPU of a one-node job; its own GPUs are not planned yet",
+            f"use {key}.kind=external, or the default teacher (task.mix[i].teacher unset) for the local one",
+        )
+        with named_errors(name):
+            _teacher(teacher_view(cfg, name), 0)
 
 
 def _episodes(cfg: Config, _: int) -> None:

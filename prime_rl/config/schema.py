@@ -137,6 +137,7 @@ class TaskSourceConfig:
     mode: TrainingMode | None = None  # in task.mix: the mode its prompts train with (None: training_mode)
     adv_tau: float | None = None  # in task.mix: its samples' trainer.loss.adv_tau (None: the run's)
     teacher_tau: float | None = None  # in task.mix: its opd samples' trainer.loss.teacher_tau (None: the run's)
+    teacher: str | None = None  # in task.mix: the name of the `teachers` entry that teaches it (None: `teacher`)
 
 
 MIX = "mix"  # the task name that trains on several sources (task.mix)
@@ -407,6 +408,7 @@ class Config:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)  # loss, optimizer, LoRA
     inference: InferenceConfig = field(default_factory=InferenceConfig)  # vLLM servers
     teacher: TeacherConfig = field(default_factory=TeacherConfig)  # opd / sft teacher
+    teachers: dict[str, TeacherConfig] = field(default_factory=dict)  # named teachers, for the mix sources naming one
     deployment: DeploymentConfig = field(default_factory=DeploymentConfig)  # GPU split
     monitor: MonitorConfig = field(default_factory=MonitorConfig)  # W&B, samples
     ckpt: CkptConfig = field(default_factory=CkptConfig)  # checkpoints and resume

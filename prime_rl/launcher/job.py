@@ -16,9 +16,10 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 
-from prime_rl.config import Config, ConfigError, TeacherKind, to_config
+from prime_rl.config import Config, ConfigError, to_config
 from prime_rl.config.layout import cores, gpu_shares, is_colocated, on_gpu, turns
 from prime_rl.config.modes import run_modes
+from prime_rl.config.teachers import local_teachers, teacher_key, teacher_view
 from prime_rl.config.timeouts import with_ready_timeout
 from prime_rl.config.user_error import UserError, run_or_exit
 from prime_rl.launcher.gpus import visible_gpus
@@ -114,7 +115,7 @@ def with_sweep_names(cfg: Config, hydra_cfg: DictConfig) -> Config:
 def server_model_dirs(cfg: Config) -> list[Path]:
     """The model dirs the servers read (a dry run's Hub model that is not downloaded, or a built-in model not built
     yet, counts nothing toward the ready timeout: the latter is small)."""
-    return [student_dir(cfg), *([teacher_dir(cfg)] if cfg.teacher.kind == TeacherKind.local_vllm else [])]
+    return [student_dir(cfg), *(teacher_dir(teacher_view(cfg, name)) for name in local_teachers(cfg))]
 
 
 def prepare_models(cfg: Config) -> None:
@@ -123,8 +124,8 @@ def prepare_models(cfg: Config) -> None:
 
     console.print("preparing models (built once, then cached)")
     console.print(f"student: {prepare_student(cfg)}")
-    if cfg.teacher.kind == TeacherKind.local_vllm:
-        console.print(f"teacher: {prepare_teacher(cfg)}")
+    for name in local_teachers(cfg):
+        console.print(f"{teacher_key(name)}: {prepare_teacher(teacher_view(cfg, name))}")
 
 
 def run(plan: Plan) -> int:

@@ -11,6 +11,15 @@ from omegaconf import OmegaConf
 
 from prime_rl.config.layout import is_colocated, on_gpu
 from prime_rl.config.schema import Config, TeacherKind
+from prime_rl.config.teachers import (
+    DEFAULT,
+    SERVER_ROLE,
+    local_teachers,
+    server_role,
+    teacher_config,
+    teacher_names,
+    teacher_view,
+)
 from prime_rl.inference.server import vllm_command
 from prime_rl.launcher.allocator import preload_env
 from prime_rl.launcher.gpus import gpu_slices
@@ -99,11 +108,10 @@ class Plan:
 def build_plan(cfg: Config, run_dir: Path, visible: list[str], node: Node = LOCAL) -> Plan:
     """The roles `node` runs (on one machine: every role of the job)."""
     run_dir = run_dir.resolve()
-    has_teacher_server = cfg.teacher.kind == TeacherKind.local_vllm
     cfg = replace(cfg, run_dir=str(run_dir))
     slices = gpu_slices(cfg.deployment, visible, node.roles)
     plan = Plan(run_dir, cfg, node=node)
-    secrets = teacher_secrets(cfg)  # only the orchestrator talks to the teacher
+    secrets = teacher_secrets(cfg)  # only the orchestrator talks to the teachers
     lora = cfg.trainer.lora
     if "inference" in node.roles:
         plan.roles.append(
@@ -117,17 +125,11 @@ def build_plan(cfg: Config, run_dir: Path, visible: list[str], node: Node = LOCA
                 lora_rank=lora.rank if lora.enabled else 0,
             )
         )
-    if has_teacher_server and "teacher_inference" in node.roles:
+    for name in local_teachers(cfg) if SERVER_ROLE in node.roles else []:  # named ones: one node, CPU (rules)
+        view = teacher_view(cfg, name)
+        role, gpus = server_role(name), slices[SERVER_ROLE] if name == DEFAULT else []
         plan.roles.append(
-            _vllm_role(
-                plan,
-                "teacher_inference",
-                teacher_dir(cfg),
-                TEACHER_MODEL_NAME,
-                cfg.teacher.port,
-                slices["teacher_inference"],
-                lora_rank=0,
-            )
+            _vllm_role(plan, role, teacher_dir(view), TEACHER_MODEL_NAME, view.teacher.port, gpus, 0, view)
         )
     for name in [r for r in ("orchestrator", "trainer") if r in node.roles]:
         config_file = RunDir(run_dir).config(name)
@@ -150,11 +152,10 @@ def build_plan(cfg: Config, run_dir: Path, visible: list[str], node: Node = LOCA
 
 
 def teacher_secrets(cfg: Config) -> tuple[str, ...]:
-    """The env vars holding the external teacher's credentials (its key, secret header values)."""
-    t = cfg.teacher
-    if t.kind != TeacherKind.external:
-        return ()
-    return tuple(env for env in (t.api_key_env, *t.header_envs.values()) if env)
+    """The env vars holding the external teachers' credentials (their keys, secret header values)."""
+    teachers = [teacher_config(cfg, name) for name in teacher_names(cfg)]
+    externals = [t for t in teachers if t.kind == TeacherKind.external]
+    return tuple(env for t in externals for env in (t.api_key_env, *t.header_envs.values()) if env)
 
 
 def trainer_procs(cfg: Config) -> int:
@@ -178,9 +179,18 @@ def _module_command(cfg: Config, name: str, config_file: Path, node: Node) -> li
 
 
 def _vllm_role(
-    plan: Plan, name: str, model: Path, served_name: str, port: int, gpus: list[str], lora_rank: int
+    plan: Plan,
+    name: str,
+    model: Path,
+    served_name: str,
+    port: int,
+    gpus: list[str],
+    lora_rank: int,
+    view: Config | None = None,
 ) -> Role:
-    command, env = vllm_command(plan.config, model, served_name, port, gpus, lora_rank, student=name == "inference")
+    """A vLLM server role; `view`: the config as a named teacher sees it (config/teachers.py), for its server."""
+    cfg = view or plan.config
+    command, env = vllm_command(cfg, model, served_name, port, gpus, lora_rank, student=name == "inference")
     return Role(
         name=name,
         command=command,

@@ -25,6 +25,7 @@ from prime_rl.config.layout import on_gpu
 from prime_rl.config.modes import RolloutSource, context_margin, example_mode, source_modes
 from prime_rl.config.rules import check_gpu_count, check_rules
 from prime_rl.config.schema import Config, TaskSourceConfig, TeacherKind
+from prime_rl.config.teachers import named_errors, named_views, with_teacher
 from prime_rl.config.user_error import UserError, check
 from prime_rl.launcher.gpus import has_cuda_vllm, visible_gpus
 from prime_rl.models.hub import hub_model_problem, is_hub_id
@@ -52,6 +53,9 @@ def check_at_launch(cfg: Config, gpus: int) -> None:
     _teacher_cache(cfg)
     _models(cfg)
     check_top_k_vocab(cfg)
+    for name, view in named_views(cfg):  # the same for each named teacher
+        with named_errors(name):
+            _teacher_env(view), _teacher_cache(view), _teacher_model(view), check_top_k_vocab(view)
     _task(cfg)
 
 
@@ -65,6 +69,10 @@ def check_at_job(cfg: Config, run_dir: Path, warn: Callable[[str], None]) -> Con
     if not cfg.launcher.dry_run:  # a setting the endpoint refuses, a wrong key or model: before anything starts
         cfg = resolve_teacher_api(cfg)
         check_top_k_served(cfg)
+        for name, view in named_views(cfg):
+            with named_errors(name):
+                cfg = with_teacher(cfg, name, resolve_teacher_api(view).teacher)
+                check_top_k_served(view)
     return cfg
 
 
@@ -84,6 +92,9 @@ def check_with_student_tokenizer(cfg: Config) -> None:
     _prompt_lengths(cfg, task, tokenizer)
     _teacher_tool_calls(cfg, tokenizer)
     check_top_k_vocab(cfg)
+    for name, view in named_views(cfg):
+        with named_errors(name):
+            check_top_k_vocab(view)
 
 
 def _prompt_lengths(cfg: Config, task: Task, tokenizer) -> None:
@@ -176,6 +187,10 @@ def _teacher_cache(cfg: Config) -> None:
 
 def _models(cfg: Config) -> None:
     _model(cfg.model.name, cfg.model.revision, "model.name", "model.revision")
+    _teacher_model(cfg)
+
+
+def _teacher_model(cfg: Config) -> None:
     if cfg.teacher.kind == TeacherKind.local_vllm:
         _model(cfg.teacher.model, cfg.teacher.revision, "teacher.model", "teacher.revision")
 

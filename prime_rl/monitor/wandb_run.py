@@ -38,7 +38,8 @@ def logged_config(cfg: Config) -> dict:
     """The resolved config. It names the env var of the API key, never the key; header values are dropped
     all the same, in case someone put a credential under a name validation does not know."""
     config = OmegaConf.to_container(OmegaConf.structured(cfg), enum_to_str=True)
-    config["teacher"]["headers"] = {name: "<redacted>" for name in config["teacher"]["headers"]}
+    for teacher in [config["teacher"], *config["teachers"].values()]:
+        teacher["headers"] = {name: "<redacted>" for name in teacher["headers"]}
     return config
 
 

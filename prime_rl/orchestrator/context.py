@@ -3,6 +3,7 @@
 from dataclasses import dataclass, field, replace
 
 from prime_rl.config.schema import Config, TeacherKind
+from prime_rl.config.teachers import DEFAULT, source_teachers, teacher_key, teacher_names, teacher_view
 from prime_rl.inference.client import InferenceClient, Sampling
 from prime_rl.models.chat import final_answer, student_tokenizer, turn_end_ids
 from prime_rl.orchestrator.difficulty import DifficultyFilter
@@ -18,6 +19,26 @@ from prime_rl.teacher.client import teacher_client
 
 
 @dataclass
+class Teacher:
+    """One of the run's teachers (config/teachers.py): `teacher`, or a named one of `teachers`."""
+
+    name: str  # "" for `teacher`
+    cfg: Config  # the run's config as this teacher sees it (teacher_view): its settings are cfg.teacher
+    client: InferenceClient
+    model: str  # the model name it is asked for
+    answers: TeacherAnswers | None = None  # its chat answers (sft rollouts, its eval), cached and counted
+
+    @property
+    def label(self) -> str:
+        """What a sample it scored or wrote records as its teacher: the model, or the named teacher's key."""
+        return self.model if self.name == DEFAULT else teacher_key(self.name)
+
+    @property
+    def local(self) -> bool:
+        return self.cfg.teacher.kind == TeacherKind.local_vllm
+
+
+@dataclass
 class Context:
     cfg: Config
     run_dir: RunDir
@@ -26,16 +47,18 @@ class Context:
     tokenizer: object
     student: InferenceClient | StudentServers
     student_model: str  # served name to sample from (the LoRA adapter's name with lora=on)
-    teacher: InferenceClient | None
-    teacher_model: str | None
-    answers: TeacherAnswers | None  # the teacher's chat answers (sft rollouts, its eval), cached and counted
+    teachers: dict[str, Teacher]  # by name ("" for `teacher`): the run's teachers
+    source_teachers: dict[str, str]  # by source label: the name of its teacher
     envs: EnvPool = field(default_factory=EnvPool)  # task=gym: the environments episodes are played against
     tool_readers: dict[str, ToolReader] = field(default_factory=dict)  # task=gym with tools: by parser name
     difficulty: DifficultyFilter | None = None  # orchestrator.difficulty: the prompts held back, by step
 
+    def teacher_of(self, source: str) -> Teacher:
+        """The teacher of a source (an Example's or a Sample's label)."""
+        return self.teachers[self.source_teachers.get(source, DEFAULT)]
+
 
 def make_context(cfg: Config) -> Context:
-    teacher, teacher_model = teacher_client(cfg) if cfg.teacher.kind != TeacherKind.none else (None, None)
     lora, task, run_dir = cfg.trainer.lora, load_task(cfg.task), RunDir(cfg.run_dir)
     difficulty = cfg.orchestrator.difficulty
     return Context(
@@ -46,11 +69,15 @@ def make_context(cfg: Config) -> Context:
         tokenizer=student_tokenizer(cfg),
         student=student_client(cfg),
         student_model=lora.name if lora.enabled else STUDENT_MODEL_NAME,
-        teacher=teacher,
-        teacher_model=teacher_model,
-        answers=None,
+        teachers={name: make_teacher(cfg, name) for name in teacher_names(cfg)},
+        source_teachers=source_teachers(cfg),
         difficulty=DifficultyFilter(difficulty, task, run_dir.difficulty) if difficulty.enabled else None,
     )
+
+
+def make_teacher(cfg: Config, name: str) -> Teacher:
+    view = teacher_view(cfg, name)
+    return Teacher(name, view, *teacher_client(view))
 
 
 def sampling(cfg: Config, temperature: float | None = None) -> Sampling:
@@ -61,7 +88,8 @@ def sampling(cfg: Config, temperature: float | None = None) -> Sampling:
 
 
 def teacher_sampling(cfg: Config, temperature: float | None = None) -> Sampling:
-    """Sampling for the teacher's answers: a reasoning model thinks within its length cap (teacher.max_tokens)."""
+    """Sampling for a teacher's answers (`cfg`: as that teacher sees the run, Teacher.cfg): a reasoning model thinks
+    within its length cap (teacher.max_tokens)."""
     return replace(
         sampling(cfg, temperature), max_tokens=cfg.teacher.max_tokens or cfg.orchestrator.sampling.max_tokens
     )

@@ -2,7 +2,6 @@
 awake for this turn alone, asleep while the trainer steps."""
 
 from prime_rl.config.layout import is_colocated, on_gpu
-from prime_rl.config.schema import TeacherKind
 from prime_rl.orchestrator.context import Context
 from prime_rl.protocol.device_turn import DeviceTurn
 
@@ -11,8 +10,8 @@ class OrchestratorTurn:
     def __init__(self, ctx: Context):
         cfg = ctx.cfg
         self.turn = DeviceTurn(ctx.run_dir.device_lock, is_colocated(cfg))
-        local_teacher = [ctx.teacher] if cfg.teacher.kind == TeacherKind.local_vllm else []
-        self.sleepers = [ctx.student, *local_teacher] if is_colocated(cfg) and on_gpu(cfg) else []
+        local_teachers = [t.client for t in ctx.teachers.values() if t.local]
+        self.sleepers = [ctx.student, *local_teachers] if is_colocated(cfg) and on_gpu(cfg) else []
 
     async def __aenter__(self) -> "OrchestratorTurn":
         await self.turn.__aenter__()

@@ -96,9 +96,9 @@ def context_limit(ctx: Context) -> int:
     return ctx.cfg.inference.max_model_len - context_margin(ctx.cfg)
 
 
-def finished(ctx: Context, groups: list[list[Episode]], teacher: str | None = None):
+def finished(ctx: Context, groups: list[list[Episode]], teachers: list[str] | None = None):
     """The groups' samples and the step's episode metrics, once every episode is over (their environments back
-    in the pool); `teacher`: the model that played them, where one did."""
+    in the pool); `teachers`: per group, the teacher that played it, where one did."""
     episodes = [e for group in groups for e in group]
     for e in episodes:
         ctx.envs.release(e.example.env, e.env)
@@ -109,7 +109,11 @@ def finished(ctx: Context, groups: list[list[Episode]], teacher: str | None = No
         mine = [e for e in episodes if e.example.source == label]
         if mine:
             metrics.update({f"env/{label}/{k.removeprefix('env/')}": v for k, v in episode_metrics(mine).items()})
-    samples = [[e.sample(example_mode(ctx.cfg, e.example).name.value, teacher) for e in group] for group in groups]
+    played_by = teachers or [None] * len(groups)
+    samples = [
+        [e.sample(example_mode(ctx.cfg, e.example).name.value, teacher) for e in group]
+        for group, teacher in zip(groups, played_by)
+    ]
     return samples, metrics
 
 

@@ -7,10 +7,13 @@ import math
 import statistics
 
 from prime_rl.config.modes import RolloutSource, example_mode
+from prime_rl.config.teachers import DEFAULT
+from prime_rl.inference.client import ChatAnswer
 from prime_rl.models.chat import final_answer
 from prime_rl.orchestrator.context import Context, student_sampling, teacher_sampling
 from prime_rl.orchestrator.rollouts import rewards_of, student_rollouts
 from prime_rl.orchestrator.teacher_episodes import teacher_episodes
+from prime_rl.tasks import Example
 
 
 async def evaluate(ctx: Context) -> dict[str, float]:
@@ -51,6 +54,17 @@ def eval_metrics(rewards: list[float], k: int, prefix: str = "eval") -> dict[str
     return metrics
 
 
+def taught(ctx: Context, ex: Example) -> bool:
+    """The example's source has a teacher in this run (in a mix, an rl source may have none)."""
+    return ctx.source_teachers.get(ex.source, DEFAULT) in ctx.teachers
+
+
+async def teacher_answer(ctx: Context, ex: Example, temperature: float) -> ChatAnswer:
+    teacher = ctx.teacher_of(ex.source)
+    [answer] = await teacher.answers.answers_at(ex.messages, [0], teacher_sampling(teacher.cfg, temperature))
+    return answer
+
+
 def standard_error(values: list[float]) -> float:
     """Of the mean of independent values (here: each prompt's mean reward)."""
     return statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
@@ -68,16 +82,16 @@ async def evaluate_teacher(ctx: Context) -> dict[str, float]:
     """The teacher's eval reward under the same sampling, one answer per prompt: the level distilled toward. The
     teacher plays the episodes of a source with an environment only where it writes the rollouts (sft); elsewhere
     its level is that of the single-turn prompts."""
-    cfg = ctx.cfg
-    examples = ctx.task.eval[: cfg.orchestrator.eval.num_examples]
-    eval_sampling = teacher_sampling(cfg, temperature=cfg.orchestrator.eval.temperature)
+    cfg, temperature = ctx.cfg, ctx.cfg.orchestrator.eval.temperature
+    # each source's own teacher (in a mix where sources name theirs), the run's teacher for the rest
+    examples = [ex for ex in ctx.task.eval[: cfg.orchestrator.eval.num_examples] if taught(ctx, ex)]
     single = [ex for ex in examples if ex.env is None]
     played = [ex for ex in examples if ex.env is not None and example_mode(cfg, ex).rollouts == RolloutSource.teacher]
     rewards = []
     if single:
-        answers = await asyncio.gather(*(ctx.answers.answers_at(ex.messages, [0], eval_sampling) for ex in single))
-        rewards += await ctx.verification.rewards([(final_answer(a.text), ex) for [a], ex in zip(answers, single)])
-    episodes, _ = await teacher_episodes(ctx, played, 1, eval_sampling)
+        answers = await asyncio.gather(*(teacher_answer(ctx, ex, temperature) for ex in single))
+        rewards += await ctx.verification.rewards([(final_answer(a.text), ex) for a, ex in zip(answers, single)])
+    episodes, _ = await teacher_episodes(ctx, played, 1, temperature)
     rewards += [s.reward for group in episodes for s in group]
     if not rewards:
         return {}

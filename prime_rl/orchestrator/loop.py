@@ -6,7 +6,8 @@ import json
 import time
 
 from prime_rl.config.evaluation import due_for_eval
-from prime_rl.config.schema import Config, TeacherKind
+from prime_rl.config.schema import Config
+from prime_rl.config.teachers import DEFAULT
 from prime_rl.orchestrator.advantages import grpo_advantages
 from prime_rl.orchestrator.algo import Algorithm, algorithm
 from prime_rl.orchestrator.context import Context, make_context
@@ -25,14 +26,15 @@ from prime_rl.protocol.policy import policy_window
 from prime_rl.tasks import Example
 from prime_rl.teacher.answers import TeacherAnswers
 from prime_rl.teacher.chat_api import resolved_api
+from prime_rl.teacher.usage import TOTALS
 
 
 async def run(cfg: Config) -> None:
     ctx = make_context(await locate_servers(cfg))
     start = (ctx.run_dir.latest_checkpoint() or 0) if cfg.ckpt.resume else 0
-    if ctx.teacher:
+    for t in ctx.teachers.values():
         # the launcher has probed an external endpoint already; run alone, the orchestrator probes it here
-        ctx.answers = TeacherAnswers(cfg, ctx.teacher, ctx.teacher_model, await resolved_api(cfg))
+        t.answers = TeacherAnswers(t.cfg, t.client, t.model, await resolved_api(t.cfg))
     algo = algorithm(cfg)
     resume_counts(ctx, algo, start)
     lora = cfg.trainer.lora
@@ -64,8 +66,8 @@ async def run(cfg: Config) -> None:
         policy.listener.close()
         ctx.verification.close()
         await ctx.student.close()
-        if ctx.teacher:
-            await ctx.teacher.close()
+        for t in ctx.teachers.values():
+            await t.client.close()
 
 
 async def add_step_metrics(ctx: Context, batch: Batch, step: int, start: int) -> None:
@@ -74,11 +76,16 @@ async def add_step_metrics(ctx: Context, batch: Batch, step: int, start: int) ->
         eval_start = time.monotonic()
         batch.metrics.update(await evaluate(ctx))
         batch.metrics["time/eval"] = time.monotonic() - eval_start
-        if step == start and ctx.teacher:
+        if step == start and ctx.teachers:
             batch.metrics.update(await evaluate_teacher(ctx))
-    if ctx.answers:
-        batch.metrics.update(ctx.answers.step_metrics())
+    for t in ctx.teachers.values():
+        batch.metrics.update({named_metric(t.name, k): v for k, v in t.answers.step_metrics().items()})
     batch.metrics.update(ctx.verification.metrics())
+
+
+def named_metric(name: str, key: str) -> str:
+    """A teacher's metric: `teacher/…` for `teacher`, `teacher/<name>/…` for a named one."""
+    return key if name == DEFAULT else key.replace("teacher/", f"teacher/{name}/", 1)
 
 
 def log_samples(ctx: Context, batch: Batch) -> None:
@@ -89,6 +96,7 @@ def log_samples(ctx: Context, batch: Batch) -> None:
             "step": batch.step,
             "mode": s.mode,
             "source": s.source,
+            "teacher": s.teacher,
             "reward": s.reward,
             "advantage": s.advantage,
             "prompt": ctx.tokenizer.decode(s.prompt_ids),
@@ -108,10 +116,9 @@ def resume_counts(ctx: Context, algo: Algorithm, start: int) -> None:
     rows = [r for r in read_rows(ctx.run_dir.metrics) if "loss" in r and r["step"] < start]
     if rows:
         ctx.verification.resume(rows[-1])
-        if ctx.answers:
-            ctx.answers.totals = {
-                k: v for k, v in rows[-1].items() if k.startswith("teacher/") and k.endswith("_total")
-            }
+        for t in ctx.teachers.values():
+            logged = {named_metric(t.name, f"teacher/{total}_total"): f"teacher/{total}_total" for total in TOTALS}
+            t.answers.totals = {key: rows[-1][name] for name, key in logged.items() if name in rows[-1]}
     algo.resume(ctx, start)
     if ctx.difficulty:
         ctx.difficulty.resume(start)
@@ -186,5 +193,6 @@ async def wait_for_servers(ctx: Context) -> None:
     """The run's own vLLM servers may still be starting (an external teacher is up or fails by its retries)."""
     timeout = ctx.cfg.launcher.ready_timeout_s
     await ctx.student.wait_ready(timeout)
-    if ctx.cfg.teacher.kind == TeacherKind.local_vllm:
-        await ctx.teacher.wait_ready(timeout)
+    for t in ctx.teachers.values():
+        if t.local:
+            await t.client.wait_ready(timeout)

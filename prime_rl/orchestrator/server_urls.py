@@ -4,7 +4,8 @@ in the run dir once it serves (RunDir.server_url). Multi-node plans and explicit
 
 from dataclasses import replace
 
-from prime_rl.config.schema import Config, TeacherKind
+from prime_rl.config.schema import Config
+from prime_rl.config.teachers import local_teachers, server_role, teacher_config, with_teacher
 from prime_rl.inference.client import InferenceError
 from prime_rl.protocol.polling import wait_until_async
 from prime_rl.protocol.run_dir import RunDir
@@ -15,12 +16,16 @@ POLL_S = 0.5
 async def locate_servers(cfg: Config) -> Config:
     """`cfg` with the URL of each of the run's servers that listens on a port of the kernel's choosing."""
     run_dir, timeout = RunDir(cfg.run_dir), cfg.launcher.ready_timeout_s
-    inference, teacher = cfg.inference, cfg.teacher
+    inference = cfg.inference
     if not inference.urls and not inference.port:
         inference = replace(inference, urls=[await published_url(run_dir, "inference", timeout)])
-    if teacher.kind == TeacherKind.local_vllm and not teacher.base_url and not teacher.port:
-        teacher = replace(teacher, base_url=await published_url(run_dir, "teacher_inference", timeout))
-    return replace(cfg, inference=inference, teacher=teacher)
+    cfg = replace(cfg, inference=inference)
+    for name in local_teachers(cfg):
+        teacher = teacher_config(cfg, name)
+        if not teacher.base_url and not teacher.port:
+            url = await published_url(run_dir, server_role(name), timeout)
+            cfg = with_teacher(cfg, name, replace(teacher, base_url=url))
+    return cfg
 
 
 async def published_url(run_dir: RunDir, role: str, timeout_s: float) -> str:

@@ -15,7 +15,7 @@ import asyncio
 
 from prime_rl.inference.client import ChatAnswer, Sampling
 from prime_rl.models.chat import answer_ids
-from prime_rl.orchestrator.context import Context
+from prime_rl.orchestrator.context import Context, Teacher, teacher_sampling
 from prime_rl.orchestrator.episodes import Episode, context_limit, fail, finished, start, take_turn
 from prime_rl.protocol.batch import Sample
 from prime_rl.tasks import Example
@@ -23,22 +23,26 @@ from prime_rl.teacher.answers import trained_text
 
 
 async def teacher_episodes(
-    ctx: Context, examples: list[Example], n: int, sampling: Sampling
+    ctx: Context, examples: list[Example], n: int, temperature: float | None = None
 ) -> tuple[list[list[Sample]], dict[str, float]]:
-    """n episodes of each example (one group each), played by the teacher; their samples and metrics."""
+    """n episodes of each example (one group each), played by its source's teacher at its sampling (at
+    `temperature`, where given); their samples and metrics."""
     if not examples:
         return [], {}
+    teachers = [ctx.teacher_of(ex.source) for ex in examples]
     groups = [[Episode(ex) for _ in range(n)] for ex in examples]
-    await asyncio.gather(*(play(ctx, e, sampling) for group in groups for e in group))
-    return finished(ctx, groups, teacher=ctx.teacher_model)
+    await asyncio.gather(
+        *(play(ctx, t, e, teacher_sampling(t.cfg, temperature)) for t, group in zip(teachers, groups) for e in group)
+    )
+    return finished(ctx, groups, teachers=[t.label for t in teachers])
 
 
-async def play(ctx: Context, e: Episode, sampling: Sampling) -> None:
+async def play(ctx: Context, teacher: Teacher, e: Episode, sampling: Sampling) -> None:
     limit = context_limit(ctx)
     await start(ctx, e, limit - sampling.max_tokens)
     while e.end is None:
-        [reply] = await ctx.answers.sample(e.messages, 1, sampling, e.schemas)
-        message = assistant_message(ctx, reply)
+        [reply] = await teacher.answers.sample(e.messages, 1, sampling, e.schemas)
+        message = assistant_message(teacher, reply)
         try:
             ids = answer_ids(ctx.tokenizer, e.messages, message, reply.finish_reason != "length", e.schemas)
         except Exception as error:  # a student template that refuses the turn
@@ -48,7 +52,7 @@ async def play(ctx: Context, e: Episode, sampling: Sampling) -> None:
         await take_turn(ctx, e, ids, [], message, calls or None, limit, sampling.max_tokens)
 
 
-def assistant_message(ctx: Context, reply: ChatAnswer) -> dict:
+def assistant_message(teacher: Teacher, reply: ChatAnswer) -> dict:
     """The teacher's reply as the conversation holds it: its text as the student learns it, and its calls."""
-    message = {"role": "assistant", "content": trained_text(reply, ctx.cfg.teacher.reasoning)}
+    message = {"role": "assistant", "content": trained_text(reply, teacher.cfg.teacher.reasoning)}
     return message | {"tool_calls": reply.tool_calls} if reply.tool_calls else message

@@ -7,11 +7,11 @@ import time
 import torch
 
 from prime_rl.config.modes import distill_top_k
-from prime_rl.config.schema import TeacherKind
+from prime_rl.config.teachers import teaches
 from prime_rl.models import teacher_dir
 from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.orchestrator.algo.rl import RL
-from prime_rl.orchestrator.context import Context
+from prime_rl.orchestrator.context import Context, Teacher
 from prime_rl.orchestrator.students import even_shares
 from prime_rl.protocol.batch import TEACHER_LOGPROBS, Sample
 from prime_rl.teacher.scoring import (
@@ -24,30 +24,41 @@ from prime_rl.teacher.scoring import (
 
 class OPD(RL):
     async def preflight(self, ctx: Context) -> None:
-        """The teacher tokenizes like the student, and its endpoint returns prompt logprobs."""
+        """Each teacher of an opd source tokenizes like the student, and its endpoint returns prompt logprobs."""
         example = ctx.task.train[0]
         probe = prompt_ids(ctx.tokenizer, example.messages) + answer_ids(
             ctx.tokenizer, example.messages, example.answer
         )
-        if ctx.cfg.teacher.kind == TeacherKind.local_vllm:
-            check_same_tokenizer(ctx.tokenizer, teacher_dir(ctx.cfg))
-        else:
-            await check_same_tokenization(ctx.teacher, ctx.teacher_model, ctx.tokenizer, ctx.tokenizer.decode(probe))
         longest = ctx.cfg.inference.max_model_len - 1  # a rollout's length at most
-        await probe_prompt_logprobs(ctx.teacher, ctx.teacher_model, probe[:longest])
+        for t in ctx.teachers.values():
+            if not teaches(ctx.cfg, t.name, lambda m: m.teacher_term):
+                continue
+            if t.local:
+                check_same_tokenizer(ctx.tokenizer, teacher_dir(t.cfg))
+            else:
+                await check_same_tokenization(t.client, t.model, ctx.tokenizer, ctx.tokenizer.decode(probe))
+            await probe_prompt_logprobs(t.client, t.model, probe[:longest])
 
     async def teacher_signal(self, ctx: Context, samples: list[Sample]) -> dict[str, float]:
-        """The teacher scores the step's samples in orchestrator.requests_per_step requests, each retried alone."""
+        """Each sample's teacher scores it (its source's), in orchestrator.requests_per_step requests per teacher,
+        each retried alone."""
         start = time.monotonic()
         scored = [s for s in samples if s.trained_tokens]  # an episode its environment broke has nothing to score
-        pairs = [(s.prompt_ids, s.completion_ids) for s in scored]
-        shares = even_shares(pairs, ctx.cfg.orchestrator.requests_per_step)
-        k = distill_top_k(ctx.cfg)
-        replies = await asyncio.gather(*(teacher_logprobs(ctx.teacher, ctx.teacher_model, s, k) for s in shares))
-        for s, (logprobs, top) in zip(scored, (one for reply in replies for one in reply)):
-            s.streams[TEACHER_LOGPROBS] = logprobs
-            s.teacher = ctx.teacher_model
-            if top is not None:
-                s.teacher_top_ids = torch.tensor(top.ids, dtype=torch.int32).view(-1, k)
-                s.teacher_top_logprobs = torch.tensor(top.logprobs, dtype=torch.float32).view(-1, k)
+        by_teacher: dict[str, list[Sample]] = {}
+        for s in scored:
+            by_teacher.setdefault(ctx.teacher_of(s.source).name, []).append(s)
+        await asyncio.gather(*(score(ctx, ctx.teachers[name], mine) for name, mine in by_teacher.items()))
         return {"time/teacher": time.monotonic() - start}
+
+
+async def score(ctx: Context, teacher: Teacher, samples: list[Sample]) -> None:
+    """The teacher's logprobs of each sample's tokens (and its top k where the run distils from them)."""
+    shares = even_shares([(s.prompt_ids, s.completion_ids) for s in samples], ctx.cfg.orchestrator.requests_per_step)
+    k = distill_top_k(ctx.cfg)
+    replies = await asyncio.gather(*(teacher_logprobs(teacher.client, teacher.model, s, k) for s in shares))
+    for s, (logprobs, top) in zip(samples, (one for reply in replies for one in reply)):
+        s.streams[TEACHER_LOGPROBS] = logprobs
+        s.teacher = teacher.label
+        if top is not None:
+            s.teacher_top_ids = torch.tensor(top.ids, dtype=torch.int32).view(-1, k)
+            s.teacher_top_logprobs = torch.tensor(top.logprobs, dtype=torch.float32).view(-1, k)

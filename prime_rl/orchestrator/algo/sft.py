@@ -8,7 +8,7 @@ from prime_rl.config.modes import RolloutSource, example_mode
 from prime_rl.inference.client import ChatAnswer
 from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.orchestrator.algo.base import Algorithm
-from prime_rl.orchestrator.context import Context, teacher_sampling
+from prime_rl.orchestrator.context import Context, Teacher, teacher_sampling
 from prime_rl.orchestrator.prompts import step_prompts
 from prime_rl.orchestrator.rollouts import by_kind
 from prime_rl.orchestrator.teacher_episodes import teacher_episodes
@@ -19,37 +19,39 @@ from prime_rl.teacher.answers import trained_text
 
 class SFT(Algorithm):
     async def rollouts(self, ctx: Context, examples: list[Example]) -> tuple[list[list[Sample]], dict[str, float]]:
-        n, sampling = ctx.cfg.orchestrator.rollouts_per_example, teacher_sampling(ctx.cfg)
+        n = ctx.cfg.orchestrator.rollouts_per_example
         return await by_kind(
             examples,
             lambda replies: teacher_replies(ctx, replies, n),
-            lambda episodes: teacher_episodes(ctx, episodes, n, sampling),
+            lambda episodes: teacher_episodes(ctx, episodes, n),
         )
 
     def resume(self, ctx: Context, start: int) -> None:
-        """The teacher's answers go on with each of its prompts' next sample index (answers are cached by it). An
+        """Each teacher's answers go on with each of its prompts' next sample index (answers are cached by it). An
         episode's conversations come from its environment as it is played: a resumed run asks for their answers
         from index 0 again (the cache gives back the answers the run had)."""
         for step in range(start):
             for ex in step_prompts(ctx.cfg, ctx.task, step):
                 if ex.env is None and example_mode(ctx.cfg, ex).rollouts == RolloutSource.teacher:
-                    ctx.answers.skip(ex.messages, ctx.cfg.orchestrator.rollouts_per_example)
+                    ctx.teacher_of(ex.source).answers.skip(ex.messages, ctx.cfg.orchestrator.rollouts_per_example)
 
 
 async def teacher_replies(ctx: Context, examples: list[Example], n: int) -> tuple[list[list[Sample]], dict]:
-    """n answers per prompt; also the fraction the teacher ended at its length cap."""
+    """n answers per prompt, each from its source's teacher; also the fraction cut at the teacher's length cap."""
     if not examples:
         return [], {}
-    sampling = teacher_sampling(ctx.cfg)
-    answers = await asyncio.gather(*(ctx.answers.sample(ex.messages, n, sampling) for ex in examples))
-    groups = [[teacher_sample(ctx, ex, a) for a in group] for ex, group in zip(examples, answers)]
+    teachers = [ctx.teacher_of(ex.source) for ex in examples]
+    answers = await asyncio.gather(
+        *(t.answers.sample(ex.messages, n, teacher_sampling(t.cfg)) for t, ex in zip(teachers, examples))
+    )
+    groups = [[teacher_sample(ctx, t, ex, a) for a in group] for t, ex, group in zip(teachers, examples, answers)]
     cut = [a.finish_reason == "length" for group in answers for a in group]
     return groups, {"teacher/truncated": sum(cut) / len(cut)}
 
 
-def teacher_sample(ctx: Context, ex: Example, answer: ChatAnswer) -> Sample:
+def teacher_sample(ctx: Context, teacher: Teacher, ex: Example, answer: ChatAnswer) -> Sample:
     """The teacher's answer in the student's tokens; one cut off by max_tokens is not taught as finished."""
-    text = trained_text(answer, ctx.cfg.teacher.reasoning)
+    text = trained_text(answer, teacher.cfg.teacher.reasoning)
     completion = answer_ids(ctx.tokenizer, ex.messages, text, finished=answer.finish_reason != "length")
     mode = example_mode(ctx.cfg, ex).name.value
-    return Sample(prompt_ids(ctx.tokenizer, ex.messages), completion, [], mode=mode, teacher=ctx.teacher_model)
+    return Sample(prompt_ids(ctx.tokenizer, ex.messages), completion, [], mode=mode, teacher=teacher.label)

@@ -1,0 +1,88 @@
+"""Several teachers in one run: `teacher` (named "", the one a source gets when it names none) and the named entries
+of `teachers`, each local_vllm (a server of its own) or external, each teaching the task.mix sources that name it.
+
+Everything that serves, checks or asks a teacher reads `cfg.teacher`; for a named one it reads the run's config as
+that teacher sees it (`teacher_view`): its TeacherConfig as `teacher`, and as `task` a mix of the sources it
+teaches, so a built-in teacher is warm-started on its own sources and a check names only the modes it serves."""
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+
+from prime_rl.config.modes import Mode, source_modes
+from prime_rl.config.schema import MIX, Config, TaskConfig, TeacherConfig, TeacherKind
+from prime_rl.config.sources import mix_sources
+from prime_rl.config.user_error import ConfigError
+
+DEFAULT = ""  # the name of `teacher` among the run's teachers
+SERVER_ROLE = "teacher_inference"  # the default local teacher's server role; a named one's is SERVER_ROLE_<name>
+
+
+def teacher_names(cfg: Config) -> list[str]:
+    """The run's teachers: `teacher` where it is set, then every named one."""
+    return ([DEFAULT] if cfg.teacher.kind != TeacherKind.none else []) + list(cfg.teachers)
+
+
+def teacher_config(cfg: Config, name: str) -> TeacherConfig:
+    return cfg.teacher if name == DEFAULT else cfg.teachers[name]
+
+
+def teacher_key(name: str) -> str:
+    """The config key of a teacher: `teacher`, or `teachers.<name>`."""
+    return "teacher" if name == DEFAULT else f"teachers.{name}"
+
+
+def server_role(name: str) -> str:
+    return SERVER_ROLE if name == DEFAULT else f"{SERVER_ROLE}_{name}"
+
+
+def local_teachers(cfg: Config) -> list[str]:
+    """The teachers whose vLLM server this run starts."""
+    return [n for n in teacher_names(cfg) if teacher_config(cfg, n).kind == TeacherKind.local_vllm]
+
+
+def source_teachers(cfg: Config) -> dict[str, str]:
+    """By source label (a mix's; "" for a task of one source), the name of the teacher that teaches it."""
+    if cfg.task.name != MIX:
+        return {"": DEFAULT}
+    return {label: src.teacher or DEFAULT for label, src in mix_sources(cfg.task)}
+
+
+def teaches(cfg: Config, name: str, fact: Callable[[Mode], bool]) -> bool:
+    """Whether the teacher teaches a source whose mode has `fact` (scores the student's tokens, writes rollouts)."""
+    return any(fact(mode) and (src.teacher or DEFAULT) == name for _, src, mode in source_modes(cfg))
+
+
+def teacher_view(cfg: Config, name: str) -> Config:
+    """The run's config as a named teacher sees it: its TeacherConfig as `teacher`, the mix of the sources it teaches
+    as `task`, and no GPUs of its own. The default teacher sees the run's config itself (it may teach every source)."""
+    if name == DEFAULT:
+        return cfg
+    taught = [src for src in cfg.task.mix if src.teacher == name] if cfg.task.name == MIX else []
+    task = TaskConfig(name=MIX, mix=taught, num_eval=cfg.task.num_eval)
+    no_gpus = replace(cfg.deployment, num_teacher_gpus=None)  # deployment.num_teacher_gpus: the default teacher's
+    return replace(cfg, teacher=cfg.teachers[name], task=task, deployment=no_gpus)
+
+
+def named_views(cfg: Config) -> Iterator[tuple[str, Config]]:
+    """(name, view) of each named teacher: what is checked or prepared for `teacher` is done for each of these too."""
+    for name in cfg.teachers:
+        yield name, teacher_view(cfg, name)
+
+
+@contextmanager
+def named_errors(name: str):
+    """A check run on a named teacher's view: its error names `teachers.<name>.…` where it said `teacher.…`."""
+    try:
+        yield
+    except ConfigError as e:
+        key = teacher_key(name)
+        keys = [f"{key}.{k.removeprefix('teacher.')}" if k.startswith("teacher.") else k for k in e.keys]
+        raise ConfigError(keys, e.problem.replace("teacher.", f"{key}."), e.fix.replace("teacher.", f"{key}.")) from e
+
+
+def with_teacher(cfg: Config, name: str, teacher: TeacherConfig) -> Config:
+    """The run's config with one teacher's settings replaced (a server's published URL, a resolved API)."""
+    if name == DEFAULT:
+        return replace(cfg, teacher=teacher)
+    return replace(cfg, teachers={**cfg.teachers, name: teacher})
