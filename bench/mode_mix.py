@@ -1,12 +1,15 @@
-"""A mode per source (issue 29), measured: a mix of the two built-in tasks, reverse and sort, trained with rl on
-both, with rl on reverse beside opd on sort (task.mix[1].mode=opd), and with opd on both; one local teacher,
-warm-started on the mix, teaches the opd sources. Every variant runs the same steps from the same student.
+"""A mode and a teacher per source (issue 29), measured: a mix of the two built-in tasks, reverse and sort, trained
+with rl on both, with rl on reverse beside opd on sort (task.mix[1].mode=opd), and with opd on both, one local
+teacher warm-started on the mix teaching the opd sources; and with opd on both where each source has a teacher of
+its own, warm-started on that source alone (two_teachers). Every variant runs the same steps from the same
+student.
 
 Per variant and source, medians over seeds: the eval reward at step 0 and at the last step (with its standard error:
 a source "learns" when its gain exceeds 2 standard errors of the difference), the teacher's eval reward on that
 source (where a teacher takes part), steps/min and the wall-clock of the whole run.
 
-    .venv/bin/python bench/mode_mix.py --runs 3                  # ~15 min on the 2-core machine
+    .venv/bin/python bench/mode_mix.py --runs 3 --variants rl,rl+opd,opd     # ~15 min on the 2-core machine
+    .venv/bin/python bench/mode_mix.py --runs 3 --variants two_teachers
     .venv/bin/python bench/mode_mix.py --runs 1 --steps 4 --smoke
 """
 
@@ -33,6 +36,14 @@ VARIANTS = {
     "rl": ["task.mix=[{name:reverse},{name:sort}]"],
     "rl+opd": ["task.mix=[{name:reverse},{name:sort,mode:opd}]", *TEACHER],
     "opd": ["task.mix=[{name:reverse},{name:sort}]", "training_mode=opd", *TEACHER],
+    # each source taught by its own teacher, warm-started on that source alone (good at one task only)
+    "two_teachers": [
+        "task.mix=[{name:reverse,teacher:rev},{name:sort,teacher:srt}]",
+        "training_mode=opd",
+        "teacher=none",
+        "++teachers={rev:{kind:local_vllm,model:tiny},srt:{kind:local_vllm,model:tiny}}",
+        "trainer.loss.teacher_tau=1.0",
+    ],
 }
 
 
@@ -75,11 +86,15 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of " + ", ".join(VARIANTS))
     parser.add_argument("--timeout", type=float, default=900, help="seconds per run")
     args = parser.parse_args()
+    from prime_rl.config.teachers import local_teachers, teacher_view
     from prime_rl.prepare import prepare_student, prepare_teacher
 
-    cfg = compose([*base(args, 0), *VARIANTS["opd"]])
-    prepare_student(cfg), prepare_teacher(cfg)  # before any clock
     out, names = bench_dir(NAME), args.variants.split(",")
+    for name in names:  # the models, built before any clock
+        cfg = compose([*base(args, 0), *VARIANTS[name]])
+        prepare_student(cfg)
+        for teacher in local_teachers(cfg):
+            prepare_teacher(teacher_view(cfg, teacher))
     runs, summary = compare_variants(args.runs, names, lambda v, seed: run_variant(args, v, seed, out))
     columns = [f"{label} {what}" for label in SOURCES for what in ("first", "last", "gain SE", "teacher")]
     keys = [f"{label}_{what}" for label in SOURCES for what in ("first", "last", "gain_se", "teacher")]
