@@ -55,7 +55,10 @@ def check_at_launch(cfg: Config, gpus: int) -> None:
     check_top_k_vocab(cfg)
     for name, view in named_views(cfg):  # the same for each named teacher
         with named_errors(name):
-            _teacher_env(view), _teacher_cache(view), _teacher_model(view), check_top_k_vocab(view)
+            _teacher_env(view)
+            _teacher_cache(view)
+            _teacher_model(view)
+            check_top_k_vocab(view)
     _task(cfg)
 
 
