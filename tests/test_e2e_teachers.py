@@ -75,30 +75,34 @@ def test_sft_from_the_local_teacher_learns(tmp_path, teacher_dir):
     assert not (tmp_path / "run" / "merged").exists()
 
 
-# the built-in task under three labels, each source with its own mode (the first: training_mode's, rl), the opd one
-# as pure distillation (its own adv_tau 0)
+# the built-in task under three labels, each source with its own mode (the first: training_mode's, rl); the opd one
+# as pure distillation (its own adv_tau 0) scored by a named teacher of its own, built on that source alone (40
+# warm-start steps: routing is what is tested), the sft one answered by the run's `teacher`
 MIXED_MODES = (
-    "task.mix=[{name:reverse,label:rl_part},{name:reverse,label:opd_part,mode:opd,adv_tau:0},"
+    "task.mix=[{name:reverse,label:rl_part},{name:reverse,label:opd_part,mode:opd,adv_tau:0,teacher:scorer},"
     "{name:reverse,label:sft_part,mode:sft}]"
 )
+SCORER = "++teachers={scorer:{kind:local_vllm,model:tiny,warm_start:{steps:40}}}"
 
 
 @pytest.mark.vllm
-def test_a_mix_trains_each_source_with_its_own_mode_in_the_same_steps(tmp_path, teacher_dir):
-    """task.mix[i].mode: every step holds rl, opd and sft samples, each with its source's mode; the student samples
-    the rl and opd prompts and the teacher scores the opd ones, the teacher writes the sft ones; the trainer takes
-    the policy loss on the student's samples at their sampling temperature (on policy at 0.8: mismatch_kl ~0, which
-    the sft samples, with no sampler logprobs, would ruin) and the NLL on the teacher's. With LoRA and the
-    reference KL (the adapter off) on every mode's samples: the LoRA reference experiment of rl."""
+def test_a_mix_trains_each_source_with_its_own_mode_and_teacher_in_the_same_steps(tmp_path, teacher_dir):
+    """task.mix[i].mode and .teacher: every step holds rl, opd and sft samples, each with its source's mode; the
+    student samples the rl and opd prompts, the named teacher (a vLLM server of its own) scores the opd ones, the
+    run's teacher writes the sft ones; the trainer takes the policy loss on the student's samples at their sampling
+    temperature (on policy at 0.8: mismatch_kl ~0, which the sft samples, with no sampler logprobs, would ruin) and
+    the NLL on the teacher's. With LoRA and the reference KL (the adapter off) on every mode's samples: the LoRA
+    reference experiment of rl."""
     run_dir = tmp_path / "run"
     run = launch(
         run_dir,
         "task=mix",
         MIXED_MODES,
+        SCORER,
         "teacher=local_vllm",
         "trainer.loss.teacher_tau=1.0",
         "model.warm_start.task=reverse",
-        "teacher.warm_start.task=reverse",  # both the built-in reverse models: no build for the mix
+        "teacher.warm_start.task=reverse",  # the built-in reverse models: no build for the mix
         "orchestrator.sampling.temperature=0.8",
         "max_steps=3",
         "orchestrator.eval.interval=3",
@@ -120,38 +124,18 @@ def test_a_mix_trains_each_source_with_its_own_mode_in_the_same_steps(tmp_path, 
     assert (run_dir / "weights" / "step_3" / "adapter_model.safetensors").exists()
     samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 3 * 128
-    assert {(s["source"], s["mode"]) for s in samples} == {(f"{m}_part", m) for m in ("rl", "opd", "sft")}
-    assert "eval/teacher_reward" in summary(run_dir)
-
-
-# two sources, each taught by its own local teacher, built on that source alone (briefly: routing is what is tested)
-TWO_TEACHERS = [
-    "task=mix",
-    "task.mix=[{name:reverse,mode:opd,teacher:rev},{name:sort,mode:opd,teacher:srt}]",
-    "++teachers={rev:{kind:local_vllm,model:tiny,warm_start:{steps:40}},"
-    "srt:{kind:local_vllm,model:tiny,warm_start:{steps:40}}}",
-    "trainer.loss.teacher_tau=1.0",
-]
-
-
-@pytest.mark.vllm
-def test_two_local_teachers_each_teach_their_own_source(tmp_path):
-    """teachers.<name>: each named local teacher is a vLLM server of its own (its own role and log), built on the
-    sources that name it; each opd sample is scored by its source's teacher, and each teacher's level is measured
-    on its own source."""
-    run_dir = tmp_path / "run"
-    run = launch(run_dir, *TWO_TEACHERS, "max_steps=2", "orchestrator.eval.interval=2", "orchestrator.log_samples=128")
-    assert run.returncode == 0, run.stderr[-3000:]
-    train = [r for r in rows(run_dir) if "loss" in r]
-    assert [r["step"] for r in train] == [0, 1] and all(r["teacher_kl"] != 0 for r in train), train
-    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
-    assert {(s["source"], s["teacher"]) for s in samples} == {("reverse", "teachers.rev"), ("sort", "teachers.srt")}
+    assert {(s["source"], s["mode"], s["teacher"]) for s in samples} == {
+        ("rl_part", "rl", None),
+        ("opd_part", "opd", "teachers.scorer"),
+        ("sft_part", "sft", "teacher"),
+    }
     first = next(r for r in rows(run_dir) if "eval/teacher_reward" in r)
-    assert 0 <= first["eval/reverse/teacher_reward"] <= 1 and 0 <= first["eval/sort/teacher_reward"] <= 1
-    for name in ("rev", "srt"):  # each server answered the scoring requests of its own source
-        log = (run_dir / "logs" / f"teacher_inference_{name}.log").read_text()
-        assert "POST /v1/completions" in log, log[-2000:]
-    assert not (run_dir / "logs" / "teacher_inference.log").exists()  # no default teacher: none was asked for
+    assert all(0 <= first[f"eval/{mode}_part/teacher_reward"] <= 1 for mode in ("rl", "opd", "sft")), first
+    # each teacher got its own source's requests: scoring (prompt logprobs) at the named one alone
+    scorer = (run_dir / "logs" / "teacher_inference_scorer.log").read_text()
+    default = (run_dir / "logs" / "teacher_inference.log").read_text()
+    assert "POST /v1/completions" in scorer and "POST /v1/completions" not in default, scorer[-2000:]
+    assert "POST /v1/chat/completions" in default
 
 
 @pytest.mark.vllm
