@@ -57,6 +57,10 @@ class Context:
         """The teacher of a source (an Example's or a Sample's label)."""
         return self.teachers[self.source_teachers.get(source, DEFAULT)]
 
+    def is_taught(self, source: str) -> bool:
+        """The source has a teacher in this run (in a mix, an rl source may have none)."""
+        return self.source_teachers.get(source, DEFAULT) in self.teachers
+
 
 def make_context(cfg: Config) -> Context:
     lora, task, run_dir = cfg.trainer.lora, load_task(cfg.task), RunDir(cfg.run_dir)

@@ -7,7 +7,6 @@ import math
 import statistics
 
 from prime_rl.config.modes import RolloutSource, example_mode
-from prime_rl.config.teachers import DEFAULT
 from prime_rl.inference.client import ChatAnswer
 from prime_rl.models.chat import final_answer
 from prime_rl.orchestrator.context import Context, student_sampling, teacher_sampling
@@ -54,11 +53,6 @@ def eval_metrics(rewards: list[float], k: int, prefix: str = "eval") -> dict[str
     return metrics
 
 
-def taught(ctx: Context, ex: Example) -> bool:
-    """The example's source has a teacher in this run (in a mix, an rl source may have none)."""
-    return ctx.source_teachers.get(ex.source, DEFAULT) in ctx.teachers
-
-
 async def teacher_answer(ctx: Context, ex: Example, temperature: float) -> ChatAnswer:
     teacher = ctx.teacher_of(ex.source)
     [answer] = await teacher.answers.answers_at(ex.messages, [0], teacher_sampling(teacher.cfg, temperature))
@@ -84,7 +78,7 @@ async def evaluate_teacher(ctx: Context) -> dict[str, float]:
     its level is that of the single-turn prompts."""
     cfg, temperature = ctx.cfg, ctx.cfg.orchestrator.eval.temperature
     # each source's own teacher (in a mix where sources name theirs), the run's teacher for the rest
-    examples = [ex for ex in ctx.task.eval[: cfg.orchestrator.eval.num_examples] if taught(ctx, ex)]
+    examples = [ex for ex in ctx.task.eval[: cfg.orchestrator.eval.num_examples] if ctx.is_taught(ex.source)]
     single = [ex for ex in examples if ex.env is None]
     played = [ex for ex in examples if ex.env is not None and example_mode(cfg, ex).rollouts == RolloutSource.teacher]
     rewards = []
