@@ -19,6 +19,7 @@ from prime_rl.config import compose_config
 from prime_rl.config.schema import Config, TaskConfig, TinyModelConfig, WarmStartConfig
 from prime_rl.models import student_dir, teacher_dir
 from prime_rl.models.chat import prompt_ids
+from prime_rl.models.prompt_lengths import prompt_lengths
 from prime_rl.models.tiny import build_tiny_model, save_model
 from prime_rl.models.tokenizer import build_tokenizer
 from prime_rl.prepare import prepare_model, prepare_student, prepare_teacher, tiny
@@ -109,6 +110,33 @@ def test_a_mix_sources_mode_and_loss_weights_leave_its_models_as_they_are():
     assert student_dir(plain) == student_dir(moded) and teacher_dir(plain) == teacher_dir(moded)
     other_data = compose_config(["task=mix", mix % ",num_train:500", "training_mode=opd"])
     assert student_dir(other_data) != student_dir(plain)
+
+
+def test_prompt_lengths_are_measured_once_per_tokenizer_and_prompts(tmp_path):
+    """The launcher's prompt check reads them from the cache unless the tokenizer's files, the template's arguments
+    or the prompts changed; a changed one is measured anew, with the student's tokenizer."""
+    student = tmp_path / "student"
+    build_tokenizer().save_pretrained(student)
+    overrides = [f"model.name={student}", f"model.cache_dir={tmp_path / 'cache'}"]
+    loads = []
+
+    def tokenizer():
+        loads.append(1)
+        return AutoTokenizer.from_pretrained(student)
+
+    def measured(prompts, *more):
+        return sorted(prompt_lengths(compose_config([*overrides, *more]), prompts, tokenizer).elements())
+
+    prompts = ["reverse: abc", "reverse: a much longer prompt", "reverse: abc"]
+    truth = sorted(len(prompt_ids(AutoTokenizer.from_pretrained(student), p)) for p in prompts)
+    assert measured(prompts) == truth and len(loads) == 1
+    assert measured(prompts) == truth and len(loads) == 1  # from the cache
+    assert measured(prompts[1:]) == truth[1:] and len(loads) == 2
+    template = student / "chat_template.jinja"
+    template.write_text("{{ 'SYSTEM: be brief' }}" + template.read_text())
+    assert measured(prompts) > truth and len(loads) == 3
+    measured(prompts, "+model.chat_template_args.x=1")
+    assert len(loads) == 4
 
 
 @pytest.mark.slow

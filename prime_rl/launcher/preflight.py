@@ -17,6 +17,7 @@ teacher's endpoint), and when each runs (docs/architecture.md, "Validation"):
 Each raises a UserError (a ConfigError for the launch's) whose one line names the keys and the fix.
 """
 
+import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,7 @@ from prime_rl.config.teachers import named_errors, named_views, with_teacher
 from prime_rl.config.user_error import UserError, check
 from prime_rl.launcher.gpus import has_cuda_vllm, visible_gpus
 from prime_rl.models.hub import hub_model_problem, is_hub_id
+from prime_rl.models.prompt_lengths import prompt_lengths
 from prime_rl.monitor.wandb_mode import settle_wandb_mode
 from prime_rl.tasks import Task
 from prime_rl.tasks.gym_env import demonstrates, env_factory, tool_schemas
@@ -81,18 +83,10 @@ def check_at_job(cfg: Config, run_dir: Path, warn: Callable[[str], None]) -> Con
 
 def check_with_student_tokenizer(cfg: Config) -> None:
     """What needs the student's tokenizer and chat template (and a local teacher's config): at job time, once the
-    models are built, and before any server starts."""
-    from prime_rl.models.chat import student_tokenizer  # transformers: only once a job runs
-
-    try:
-        tokenizer = student_tokenizer(cfg)
-    except (OSError, ValueError) as e:
-        raise UserError(
-            f"the student's tokenizer does not load [model.name]: {str(e).splitlines()[0]}; "
-            "fix: point model.name at a Hugging Face model dir (or Hub id) that has its tokenizer"
-        ) from e
-    task = load_task(cfg.task)
-    _prompt_lengths(cfg, task, tokenizer)
+    models are built, and before any server starts. The tokenizer loads only when a check needs it: the prompts'
+    lengths are cached (models/prompt_lengths.py)."""
+    tokenizer = functools.cache(lambda: _student_tokenizer(cfg))
+    _prompt_lengths(cfg, load_task(cfg.task), tokenizer)
     _teacher_tool_calls(cfg, tokenizer)
     check_top_k_vocab(cfg)
     for name, view in named_views(cfg):
@@ -100,44 +94,54 @@ def check_with_student_tokenizer(cfg: Config) -> None:
             check_top_k_vocab(view)
 
 
-def _prompt_lengths(cfg: Config, task: Task, tokenizer) -> None:
+def _student_tokenizer(cfg: Config):
+    from prime_rl.models.chat import student_tokenizer  # transformers: only once a job runs
+
+    try:
+        return student_tokenizer(cfg)
+    except (OSError, ValueError) as e:
+        raise UserError(
+            f"the student's tokenizer does not load [model.name]: {str(e).splitlines()[0]}; "
+            "fix: point model.name at a Hugging Face model dir (or Hub id) that has its tokenizer"
+        ) from e
+
+
+def _prompt_lengths(cfg: Config, task: Task, tokenizer: Callable) -> None:
     """Every prompt the student samples from leaves room for an answer in its server's context (vLLM ends an answer
     at the context's end, but refuses a prompt that fills it); a long prompt would otherwise fail the run at the step
     that first draws it. An episode's prompt comes from its environment's reset() and is checked as the episode
     is played (orchestrator/episodes.py)."""
-    from prime_rl.models.chat import prompt_ids
-
     room = cfg.inference.max_model_len - context_margin(cfg) - 1  # at least one token of answer
     evaluation = cfg.orchestrator.eval
     splits = {"eval": task.eval[: evaluation.num_examples] if evaluation.interval else []}  # what it evaluates
     splits["train"] = [ex for ex in task.train if example_mode(cfg, ex).rollouts == RolloutSource.student]
     for split, examples in splits.items():
-        lengths = [len(prompt_ids(tokenizer, ex.messages)) for ex in examples if ex.env is None]
+        lengths = prompt_lengths(cfg, [ex.messages for ex in examples if ex.env is None], tokenizer)
         long = [n for n in lengths if n > room]
         check(
             not long,
             ["inference.max_model_len"],
-            f"{len(long)} of {len(lengths)} {split} prompts (the longest {max(long, default=0)} tokens) leave no "
-            f"room for an answer in the student's {cfg.inference.max_model_len}-token context",
+            f"{sum(lengths[n] for n in long)} of {lengths.total()} {split} prompts (the longest {max(long, default=0)} "
+            f"tokens) leave no room for an answer in the student's {cfg.inference.max_model_len}-token context",
             "raise inference.max_model_len, or drop the long prompts from the task's data",
         )
 
 
-def _teacher_tool_calls(cfg: Config, tokenizer) -> None:
+def _teacher_tool_calls(cfg: Config, tokenizer: Callable) -> None:
     """A teacher that plays episodes with tools (sft) returns its calls as OpenAI `tool_calls`: they reach the
     student's tokens only through a chat template that writes them."""
-    from prime_rl.models.chat import renders_tool_calls
-
-    if renders_tool_calls(tokenizer):
-        return
     played = [src for _, src, mode in source_modes(cfg) if mode.rollouts == RolloutSource.teacher]
-    for src in played:
-        if src.name == "gym" and tool_schemas(env_factory(src.env)(**src.options)):
-            raise UserError(
-                f"{src.env}'s tools are called by the teacher, but the student's chat template [model.name] does "
-                "not write an assistant message's tool_calls; fix: give the student a chat template that renders "
-                "tool_calls (Qwen's, Llama 3's) or use training_mode=rl|opd, where the student writes its calls"
-            )
+    with_tools = [src for src in played if src.name == "gym" and tool_schemas(env_factory(src.env)(**src.options))]
+    if not with_tools:
+        return
+    from prime_rl.models.chat import renders_tool_calls  # transformers: only where a teacher calls tools
+
+    if not renders_tool_calls(tokenizer()):
+        raise UserError(
+            f"{with_tools[0].env}'s tools are called by the teacher, but the student's chat template [model.name] "
+            "does not write an assistant message's tool_calls; fix: give the student a chat template that renders "
+            "tool_calls (Qwen's, Llama 3's) or use training_mode=rl|opd, where the student writes its calls"
+        )
 
 
 def _cpu_run_on_gpu_node(cfg: Config, gpus: int) -> None:
