@@ -277,6 +277,16 @@ def test_rule_accepts_and_rejects(rule, monkeypatch):
     assert "\n" not in str(err.value) and "fix:" in str(err.value)
 
 
+# the default local teacher teaches reverse, a named local one sort
+TWO_LOCAL_TEACHERS = [
+    "task=mix",
+    "task.mix=[{name:reverse,mode:opd},{name:sort,mode:opd,teacher:srt}]",
+    "teacher=local_vllm",
+    "++teachers={srt:{kind:local_vllm,model:tiny}}",
+    "trainer.loss.teacher_tau=1",
+]
+
+
 def test_gpu_rules_against_visible_devices():
     two = ["deployment.num_infer_gpus=1", "deployment.num_train_gpus=1"]
     check(two, visible_gpus=2)
@@ -287,6 +297,44 @@ def test_gpu_rules_against_visible_devices():
     with pytest.raises(ConfigError) as err:
         check(opd_gpu, visible_gpus=3)
     assert err.value.keys == ["deployment.num_teacher_gpus"]
+    # several local teachers: num_teacher_gpus split evenly between their servers
+    teachers_gpu = [*TWO_LOCAL_TEACHERS, *two]
+    check([*teachers_gpu, "deployment.num_teacher_gpus=4"], visible_gpus=6)
+    uneven = r"3 GPUs do not split evenly between the servers of 2 local teachers \(teacher, teachers.srt\)"
+    with pytest.raises(ConfigError, match=uneven):
+        check([*teachers_gpu, "deployment.num_teacher_gpus=3"], visible_gpus=5)
+    with pytest.raises(ConfigError, match="needs GPUs for the local teachers' servers"):
+        check(teachers_gpu, visible_gpus=6)
+    named_only = [*teachers_gpu, "teacher=external", "teacher.base_url=http://h/v1", "teacher.model=m"]
+    check([*named_only, "deployment.num_teacher_gpus=1"], visible_gpus=3)  # the GPU is the named local one's
+
+
+def test_each_local_teacher_gets_a_server_on_its_share_of_the_teacher_gpus(tmp_path):
+    """Separate GPUs: student, trainer, then `num_teacher_gpus` split between the local teachers, each server
+    spread over its own slice. Colocated on one GPU: each teacher server holds its own share of it."""
+    from prime_rl.config.layout import gpu_shares
+
+    gpu = ["deployment.num_infer_gpus=1", "deployment.num_train_gpus=1", "deployment.num_teacher_gpus=4"]
+    plan = build_plan(compose_config([*TWO_LOCAL_TEACHERS, *gpu]), tmp_path, [str(i) for i in range(6)])
+    assert {r.name: r.gpus for r in plan.roles} == {
+        "inference": ["0"],
+        "teacher_inference": ["2", "3"],
+        "teacher_inference_srt": ["4", "5"],
+        "orchestrator": [],
+        "trainer": ["1"],
+    }
+    for role, devices in (("teacher_inference", "2,3"), ("teacher_inference_srt", "4,5")):
+        server = plan.role(role)
+        assert server.env["CUDA_VISIBLE_DEVICES"] == devices
+        assert server.command[server.command.index("--tensor-parallel-size") + 1] == "2"
+    colocated = compose_config(
+        [*TWO_LOCAL_TEACHERS, "deployment=colocated_gpu", "++teachers.srt.gpu_memory_utilization=0.1"]
+    )
+    shares = gpu_shares(colocated)
+    assert list(shares) == [f"{key}.gpu_memory_utilization" for key in ("inference", "teacher", "teachers.srt")]
+    assert shares["teachers.srt.gpu_memory_utilization"] == 0.1
+    shared = build_plan(colocated, tmp_path, ["0"])
+    assert [shared.role(r).gpus for r in ("inference", "teacher_inference", "teacher_inference_srt")] == [["0"]] * 3
 
 
 def test_a_job_runs_only_the_job_time_checks(tmp_path, monkeypatch):

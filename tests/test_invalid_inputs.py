@@ -278,6 +278,21 @@ CASES = [
     ),
     Case(
         "GPUs",
+        "teacher GPUs that do not split evenly between the local teachers",
+        (
+            "task=mix",
+            "task.mix=[{name:reverse,mode:opd},{name:sort,mode:opd,teacher:srt}]",
+            "teacher=local_vllm",
+            "++teachers={srt:{kind:local_vllm,model:tiny}}",
+            "trainer.loss.teacher_tau=1",
+            "deployment.num_infer_gpus=1",
+            "deployment.num_train_gpus=1",
+            "deployment.num_teacher_gpus=3",
+        ),
+        "[deployment.num_teacher_gpus]",
+    ),
+    Case(
+        "GPUs",
         "colocated layout on two GPUs",
         ("deployment=colocated", "deployment.num_infer_gpus=2", "deployment.num_train_gpus=2"),
         "[deployment.layout, deployment.num_infer_gpus, deployment.num_train_gpus]",

@@ -20,7 +20,7 @@ from prime_rl.launcher.plan import ROLES, Node, Plan, RemoteServer, build_plan
 from prime_rl.launcher.supervisor import run_plan
 from prime_rl.orchestrator.students import StudentServers, student_client
 from tests.conftest import ROOT, launch_cmd, unused_port
-from tests.test_config import command_of, dry_run
+from tests.test_config import TWO_LOCAL_TEACHERS, command_of, dry_run
 from tests.test_slurm import needs_slurm
 from tests.test_supervisor import DRIVER, assert_nothing_survives, make_plan, run_dir, standin  # noqa: F401
 
@@ -142,6 +142,39 @@ def test_three_nodes_trainer_over_two_with_a_local_teacher(tmp_path):
     assert cfg.inference.urls == ["http://n0:10000/v1"] and cfg.teacher.base_url == "http://n0:10001/v1"
     assert [s.name for s in plans[1].remote_servers] == ["inference@n0", "teacher_inference@n0"]
     assert plans[2].remote_servers == [] and not plans[2].node.head
+
+
+def test_named_local_teachers_share_the_last_inference_node_each_on_its_own_gpus_and_port(tmp_path):
+    overrides = [
+        *GPU_NODES,
+        "deployment.num_infer_gpus=4",
+        "inference.dp=2",
+        *TWO_LOCAL_TEACHERS,
+        "deployment.num_teacher_gpus=4",
+        "deployment.num_infer_nodes=1",
+        "deployment.num_train_nodes=1",
+    ]
+    infer, head = node_plans(tmp_path, overrides, ["n0", "n1"])
+    assert roles(infer) == ["inference", "teacher_inference", "teacher_inference_srt"]
+    assert [infer.role(r).gpus for r in roles(infer)] == [EIGHT[:4], EIGHT[4:6], EIGHT[6:]]
+    assert [flag(infer.role(r).command, "--port") for r in roles(infer)] == ["10000", "10001", "10003"]
+    assert flag(infer.role("teacher_inference_srt").command, "--tensor-parallel-size") == "2"
+    cfg = head.config
+    assert cfg.teacher.base_url == "http://n0:10001/v1" and cfg.teachers["srt"].base_url == "http://n0:10003/v1"
+    assert [s.name for s in head.remote_servers] == ["inference@n0", "teacher_inference@n0", "teacher_inference_srt@n0"]
+    many = [f"{{name:sort,label:s{i},mode:opd,teacher:t{i}}}" for i in range(6)]  # and srt: 7
+    with pytest.raises(ConfigError, match="keeps ports for 5 named local teachers, and this one has 7"):
+        check_rules(
+            compose_config(
+                [
+                    *overrides,
+                    f"task.mix=[{{name:reverse,mode:opd}},{','.join(many)}]",
+                    "++teachers={" + ",".join(f"t{i}:{{kind:local_vllm,model:tiny}}" for i in range(6)) + "}",
+                    "deployment.num_teacher_gpus=7",
+                ]
+            ),
+            visible_gpus=8,
+        )
 
 
 def test_one_gpu_trainer_node_runs_without_torchrun(tmp_path):

@@ -6,7 +6,8 @@ import os
 from dataclasses import dataclass
 
 from prime_rl.config.modes import RolloutSource, uses
-from prime_rl.config.schema import Config, Layout, TeacherKind, num_nodes
+from prime_rl.config.schema import Config, Layout, num_nodes
+from prime_rl.config.teachers import local_teachers, teacher_key, teacher_view
 
 GIB = 1 << 30
 # what the CUDA contexts of three processes and the allocators' slack take beside the counted shares
@@ -60,7 +61,7 @@ class Turn:
 def turns(cfg: Config) -> list[Turn]:
     """One step of the colocated layout: the orchestrator's turn, then the trainer's."""
     gpu = on_gpu(cfg)
-    servers = "the student and teacher servers" if cfg.teacher.kind == TeacherKind.local_vllm else "the student server"
+    servers = "the student and teacher servers" if local_teachers(cfg) else "the student server"
     orchestrator = [
         *([f"wake {servers}"] if gpu else []),
         "reload the newest weights",
@@ -78,8 +79,8 @@ def turns(cfg: Config) -> list[Turn]:
 def gpu_shares(cfg: Config) -> dict[str, float]:
     """The GPU fractions the servers hold while awake, by the key that sets each."""
     shares = {"inference.gpu_memory_utilization": cfg.inference.gpu_memory_utilization}
-    if cfg.teacher.kind == TeacherKind.local_vllm:
-        shares["teacher.gpu_memory_utilization"] = teacher_gpu_share(cfg)
+    for name in local_teachers(cfg):
+        shares[f"{teacher_key(name)}.gpu_memory_utilization"] = teacher_gpu_share(teacher_view(cfg, name))
     return shares
 
 
@@ -99,7 +100,7 @@ def gpu_fit_problem(cfg: Config, total_bytes: int, params: int) -> str | None:
     trainer's turn the servers sleep, so its activations have their shares too."""
     shares = gpu_shares(cfg)
     trainer = trainer_resident_bytes(params, cfg.trainer.lora.enabled)
-    logits = TEACHER_LOGITS_BYTES if cfg.teacher.kind == TeacherKind.local_vllm else 0
+    logits = TEACHER_LOGITS_BYTES * len(local_teachers(cfg))
     asked = sum(shares.values()) * total_bytes + trainer + logits + GPU_HEADROOM_BYTES
     if asked <= total_bytes:
         return None
@@ -107,7 +108,7 @@ def gpu_fit_problem(cfg: Config, total_bytes: int, params: int) -> str | None:
     return (
         f"{parts} of {total_bytes / GIB:.0f} GiB plus the trainer's {trainer / GIB:.1f} GiB "
         f"({params / 1e9:.2f} B parameters, {'LoRA' if cfg.trainer.lora.enabled else 'full'}), "
-        + (f"the teacher's {logits / GIB:.0f} GiB of prompt logits " if logits else "")
+        + (f"the teachers' {logits / GIB:.0f} GiB of prompt logits " if logits else "")
         + f"and {GPU_HEADROOM_BYTES / GIB:.0f} GiB of CUDA contexts exceed the GPU"
     )
 

@@ -8,11 +8,17 @@ broken rule raises ConfigError, whose one-line message names the offending keys 
 
 from urllib.parse import urlparse
 
-from prime_rl.config.layout import on_gpu
 from prime_rl.config.modes import MODES, RolloutSource, run_modes, source_modes, uses
 from prime_rl.config.schema import MIX, Config, DistillSignal, Layout, RatioLevel, TeacherKind, node_gpus, num_nodes
 from prime_rl.config.sources import source_loss
-from prime_rl.config.teachers import named_errors, teacher_key, teacher_view
+from prime_rl.config.teachers import (
+    DEFAULT,
+    MULTI_NODE_NAMED_LOCAL_TEACHERS,
+    local_teachers,
+    named_errors,
+    teacher_key,
+    teacher_view,
+)
 from prime_rl.config.user_error import check
 from prime_rl.protocol.servers import SERVER_KEY_ENV
 
@@ -452,7 +458,7 @@ def _source_weights(cfg: Config, _: int) -> None:
 
 def _teachers(cfg: Config, _: int) -> None:
     """Named teachers (`teachers.<name>`): each a teacher by `teacher`'s rules, each teaching a mix source whose mode
-    learns from one, each local one on a CPU deployment of one node (its own GPUs are not planned yet)."""
+    learns from one; a local one is a server of the run like `teacher`'s (its GPUs: _gpus)."""
     sources = source_modes(cfg)
     check(
         cfg.task.teacher is None,
@@ -477,6 +483,14 @@ def _teachers(cfg: Config, _: int) -> None:
             f"drop {at}.teacher, or set {at}.mode=opd|sft",
         )
     taught = {src.teacher for _, src, mode in sources if mode.teacher}
+    named_local = [name for name in local_teachers(cfg) if name != DEFAULT]
+    check(
+        num_nodes(cfg.deployment) == 1 or len(named_local) <= MULTI_NODE_NAMED_LOCAL_TEACHERS,
+        ["teachers", "deployment.num_infer_nodes"],
+        f"a multi-node job keeps ports for {MULTI_NODE_NAMED_LOCAL_TEACHERS} named local teachers, "
+        f"and this one has {len(named_local)}",
+        "make some of them external (served elsewhere), or run on one node",
+    )
     for name, t in cfg.teachers.items():
         key = teacher_key(name)
         check(
@@ -492,12 +506,6 @@ def _teachers(cfg: Config, _: int) -> None:
             f"set {key}.kind=local_vllm (with {key}.model) or external",
         )
         check(name in taught, [key], "no source of task.mix names it", f"set task.mix[i].teacher={name} on a source")
-        check(
-            t.kind != TeacherKind.local_vllm or not (on_gpu(cfg) or num_nodes(cfg.deployment) > 1),
-            [f"{key}.kind", "deployment"],
-            "a named local teacher runs on the CPU of a one-node job; its own GPUs are not planned yet",
-            f"use {key}.kind=external, or the default teacher (task.mix[i].teacher unset) for the local one",
-        )
         with named_errors(name):
             _teacher(teacher_view(cfg, name), 0)
 
@@ -545,7 +553,7 @@ def _teacher(cfg: Config, _: int) -> None:
             "set teacher.base_url=https://host/v1",
         )
         check(
-            cfg.deployment.num_teacher_gpus is None,
+            cfg.deployment.num_teacher_gpus is None or local_teachers(cfg),
             ["deployment.num_teacher_gpus", "teacher"],
             "an external teacher runs elsewhere and gets no local GPUs",
             "drop deployment.num_teacher_gpus or use teacher=local_vllm",
@@ -668,18 +676,27 @@ def _colocated(cfg: Config, _: int) -> None:
 
 def _gpus(cfg: Config, visible_gpus: int) -> None:
     d = cfg.deployment
+    local = local_teachers(cfg)
     check(
-        d.num_teacher_gpus is None or cfg.teacher.kind == TeacherKind.local_vllm,
+        d.num_teacher_gpus is None or local,
         ["deployment.num_teacher_gpus", "teacher"],
         f"GPUs for a teacher server, but teacher={cfg.teacher.kind.value} starts none",
         "drop deployment.num_teacher_gpus or use teacher=local_vllm",
     )
-    if d.num_infer_gpus > 0 and cfg.teacher.kind == TeacherKind.local_vllm and d.layout != Layout.colocated:
+    if d.num_infer_gpus > 0 and local and d.layout != Layout.colocated:
+        names = ", ".join(teacher_key(name) for name in local)
         check(
             bool(d.num_teacher_gpus),
             ["deployment.num_teacher_gpus"],
-            "a GPU deployment with teacher=local_vllm needs GPUs for the teacher server",
-            "set deployment.num_teacher_gpus=1",
+            f"a GPU deployment needs GPUs for the local teachers' servers ({names})",
+            f"set deployment.num_teacher_gpus={len(local)} (one each) or more",
+        )
+        check(
+            d.num_teacher_gpus % len(local) == 0,
+            ["deployment.num_teacher_gpus"],
+            f"{d.num_teacher_gpus} GPUs do not split evenly between the servers of {len(local)} local teachers "
+            f"({names})",
+            f"set deployment.num_teacher_gpus to a multiple of {len(local)}",
         )
     check_gpu_count(cfg, visible_gpus)
 

@@ -325,7 +325,7 @@ class DeploymentConfig:
     layout: Layout = Layout.auto  # auto | separate | colocated (one device shared in turns; README "One device")
     num_infer_gpus: int = 0  # GPUs of the student vLLM server (per inference node when multi-node); 0 = CPU
     num_train_gpus: int = 0  # GPUs of the trainer (per trainer node when multi-node); 0 = CPU
-    num_teacher_gpus: int | None = None  # GPUs of the local teacher vLLM server; None = no GPUs for it
+    num_teacher_gpus: int | None = None  # GPUs of the local teachers' vLLM servers, split evenly; None = no GPUs
     num_infer_nodes: int = 0  # multi-node SLURM job: nodes running a student server each (0 = one node for everything)
     num_train_nodes: int = 0  # multi-node SLURM job: trainer nodes after the inference nodes (0 = one node)
 

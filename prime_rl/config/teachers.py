@@ -16,6 +16,7 @@ from prime_rl.config.user_error import ConfigError
 
 DEFAULT = ""  # the name of `teacher` among the run's teachers
 SERVER_ROLE = "teacher_inference"  # the default local teacher's server role; a named one's is SERVER_ROLE_<name>
+MULTI_NODE_NAMED_LOCAL_TEACHERS = 5  # the ports a multi-node job keeps for named local teachers (launcher/multinode.py)
 
 
 def teacher_names(cfg: Config) -> list[str]:
@@ -54,13 +55,14 @@ def teaches(cfg: Config, name: str, fact: Callable[[Mode], bool]) -> bool:
 
 
 def teacher_view(cfg: Config, name: str) -> Config:
-    """The run's config as a named teacher sees it: its TeacherConfig as `teacher`, the mix of the sources it teaches
-    as `task`, and no GPUs of its own. The default teacher sees the run's config itself (it may teach every source)."""
+    """The run's config as a named teacher sees it: its TeacherConfig as `teacher` and the mix of the sources it
+    teaches as `task`; the teachers' GPUs are checked once for all of them (rules._gpus), not in a view. The default
+    teacher sees the run's config itself (it may teach every source)."""
     if name == DEFAULT:
         return cfg
     taught = [src for src in cfg.task.mix if src.teacher == name] if cfg.task.name == MIX else []
     task = TaskConfig(name=MIX, mix=taught, num_eval=cfg.task.num_eval)
-    no_gpus = replace(cfg.deployment, num_teacher_gpus=None)  # deployment.num_teacher_gpus: the default teacher's
+    no_gpus = replace(cfg.deployment, num_teacher_gpus=None)
     return replace(cfg, teacher=cfg.teachers[name], task=task, deployment=no_gpus)
 
 

@@ -3,7 +3,7 @@
 import os
 import shutil
 import subprocess
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from importlib.metadata import PackageNotFoundError, distribution
 
 from prime_rl.config.schema import DeploymentConfig, Layout
@@ -35,18 +35,18 @@ def has_cuda_vllm() -> bool:
         return False
 
 
-def gpu_slices(d: DeploymentConfig, visible: list[str], roles: Collection[str]) -> dict[str, list[str]]:
-    """Contiguous slices of the visible devices: student inference, then trainer, then teacher. `roles`: the
-    roles of this node; the others get no GPUs here, so this node's roles start at its first GPU. Colocated:
-    every role the same ones (the orchestrator none: it only talks to the servers)."""
+def gpu_slices(
+    d: DeploymentConfig, visible: list[str], roles: Collection[str], teachers: Sequence[str] = ()
+) -> dict[str, list[str]]:
+    """Contiguous slices of the visible devices: student inference, then trainer, then the local teachers' servers
+    (`teachers`: their roles), `num_teacher_gpus` split evenly between them. `roles`: the roles of this node; the
+    others get no GPUs here, so this node's roles start at its first GPU. Colocated: every role the same ones (the
+    orchestrator none: it only talks to the servers)."""
     if d.layout == Layout.colocated:
         shared = visible[: d.num_infer_gpus]
-        return {role: [] if role == "orchestrator" else shared for role in ("orchestrator", *roles)}
-    counts = [
-        ("inference", d.num_infer_gpus),
-        ("trainer", d.num_train_gpus),
-        ("teacher_inference", d.num_teacher_gpus or 0),
-    ]
+        return {role: [] if role == "orchestrator" else shared for role in ("orchestrator", *roles, *teachers)}
+    each_teacher = (d.num_teacher_gpus or 0) // max(len(teachers), 1)
+    counts = [("inference", d.num_infer_gpus), ("trainer", d.num_train_gpus), *((t, each_teacher) for t in teachers)]
     slices, start = {"orchestrator": []}, 0
     for role, n in counts:
         n = n if role in roles else 0

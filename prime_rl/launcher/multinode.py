@@ -2,12 +2,12 @@
 per node, each taking its roles by its node rank (SLURM_NODEID).
 
     nodes 0 .. I-1       a student vLLM server each (`num_infer_gpus` GPUs); on node I-1 also the local
-                         teacher's server, on the `num_teacher_gpus` GPUs after the student's
+                         teachers' servers, on the `num_teacher_gpus` GPUs after the student's (split evenly)
     nodes I .. I+T-1     the trainer, one torchrun node each (`num_train_gpus` processes); node I, the head,
                          also runs the orchestrator
 
 The nodes agree without talking to each other: every plan is a pure function of (config, rank, hostnames,
-job id); ports come from the job id (job_ports; inference.port and teacher.port, when set, win), so two jobs
+job id); ports come from the job id (job_ports; inference.port and a teacher's port, when set, win), so two jobs
 sharing a node do not collide; the servers bind all interfaces, and the orchestrator gets their URLs from
 SLURM's node list. Two files in the shared run dir do the rest: the server key (`server_key`, mode 0600,
 written once by whichever node comes first) and the end of the run (`nodes/end.<job>.<attempt>`: the head
@@ -20,15 +20,26 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
-from prime_rl.config.schema import Config, TeacherKind, num_nodes
+from prime_rl.config.schema import Config, num_nodes
+from prime_rl.config.teachers import (
+    DEFAULT,
+    MULTI_NODE_NAMED_LOCAL_TEACHERS,
+    SERVER_ROLE,
+    local_teachers,
+    server_role,
+    teacher_config,
+    with_teacher,
+)
 from prime_rl.launcher.plan import Node, Plan, RemoteServer, build_plan, trainer_procs
 from prime_rl.protocol.atomic import write_once
 from prime_rl.protocol.run_dir import RunDir
 
-# Every node must know the ports without asking, and two jobs on one node must not share them: a job's three
-# ports (student server, teacher server, torchrun's rendezvous) are a slot picked by its job id, below Linux's
-# ephemeral range (32768+) so that no port the kernel hands out to a client or a `--port 0` server takes them.
-PORT_BASE, PORT_SLOTS = 10000, 7000
+# Every node must know the ports without asking, and two jobs on one node must not share them: a job's ports
+# (student server, the default teacher's server, torchrun's rendezvous, then one per named local teacher) are a
+# slot picked by its job id, below Linux's ephemeral range (32768+) so that no port the kernel hands out to a
+# client or a `--port 0` server takes them.
+PORT_BASE, PORTS_PER_JOB = 10000, 3 + MULTI_NODE_NAMED_LOCAL_TEACHERS
+PORT_SLOTS = (32768 - PORT_BASE) // PORTS_PER_JOB
 BIND_ALL = "0.0.0.0"  # servers answer the other nodes; the server key still guards /v1
 
 
@@ -37,31 +48,34 @@ def is_multi_node(cfg: Config) -> bool:
 
 
 def node_roles(cfg: Config, rank: int) -> list[str]:
+    """The roles of node `rank`; `teacher_inference` stands for every local teacher's server (launcher/plan.py)."""
     infer = cfg.deployment.num_infer_nodes
     if rank < infer:
-        teacher = rank == infer - 1 and cfg.teacher.kind == TeacherKind.local_vllm
-        return ["inference", "teacher_inference"] if teacher else ["inference"]
+        return ["inference", SERVER_ROLE] if rank == infer - 1 and local_teachers(cfg) else ["inference"]
     return ["orchestrator", "trainer"] if rank == infer else ["trainer"]
 
 
-def job_ports(job_id: int) -> tuple[int, int, int]:
-    """(student server, teacher server, torchrun rendezvous) ports of a multi-node job."""
-    base = PORT_BASE + 3 * (job_id % PORT_SLOTS)
-    return base, base + 1, base + 2
+def job_ports(job_id: int) -> list[int]:
+    """The ports of a multi-node job: student server, default teacher's server, torchrun's rendezvous, then one
+    per named local teacher."""
+    base = PORT_BASE + PORTS_PER_JOB * (job_id % PORT_SLOTS)
+    return list(range(base, base + PORTS_PER_JOB))
 
 
 def multi_node_config(cfg: Config, hostnames: list[str], job_id: int) -> Config:
     """The config every node writes and every role reads (identical on all nodes): the job's ports, servers on
-    all interfaces, the orchestrator given the student servers' and the teacher's URLs."""
+    all interfaces, the orchestrator given the student servers' and the local teachers' URLs."""
     infer_hosts = hostnames[: cfg.deployment.num_infer_nodes]
-    student_port, teacher_port, _ = job_ports(job_id)
-    port = cfg.inference.port or student_port
+    ports = job_ports(job_id)
+    port = cfg.inference.port or ports[0]
     inference = replace(cfg.inference, host=BIND_ALL, port=port, urls=[f"http://{h}:{port}/v1" for h in infer_hosts])
-    teacher = cfg.teacher
-    if teacher.kind == TeacherKind.local_vllm:
-        teacher_port = teacher.port or teacher_port
-        teacher = replace(teacher, port=teacher_port, base_url=f"http://{infer_hosts[-1]}:{teacher_port}/v1")
-    return replace(cfg, inference=inference, teacher=teacher)
+    cfg = replace(cfg, inference=inference)
+    named = [name for name in local_teachers(cfg) if name != DEFAULT]
+    for name in local_teachers(cfg):
+        teacher = teacher_config(cfg, name)
+        port = teacher.port or (ports[1] if name == DEFAULT else ports[3 + named.index(name)])
+        cfg = with_teacher(cfg, name, replace(teacher, port=port, base_url=f"http://{infer_hosts[-1]}:{port}/v1"))
+    return cfg
 
 
 def rendezvous(cfg: Config, hostnames: list[str], rank: int, job_id: int) -> list[str]:
@@ -106,9 +120,11 @@ def remote_servers(cfg: Config, run_dir: Path, hostnames: list[str]) -> list[Rem
     """The servers of the other nodes, as the head sees them: where to check that they serve, their logs."""
     servers = []
     for rank in range(cfg.deployment.num_infer_nodes):
-        for name in node_roles(cfg, rank):
-            port = cfg.teacher.port if name == "teacher_inference" else cfg.inference.port
-            host = hostnames[rank]
+        host = hostnames[rank]
+        ports = {"inference": cfg.inference.port}
+        if SERVER_ROLE in node_roles(cfg, rank):
+            ports |= {server_role(name): teacher_config(cfg, name).port for name in local_teachers(cfg)}
+        for name, port in ports.items():
             servers.append(RemoteServer(f"{name}@{host}", f"http://{host}:{port}", RunDir(run_dir).log(name, rank)))
     return servers
 

@@ -12,7 +12,6 @@ from omegaconf import OmegaConf
 from prime_rl.config.layout import is_colocated, on_gpu
 from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.config.teachers import (
-    DEFAULT,
     SERVER_ROLE,
     local_teachers,
     server_role,
@@ -109,7 +108,9 @@ def build_plan(cfg: Config, run_dir: Path, visible: list[str], node: Node = LOCA
     """The roles `node` runs (on one machine: every role of the job)."""
     run_dir = run_dir.resolve()
     cfg = replace(cfg, run_dir=str(run_dir))
-    slices = gpu_slices(cfg.deployment, visible, node.roles)
+    teachers = {server_role(name): name for name in local_teachers(cfg)}
+    here = teachers if SERVER_ROLE in node.roles else {}  # the node that runs a teacher server runs them all
+    slices = gpu_slices(cfg.deployment, visible, (*node.roles, *here), list(teachers))
     plan = Plan(run_dir, cfg, node=node)
     secrets = teacher_secrets(cfg)  # only the orchestrator talks to the teachers
     lora = cfg.trainer.lora
@@ -125,11 +126,10 @@ def build_plan(cfg: Config, run_dir: Path, visible: list[str], node: Node = LOCA
                 lora_rank=lora.rank if lora.enabled else 0,
             )
         )
-    for name in local_teachers(cfg) if SERVER_ROLE in node.roles else []:  # named ones: one node, CPU (rules)
+    for role, name in here.items():
         view = teacher_view(cfg, name)
-        role, gpus = server_role(name), slices[SERVER_ROLE] if name == DEFAULT else []
         plan.roles.append(
-            _vllm_role(plan, role, teacher_dir(view), TEACHER_MODEL_NAME, view.teacher.port, gpus, 0, view)
+            _vllm_role(plan, role, teacher_dir(view), TEACHER_MODEL_NAME, view.teacher.port, slices[role], 0, view)
         )
     for name in [r for r in ("orchestrator", "trainer") if r in node.roles]:
         config_file = RunDir(run_dir).config(name)

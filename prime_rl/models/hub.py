@@ -19,7 +19,8 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-from prime_rl.config.schema import Config, TeacherKind
+from prime_rl.config.schema import Config
+from prime_rl.config.teachers import local_teachers, teacher_config, with_teacher
 from prime_rl.config.user_error import UserError
 
 # What vLLM and transformers load: config, weights, tokenizer and chat template; not a repo's .bin/.pth/ONNX copies,
@@ -43,14 +44,16 @@ def is_hub_id(name: str) -> bool:
 
 
 def resolve_hub_models(cfg: Config, download: bool = True) -> Config:
-    """`cfg` with `model.path` (and a local teacher's `teacher.path`) set to the snapshot of each Hub id. A dry run
+    """`cfg` with `model.path` (and each local teacher's `path`) set to the snapshot of each Hub id. A dry run
     (download=False) sets it only where the snapshot is cached. Raises HubModelError."""
-    m, t = cfg.model, cfg.teacher
+    m = cfg.model
     if is_hub_id(m.name):
-        m = replace(m, path=_snapshot_or_none(m.name, m.revision, download))
-    if t.kind == TeacherKind.local_vllm and is_hub_id(t.model):
-        t = replace(t, path=_snapshot_or_none(t.model, t.revision, download))
-    return replace(cfg, model=m, teacher=t)
+        cfg = replace(cfg, model=replace(m, path=_snapshot_or_none(m.name, m.revision, download)))
+    for name in local_teachers(cfg):
+        t = teacher_config(cfg, name)
+        if is_hub_id(t.model):
+            cfg = with_teacher(cfg, name, replace(t, path=_snapshot_or_none(t.model, t.revision, download)))
+    return cfg
 
 
 def _snapshot_or_none(repo_id: str, revision: str | None, download: bool) -> str | None:
