@@ -235,7 +235,9 @@ SMALL = [
     "orchestrator.eval.num_examples=16",
     *ON_POLICY,
 ]
-BRIDGE = re.compile(r"^(<\|im_end\|>)?\n<\|im_start\|>user\nreverse: ([a-z]+)<\|im_end\|>\n<\|im_start\|>assistant\n$")
+BRIDGE = re.compile(
+    r"^(<\|im_end\|>)?\n<\|im_start\|>user\n(?:reverse: )?([a-z, ]+)<\|im_end\|>\n<\|im_start\|>assistant\n$"
+)
 
 
 def segments(ids: list[int], mask: list[bool]) -> list[tuple[bool, list[int]]]:
@@ -274,14 +276,18 @@ def test_opd_plays_episodes_token_for_token_and_survives_an_environment_that_rai
     tmp_path, monkeypatch
 ):
     """The built-in retry task beside tests.envs:Faulty, whose failures (a reset or a step that raises, hangs or
-    breaks the API) end only their own episodes; opd with the episodes' rewards too (adv_tau 1): the teacher scores
-    each whole episode, the student's tokens alone train, an episode that never started is not scored."""
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # tests.envs, for the orchestrator
+    breaks the API) end only their own episodes, and a verifiers environment (examples/reverse_retry_game.py: its
+    Env.run asks again after a wrong reply, its trace scores the episode); opd with the episodes' rewards too
+    (adv_tau 1): the teacher scores each whole episode, the student's tokens alone train, an episode that never
+    started is not scored."""
+    monkeypatch.setenv("PYTHONPATH", f"{ROOT}:{ROOT / 'examples'}")  # tests.envs and the game, for the orchestrator
     run_dir = tmp_path / "run"
     retry = "{name:gym,env:prime_rl.tasks.retry_env:ReverseRetry,max_turns:3,options:{tries:3},weight:3,label:retry}"
     faulty = "{name:gym,env:tests.envs:Faulty,max_turns:3,env_timeout_s:1,label:faulty}"
+    game = "{name:verifiers,env:reverse_retry_game,max_turns:3,label:game}"
     warm_start = ["model.warm_start.task=reverse", "teacher.warm_start.task=reverse"]
-    train, samples = three_steps(run_dir, "task=mix", f"task.mix=[{retry},{faulty}]", "training_mode=opd", *warm_start)
+    mix = f"task.mix=[{retry},{faulty},{game}]"
+    train, samples = three_steps(run_dir, "task=mix", mix, "training_mode=opd", *warm_start)
     assert sum(r["env/turns"] for r in train) / 3 > 1.5  # the tiny student needs more than one try, mostly
     assert all(r["teacher_kl"] != 0 and "reward/mean" in r for r in train)
     assert sum(r["env/errors"] for r in train) >= 1 and sum(r["env/timeouts"] for r in train) >= 1
@@ -293,6 +299,9 @@ def test_opd_plays_episodes_token_for_token_and_survives_an_environment_that_rai
     failures = [r["env/errors"] + r["env/timeouts"] for r in train]  # and its episodes' metrics: all its failures
     assert [r.get("env/faulty/errors", 0) + r.get("env/faulty/timeouts", 0) for r in train] == failures
     assert all(r.get("env/retry/errors", 0) == 0 and r["env/retry/turns"] >= 1 for r in train)
+    game_steps = [r for r in train if "env/game/turns" in r]  # the verifiers game: played and scored, never failed
+    assert game_steps and all(r["env/game/errors"] == 0 and 0 <= r["reward/game"] <= 1 for r in game_steps)
+    assert max(r["env/game/turns"] for r in game_steps) > 1
     log = (run_dir / "logs" / "orchestrator.log").read_text()
     assert log.count("environment error (reward 0") == 1  # the first traceback; the others are counted
     evals = [r for r in rows(run_dir) if "eval/reward" in r]
@@ -307,7 +316,7 @@ def test_opd_plays_episodes_token_for_token_and_survives_an_environment_that_rai
         word = re.search(r"reverse: ([a-z]+)", s["prompt"]).group(1)
         for text in between_replies(tokenizer, s):  # the end of the reply's turn, then the request again
             bridge = BRIDGE.match(text)
-            assert bridge and bridge.group(2) == word, text
+            assert bridge and bridge.group(2) == (word if s["source"] == "retry" else "wrong, try again"), text
     assert any(between_replies(tokenizer, s) for s in samples)
 
 

@@ -9,7 +9,9 @@ import pytest
 from prime_rl.config.schema import TaskConfig, VerificationConfig
 from prime_rl.config.user_error import ConfigError
 from prime_rl.tasks import load_task
+from prime_rl.tasks.gym_env import demonstrated, make_env
 from prime_rl.tasks.reward_workers import Verification
+from tests.conftest import ROOT
 
 TASKSET = """
 import verifiers.v1 as vf
@@ -109,3 +111,48 @@ def test_taskset_mistakes_are_one_line(tmp_path, monkeypatch, env, extra, option
     with pytest.raises(ConfigError) as e:
         load_task(TaskConfig(name="verifiers", env=env, options=options))
     assert e.value.keys == keys and words in str(e.value) and "\n" not in str(e.value)
+
+
+# --- a multi-turn environment (tasks/verifiers_episodes.py): examples/reverse_retry_game.py -------------------------
+
+TWO_SEATS = """
+class DuelEnvConfig(vf.EnvConfig):
+    first: vf.AgentConfig = vf.AgentConfig()
+    second: vf.AgentConfig = vf.AgentConfig()
+
+
+class DuelEnv(vf.Env[DuelEnvConfig]):
+    async def run(self, task, agents):
+        pass
+"""
+
+
+def test_a_multi_turn_environment_is_played_through_the_gym_api_and_scored_by_its_trace(monkeypatch):
+    """The game asks again after a wrong reply; its own reward and the task's (@vf.reward, at the interaction's
+    close) make the episode's. A reused environment drops an unfinished episode on reset()."""
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    task = load_task(TaskConfig(name="verifiers", env="reverse_retry_game", max_turns=3, num_train=16, num_eval=4))
+    assert len(task.train) == 16 and len(task.eval) == 4 and all(ex.env is not None for ex in task.train)
+    seeds = [ex.env.seed for ex in task.train + task.eval]
+    assert sorted(seeds) == list(range(20))  # each episode plays one task of the stream, by its place
+    env = make_env(task.train[0].env)
+    observation, _ = env.reset(seed=0)
+    word = observation.removeprefix("reverse: ")
+    assert observation.startswith("reverse: ") and word.isalpha()
+    assert env.step("nope") == ("wrong, try again", 0.0, False, False, {})
+    _, reward, done, _, _ = env.step(word[::-1])
+    assert done and reward == pytest.approx(0.8 * 2 / 3 + 0.2)  # right at the second attempt, and a word of letters
+    env.reset(seed=1)
+    env.step("x1")  # left unfinished: the next reset() starts over
+    observation, _ = env.reset(seed=1)
+    assert env.step(observation.removeprefix("reverse: ")[::-1])[1:3] == (pytest.approx(1.0), True)
+    assert demonstrated(task.train[0])[0][-1]["role"] == "assistant"  # the task's answer: a warm start's reply
+
+
+def test_a_multi_turn_environment_this_player_cannot_play_is_one_line(tmp_path, monkeypatch):
+    write_taskset(tmp_path, monkeypatch, "duel", TWO_SEATS)
+    with (tmp_path / "duel.py").open("a") as module:
+        module.write('__all__ = ["QuizTaskset", "DuelEnv"]\n')  # the env exported: the taskset is multi-turn
+    with pytest.raises(ConfigError) as e:
+        load_task(TaskConfig(name="verifiers", env="duel"))
+    assert e.value.keys == ["task.env"] and "needs 2 players (first, second)" in str(e.value)

@@ -125,8 +125,8 @@ class TaskSourceConfig:
     verifier: str = "similarity"  # similarity | exact | contains | math | <module>:<function> (see README)
     dataset: str | None = None  # reasoning_gym: the dataset's name, e.g. spell_backward
     env: str | None = None  # verifiers: the taskset id (a module exporting a Taskset); gym: <module>:<factory>
-    max_turns: int = 4  # gym: an episode's turns at most (it ends sooner when the environment says so)
-    env_timeout_s: float = 10.0  # gym: one environment call's limit (reset or step); over it, the episode scores 0
+    max_turns: int = 4  # gym, a verifiers environment: an episode's turns at most (or fewer, as the environment says)
+    env_timeout_s: float = 10.0  # gym, a verifiers environment: one call's limit (reset, step); over it, reward 0
     tool_parser: str = "hermes"  # gym with tools: the vLLM tool parser that reads calls from a reply (its format)
     options: dict[str, Any] = field(default_factory=dict)  # per kind (built-in: min_len, max_len; gym: factory kwargs)
     num_train: int = 20000  # built-in, reasoning_gym, verifiers: size of the train split

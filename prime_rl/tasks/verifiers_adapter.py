@@ -12,13 +12,17 @@ import random
 
 from prime_rl.config.schema import TaskConfig
 from prime_rl.config.user_error import ConfigError
-from prime_rl.tasks.task import Example, Task
+from prime_rl.tasks.gym_env import no_verifier
+from prime_rl.tasks.task import EnvSpec, Example, Task
+from prime_rl.tasks.verifiers_episodes import environment, multi_turn_env, seats
 
 INSTALL = "pip install -e '.[verifiers]' (the version this adapter is built against)"
+EPISODE = "prime_rl.tasks.verifiers_episodes:VerifiersEpisode"  # the Gymnasium text API over a verifiers Env
 
 
 def load_verifiers_task(cfg: TaskConfig) -> Task:
-    """The first num_train + num_eval tasks of the taskset, shuffled by seed; num_eval of them held out."""
+    """The first num_train + num_eval tasks of the taskset, shuffled by seed; num_eval of them held out. A taskset
+    with an environment of its own (a multi-turn game) gives episodes (tasks/verifiers_episodes.py)."""
     taskset = open_taskset(cfg)
     try:
         tasks = list(itertools.islice(taskset, cfg.num_train + cfg.num_eval))
@@ -27,11 +31,22 @@ def load_verifiers_task(cfg: TaskConfig) -> Task:
         raise ConfigError(["task.env", "task.options"], problem, "fix the taskset or its options") from e
     if len(tasks) < 2:
         raise ConfigError(["task.env"], f"taskset {cfg.env!r} yields {len(tasks)} task(s)", "a run needs 2 or more")
-    check_offline(cfg, tasks[0])
-    random.Random(cfg.seed).shuffle(tasks)
+    multi_turn = multi_turn_env(cfg.env) is not None
+    if multi_turn:
+        check_playable(cfg, tasks[0])
+        try:
+            environment(cfg.env, dict(cfg.options))
+        except Exception as e:  # its Env refused the config: its message says why
+            problem = f"the environment of taskset {cfg.env!r} does not start: {e!r}"
+            raise ConfigError(["task.env", "task.options"], problem, "fix the environment or its options") from e
+    else:
+        check_offline(cfg, tasks[0])
+    indexed = list(enumerate(tasks))  # an episode's seed is its task's place in the taskset's stream
+    random.Random(cfg.seed).shuffle(indexed)
     cut = min(cfg.num_eval, len(tasks) // 2)
-    examples = [to_example(cfg, task) for task in tasks]
-    return Task(f"verifiers/{cfg.env}", examples[cut:], examples[:cut], taskset_scorer(taskset))
+    examples = [to_episode(cfg, task, i) if multi_turn else to_example(cfg, task) for i, task in indexed]
+    scorer = no_verifier if multi_turn else taskset_scorer(taskset)
+    return Task(f"verifiers/{cfg.env}", examples[cut:], examples[:cut], scorer)
 
 
 def open_taskset(cfg: TaskConfig):
@@ -80,6 +95,35 @@ def check_offline(cfg: TaskConfig, task) -> None:
             f"taskset {cfg.env!r} needs {', '.join(needs)}, which single-turn offline scoring does not provide",
             "use a taskset whose rewards read the task data and the reply only (see README, Your own task)",
         )
+
+
+def check_playable(cfg: TaskConfig, task) -> None:
+    """Refuse what this player cannot play: more than one seat, tools, containers, judges, runtime-only rewards."""
+    needs = []
+    if len(seats(cfg.env)) != 1:
+        needs.append(f"{len(seats(cfg.env))} players ({', '.join(seats(cfg.env))})")
+    if task.NEEDS_CONTAINER:
+        needs.append("a container runtime")
+    if type(task).toolsets(task.config):
+        needs.append("tool servers")
+    if task.config.judges:
+        needs.append("LLM judges")
+    if any(takes_runtime(fn) for fn in task.hooks("reward")):
+        needs.append("a runtime for its rewards")
+    if needs:
+        raise ConfigError(
+            ["task.env"],
+            f"taskset {cfg.env!r} is a multi-turn environment that needs {', '.join(needs)}, which the student "
+            "playing it in-process does not provide",
+            "use an environment of one player whose rewards read the trace (examples/reverse_retry_game.py)",
+        )
+
+
+def to_episode(cfg: TaskConfig, task, index: int) -> Example:
+    """A task of a multi-turn environment: its episode opens with the task's prompt (reset()'s observation)."""
+    spec = EnvSpec(EPISODE, {"taskset": cfg.env, "options": dict(cfg.options)}, index, cfg.max_turns,
+                   cfg.env_timeout_s, cfg.tool_parser)  # fmt: skip
+    return Example("", "", cfg.system_prompt or task.data.system_prompt, env=spec)
 
 
 def takes_runtime(fn) -> bool:

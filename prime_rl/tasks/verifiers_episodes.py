@@ -1,0 +1,241 @@
+"""A verifiers (v1) multi-turn environment played as a Gymnasium text environment (tasks/gym_env.py), so the
+orchestrator's episode engine plays it like any other: `task=verifiers task.env=<taskset id>` whose taskset
+exports its own `verifiers.v1.Env` (TextArena's games, a game of your own; examples/reverse_retry_game.py).
+
+verifiers drives an episode from the environment's side: `Env.run(task, agents)` asks the player for each reply
+(`async with agents.player.interaction(task) as i: segment = await i.turn(message)`) and records rewards on
+`i.trace`. Here the player is the student (or the teacher) as the engine samples it: `run()` plays on one
+background event loop; `reset()` starts it and returns the prompt it opens with, each `step(reply)` hands the
+reply to the waiting `turn()` and returns the next message it sends, until `run()` ends. The task's own rewards
+(`@vf.reward`) score the trace when the interaction closes, as in verifiers; the episode's reward is the trace's.
+One seat, no tools, no harness program: an environment that needs more is refused by name when the task is built.
+"""
+
+import asyncio
+import contextlib
+import functools
+import itertools
+import json
+import queue
+import threading
+
+from prime_rl.tasks.gym_env import EnvProtocolError
+
+END, TURN, ERROR = "end", "turn", "error"  # what run() did while the engine waited
+
+
+def multi_turn_env(taskset_id: str) -> type | None:
+    """The taskset's own Env class (verifiers' `environment_class`), None where it has none (single-turn)."""
+    from verifiers.v1.envs.single_agent import SingleAgentEnv
+    from verifiers.v1.utils.loaders import environment_class
+
+    cls = environment_class(taskset_id)
+    return None if issubclass(cls, SingleAgentEnv) else cls
+
+
+def seats(taskset_id: str) -> list[str]:
+    """The agents (roles) the environment's config declares: a game this player can play has one."""
+    from verifiers.v1.configs.agent import agent_config_fields
+    from verifiers.v1.utils.loaders import env_config_type
+
+    return list(agent_config_fields(env_config_type(taskset_id).model_construct()))
+
+
+class VerifiersEpisode:
+    """The Gymnasium text API over one verifiers environment: `reset(seed)` plays the seed-th task of the taskset
+    (tasks are a stream, each index one task), `step(reply)` answers its pending turn."""
+
+    def __init__(self, taskset: str, options: dict | None = None):
+        self.env, self.tasks = environment(taskset, options or {})
+        self.play: asyncio.Future | None = None
+
+    def reset(self, seed: int) -> tuple[str, dict]:
+        self._abandon()
+        task = self.tasks(seed)
+        self.events: queue.Queue = queue.Queue()
+        self.player = Player(task, self.events)
+        self.play = asyncio.run_coroutine_threadsafe(self._run(task), _loop())
+        return self._next("reset")[0], {}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        self.player.answer(action)
+        observation, reward, ended = self._next("step")
+        return observation, reward, ended, False, {}
+
+    async def _run(self, task) -> None:
+        from verifiers.v1.episode import EnvInfo, Episode
+
+        try:
+            await self.env.setup(self.player.agents)
+            await self.env.run(task, self.player.agents)
+            trace = await self.player.close()
+            episode = Episode(env=EnvInfo(id=self.env.config.env_id), task=trace.task, traces=[trace])
+            await self.env.finalize(task, episode)
+            self.events.put((END, trace.reward))
+        except Exception as e:  # the engine counts it (env/errors) and shows its first traceback
+            self.events.put((ERROR, e))
+
+    def _next(self, call: str) -> tuple[str, float, bool]:
+        """What run() did next: asked for a reply after a message (str), or ended (the trace's reward)."""
+        kind, value = self.events.get()  # the engine's thread waits here; its time limit is task.env_timeout_s
+        if kind == ERROR:
+            raise value
+        if kind == END:
+            if call == "reset":
+                raise EnvProtocolError("the environment's run() ended before asking for a reply")
+            return "", float(value), True
+        return value, 0.0, False
+
+    def demonstration(self) -> list[dict]:
+        """A perfect player's turns after reset(), for a built-in model's warm start: the task's `answer` as the
+        first reply (most tasksets' data carry one)."""
+        answer = getattr(self.player.task.data, "answer", None)
+        self._abandon()  # the demonstration is the episode: its run() waits for no reply
+        if answer is None:
+            raise EnvProtocolError(
+                f"{type(self.player.task).__name__}'s data has no answer to warm-start a built-in model on; "
+                "set model.warm_start.task=reverse (a built-in task to learn first) or model.warm_start.steps=0"
+            )
+        return [{"role": "assistant", "content": str(answer)}]
+
+    def _abandon(self) -> None:
+        """A reused environment's unfinished episode (the engine ended it at max_turns): stop its run()."""
+        if self.play is not None and not self.play.done():
+            self.play.cancel()
+
+
+class Player:
+    """verifiers' `agents.<seat>` for the one seat: `interaction(task)` opens the exchange the engine plays, turn by
+    turn, on the trace that verifiers' rewards read."""
+
+    def __init__(self, task, events: queue.Queue):
+        self.task, self.events = task, events
+        self.trace = new_trace(task)
+        self.replies: asyncio.Queue = asyncio.Queue()
+        self.prompted = task.data.prompt is not None
+        self.agents = Seats(self)
+        self.closed = False
+
+    def answer(self, text: str) -> None:
+        _loop().call_soon_threadsafe(self.replies.put_nowait, text)
+
+    @contextlib.asynccontextmanager
+    async def interaction(self, task):
+        try:
+            yield self
+        finally:
+            await self.close()
+
+    async def turn(self, message=None):
+        """Send `message` (none: the task's prompt opens the exchange) and wait for the player's reply."""
+        from verifiers.v1.agent import Segment
+        from verifiers.v1.types import AssistantMessage
+
+        if message is None and not self.prompted:
+            raise ValueError("a bare turn() takes a prompted task's opening reply")
+        new = [] if message is None else user_messages(message)
+        self.events.put((TURN, prompt_text(self.task) if message is None else "\n".join(text_of(m) for m in new)))
+        self.prompted = False
+        reply = AssistantMessage(content=await self.replies.get())
+        add_nodes(self.trace, [*new, reply])
+        return Segment(messages=[reply])
+
+    async def close(self):
+        """The exchange is over: the task's rewards score the trace, once."""
+        if not self.closed:
+            self.closed = True
+            self.trace.is_completed = True
+            await self.task.score(self.trace)
+        return self.trace
+
+
+class Seats:
+    """`agents`: the player under whatever name the environment's one seat has."""
+
+    def __init__(self, player: Player):
+        self._player = player
+
+    def __getattr__(self, name: str) -> Player:
+        return self._player
+
+
+def new_trace(task):
+    """An open trace of the task: its prompt (system, user), then the turns as they are played."""
+    from verifiers.v1 import AgentConfig, AgentInfo
+    from verifiers.v1.state import state_cls
+    from verifiers.v1.trace import Trace, TraceTask
+    from verifiers.v1.types import SystemMessage
+
+    meta = TraceTask(type=type(task).__name__, data=task.data, key=task.key, hash=task.hash)
+    agent = AgentInfo(config=AgentConfig(), name="prime-rl")
+    trace = Trace(task=meta, agent=agent, nodes=[], state=state_cls(type(task))(), ok=True)
+    system = [SystemMessage(content=task.data.system_prompt)] if task.data.system_prompt else []
+    prompt = [] if task.data.prompt is None else user_messages(task.data.prompt)
+    add_nodes(trace, [*system, *prompt])
+    return trace
+
+
+def add_nodes(trace, messages: list) -> None:
+    from verifiers.v1 import MessageNode
+    from verifiers.v1.types import AssistantMessage
+
+    for message in messages:
+        parent = len(trace.nodes) - 1 if trace.nodes else None
+        trace.nodes.append(MessageNode(parent=parent, message=message, sampled=isinstance(message, AssistantMessage)))
+
+
+def user_messages(message) -> list:
+    """A turn's message as verifiers types it: a string is one user message; a list, messages (or their dicts)."""
+    from verifiers.v1.dialects import parse_message
+    from verifiers.v1.types import UserMessage
+
+    if isinstance(message, str):
+        return [UserMessage(content=message)]
+    return [parse_message(m) if isinstance(m, dict) else m for m in message]
+
+
+def prompt_text(task) -> str:
+    """The user turns of the task's prompt as the episode's first observation (its system prompt is the
+    example's, tasks/verifiers_adapter.py)."""
+    return "\n".join(text_of(m) for m in user_messages(task.data.prompt) if m.role == "user")
+
+
+def text_of(message) -> str:
+    from verifiers.v1.types import content_text
+
+    return content_text(message.content)
+
+
+@functools.cache
+def _loop() -> asyncio.AbstractEventLoop:
+    """The event loop every verifiers episode of this process runs on, in a daemon thread of its own."""
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True, name="verifiers-episodes").start()
+    return loop
+
+
+_LOADING = threading.Lock()  # the first episodes of a step start together, each in a thread of its own
+
+
+def environment(taskset_id: str, options: dict):
+    """The environment (its taskset loaded once per process) and its tasks by index, read as far as asked. Loaded
+    when the task is (tasks/verifiers_adapter.py), so no episode's reset() waits for it within its time limit."""
+    with _LOADING:
+        return _environment(taskset_id, json.dumps(options, sort_keys=True))
+
+
+@functools.cache
+def _environment(taskset_id: str, options: str):
+    from verifiers.v1.utils.loaders import load_environment, resolve_env_config
+
+    env = load_environment(resolve_env_config({"taskset": {"id": taskset_id, **json.loads(options)}}))
+    stream, seen, lock = iter(env.taskset), [], threading.Lock()
+
+    def task(index: int):
+        with lock:
+            seen.extend(itertools.islice(stream, max(0, index + 1 - len(seen))))
+            if index >= len(seen):
+                raise EnvProtocolError(f"taskset {taskset_id!r} has {len(seen)} tasks, not {index + 1}")
+            return seen[index]
+
+    return env, task
