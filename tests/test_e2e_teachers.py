@@ -1,6 +1,7 @@
 """opd and sft for real: a student and a teacher vLLM server (or an external endpoint), orchestrator, trainer."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 from prime_rl.config import compose_config
 from prime_rl.config.schema import Config
 from prime_rl.prepare import prepare_teacher
+from tests.hosted_api import HostedApi, Rules
 from tests.http_stub import StubHandler, serve_stub, stub_url
 from tests.test_e2e_rl import eval_gain_in_standard_errors, launch, rows, summary
 from tests.test_episodes import ON_POLICY
@@ -76,46 +78,55 @@ def test_sft_from_the_local_teacher_learns(tmp_path, teacher_dir):
 
 
 # the built-in task under three labels, each source with its own mode (the first: training_mode's, rl); the opd one
-# as pure distillation (its own adv_tau 0) scored by a named teacher of its own, built on that source alone (40
-# warm-start steps: routing is what is tested), the sft one answered by the run's `teacher`
+# as pure distillation (its own adv_tau 0) scored by a named local teacher of its own, built on that source alone
+# (40 warm-start steps: routing is what is tested), the sft one answered by a named external teacher: a hosted API
+# (tests/hosted_api.py) that wants its key and answers "OK."
 MIXED_MODES = (
     "task.mix=[{name:reverse,label:rl_part},{name:reverse,label:opd_part,mode:opd,adv_tau:0,teacher:scorer},"
-    "{name:reverse,label:sft_part,mode:sft}]"
+    "{name:reverse,label:sft_part,mode:sft,teacher:api}]"
 )
-SCORER = "++teachers={scorer:{kind:local_vllm,model:tiny,warm_start:{steps:40}}}"
+API_KEY_ENV, API_KEY = "PRIME_RL_TEST_NAMED_TEACHER_KEY", "sk-named-teacher-test"
 
 
 @pytest.mark.vllm
-def test_a_mix_trains_each_source_with_its_own_mode_and_teacher_in_the_same_steps(tmp_path, teacher_dir):
+def test_a_mix_trains_each_source_with_its_own_mode_and_teacher_in_the_same_steps(tmp_path, monkeypatch):
     """task.mix[i].mode and .teacher: every step holds rl, opd and sft samples, each with its source's mode; the
-    student samples the rl and opd prompts, the named teacher (a vLLM server of its own) scores the opd ones, the
-    run's teacher writes the sft ones; the trainer takes the policy loss on the student's samples at their sampling
-    temperature (on policy at 0.8: mismatch_kl ~0, which the sft samples, with no sampler logprobs, would ruin) and
-    the NLL on the teacher's. With LoRA and the reference KL (the adapter off) on every mode's samples: the LoRA
-    reference experiment of rl."""
-    run_dir = tmp_path / "run"
-    run = launch(
-        run_dir,
-        "task=mix",
-        MIXED_MODES,
-        SCORER,
-        "teacher=local_vllm",
-        "trainer.loss.teacher_tau=1.0",
-        "model.warm_start.task=reverse",
-        "teacher.warm_start.task=reverse",  # the built-in reverse models: no build for the mix
-        "orchestrator.sampling.temperature=0.8",
-        "max_steps=3",
-        "orchestrator.eval.interval=3",
-        "orchestrator.log_samples=128",  # the whole step: 16 prompts x 8
-        "lora=on",
-        "trainer.loss.kl_ref_tau=0.1",  # the reference: the adapter off, at each mode's temperature
-        *ON_POLICY,
+    student samples the rl and opd prompts, the named local teacher (a vLLM server of its own) scores the opd ones,
+    the named external one writes the sft ones with its key; the trainer takes the policy loss on the student's
+    samples at their sampling temperature (on policy at 0.8: mismatch_kl ~0, which the sft samples, with no sampler
+    logprobs, would ruin) and the NLL on the teacher's. With LoRA and the reference KL (the adapter off) on every
+    mode's samples: the LoRA reference experiment of rl."""
+    api = HostedApi(Rules(key=API_KEY))
+    monkeypatch.setenv(API_KEY_ENV, API_KEY)
+    teachers = (
+        "++teachers={scorer:{kind:local_vllm,model:tiny,warm_start:{steps:40}},"
+        f"api:{{kind:external,model:hosted,base_url:'{api.url}',api_key_env:{API_KEY_ENV}}}}}"
     )
+    run_dir = tmp_path / "run"
+    try:
+        run = launch(
+            run_dir,
+            "task=mix",
+            MIXED_MODES,
+            teachers,
+            "trainer.loss.teacher_tau=1.0",
+            "model.warm_start.task=reverse",  # the built-in reverse student: no build for the mix
+            "orchestrator.sampling.temperature=0.8",
+            "max_steps=3",
+            "orchestrator.eval.interval=3",
+            "orchestrator.log_samples=128",  # the whole step: 16 prompts x 8
+            "lora=on",
+            "trainer.loss.kl_ref_tau=0.1",  # the reference: the adapter off, at each mode's temperature
+            *ON_POLICY,
+        )
+    finally:
+        api.close()
     assert run.returncode == 0, run.stderr[-3000:]
     train = [r for r in rows(run_dir) if "loss" in r]
     assert [r["step"] for r in train] == [0, 1, 2]
     for r in train:
         assert r["teacher_kl"] != 0 and "teacher/truncated" in r and "seq_len/truncated" in r, r
+        assert r["teacher/api/completion_tokens"] > 0 and "teacher/completion_tokens" not in r, r
         assert all(f"reward/{mode}_part" in r for mode in ("rl", "opd", "sft")), r
     assert max(abs(r["mismatch_kl"]) for r in train) < 1e-6, [r["mismatch_kl"] for r in train]
     # step 0 trains the starting weights: KL 0 to the reference
@@ -127,15 +138,20 @@ def test_a_mix_trains_each_source_with_its_own_mode_and_teacher_in_the_same_step
     assert {(s["source"], s["mode"], s["teacher"]) for s in samples} == {
         ("rl_part", "rl", None),
         ("opd_part", "opd", "teachers.scorer"),
-        ("sft_part", "sft", "teacher"),
+        ("sft_part", "sft", "teachers.api"),
     }
+    assert all(s["completion"].startswith("OK.") for s in samples if s["source"] == "sft_part")
     first = next(r for r in rows(run_dir) if "eval/teacher_reward" in r)
-    assert all(0 <= first[f"eval/{mode}_part/teacher_reward"] <= 1 for mode in ("rl", "opd", "sft")), first
-    # each teacher got its own source's requests: scoring (prompt logprobs) at the named one alone
+    assert all(0 <= first[f"eval/{mode}_part/teacher_reward"] <= 1 for mode in ("opd", "sft")), first
+    assert "eval/rl_part/teacher_reward" not in first  # no teacher teaches it
+    # each teacher got its own source's requests: scoring (prompt logprobs) at the local one, the sft answers (and
+    # the evaluation of the sft source) at the hosted one, one request per prompt of the source
     scorer = (run_dir / "logs" / "teacher_inference_scorer.log").read_text()
-    default = (run_dir / "logs" / "teacher_inference.log").read_text()
-    assert "POST /v1/completions" in scorer and "POST /v1/completions" not in default, scorer[-2000:]
-    assert "POST /v1/chat/completions" in default
+    assert "POST /v1/completions" in scorer, scorer[-2000:]
+    asked = {body["messages"][-1]["content"] for body, status, _ in api.run_requests() if status == 200}
+    sft_prompts = {re.search(r"reverse: [a-z]+", s["prompt"]).group() for s in samples if s["source"] == "sft_part"}
+    assert sft_prompts and sft_prompts <= asked, (sft_prompts - asked, len(asked))
+    assert not [p for p in run_dir.rglob("*") if p.is_file() and API_KEY.encode() in p.read_bytes()]
 
 
 @pytest.mark.vllm
