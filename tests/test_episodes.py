@@ -94,12 +94,14 @@ def test_a_chat_endpoints_tool_call_tokenizes_as_the_student_writes_its_own(fami
 def test_sft_with_tools_needs_a_student_template_that_writes_tool_calls_and_a_teacher_server_that_reads_them():
     sft = compose_config(["training_mode=sft", "task=lookup"])
     tok = build_tokenizer()
-    _teacher_tool_calls(sft, tok)  # the built-in template writes them
+    _teacher_tool_calls(sft, lambda: tok)  # the built-in template writes them (the loader: the student's tokenizer)
     tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     with pytest.raises(UserError, match="does not write an assistant message's tool_calls") as err:
-        _teacher_tool_calls(sft, tok)
+        _teacher_tool_calls(sft, lambda: tok)
     assert "\n" not in str(err.value) and "fix:" in str(err.value)
-    _teacher_tool_calls(compose_config(["training_mode=opd", "task=lookup"]), tok)  # the student writes its own calls
+    _teacher_tool_calls(
+        compose_config(["training_mode=opd", "task=lookup"]), lambda: tok
+    )  # the student writes its calls
 
     def argv(cfg, student: bool) -> str:
         return " ".join(vllm_command(cfg, ROOT, "m", 8000, [], 0, student)[0])
