@@ -136,10 +136,12 @@ def test_token_logprobs_picks_the_next_token():
 
 
 def test_grpo_advantages_subtract_the_group_mean():
-    adv = grpo_advantages([1.0, 0.0, 0.5, 0.5, 0.2, 0.4], group_size=2, std_normalize=False)
+    adv = grpo_advantages([1.0, 0.0, 0.5, 0.5, 0.2, 0.4], [2, 2, 2], std_normalize=False)
     assert adv == pytest.approx([0.5, -0.5, 0.0, 0.0, -0.1, 0.1])
-    normed = grpo_advantages([1.0, 0.0], group_size=2, std_normalize=True)
+    normed = grpo_advantages([1.0, 0.0], [2], std_normalize=True)
     assert normed == pytest.approx([1.0, -1.0], rel=1e-4)
+    # a mix whose sources sample their prompts 3 and 1 times: each group's own mean; a group of one has none
+    assert grpo_advantages([1.0, 0.0, 0.5, 0.7], [3, 1], std_normalize=False) == pytest.approx([0.5, -0.5, 0.0, 0.0])
 
 
 def test_batch_file_round_trip(tmp_path):

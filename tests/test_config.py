@@ -252,6 +252,24 @@ RULES = {
         + ["orchestrator.difficulty.enabled=true"],
         "task.mix[1].mode",
     ),
+    "a mix source's own rollouts_per_example >= 1": (
+        ["task=mix", "task.mix=[{name:reverse},{name:sort,rollouts_per_example:2}]"],
+        ["task=mix", "task.mix=[{name:reverse},{name:sort,rollouts_per_example:0}]"],
+        "task.mix[1].rollouts_per_example",
+    ),
+    "a source whose advantages train samples each prompt twice or more": (
+        ["task=mix", "task.mix=[{name:reverse},{name:sort,mode:opd,adv_tau:0,rollouts_per_example:1}]"]
+        + ["teacher=local_vllm", "trainer.loss.teacher_tau=1"],
+        ["task=mix", "task.mix=[{name:reverse},{name:sort,mode:opd,rollouts_per_example:1}]"]
+        + ["teacher=local_vllm", "trainer.loss.teacher_tau=1"],
+        "task.mix[1].rollouts_per_example",
+    ),
+    "the difficulty filter judges groups of two or more": (
+        ["orchestrator.difficulty.enabled=true", "orchestrator.rollouts_per_example=2", "orchestrator.batch_size=32"],
+        ["orchestrator.difficulty.enabled=true", "orchestrator.rollouts_per_example=1"],
+        "orchestrator.rollouts_per_example",
+    ),
+    "rollouts_per_example per source only in a mix": ([], ["task.rollouts_per_example=2"], "task.rollouts_per_example"),
     "trainer procs >= 1": (["trainer.num_procs=2"], ["trainer.num_procs=0"], "trainer.num_procs"),
     "lora trains in one process": (["lora=on"], ["lora=on", "trainer.num_procs=2"], "trainer.lora.enabled"),
     "cpu inference has no tp": (["inference.tp=1"], ["inference.tp=2"], "inference.tp"),

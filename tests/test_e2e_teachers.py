@@ -3,6 +3,7 @@
 import json
 import re
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -78,11 +79,13 @@ def test_sft_from_the_local_teacher_learns(tmp_path, teacher_dir):
 
 
 # the built-in task under three labels, each source with its own mode (the first: training_mode's, rl); the opd one
-# as pure distillation (its own adv_tau 0) scored by a named local teacher of its own, built on that source alone
+# as pure distillation (its own adv_tau 0, one sample per prompt) scored by a named local teacher of its own, built
+# on that source alone
 # (40 warm-start steps: routing is what is tested), the sft one answered by a named external teacher: a hosted API
 # (tests/hosted_api.py) that wants its key and answers "OK."
 MIXED_MODES = (
-    "task.mix=[{name:reverse,label:rl_part},{name:reverse,label:opd_part,mode:opd,adv_tau:0,teacher:scorer},"
+    "task.mix=[{name:reverse,label:rl_part},"
+    "{name:reverse,label:opd_part,mode:opd,adv_tau:0,teacher:scorer,rollouts_per_example:1},"
     "{name:reverse,label:sft_part,mode:sft,teacher:api}]"
 )
 API_KEY_ENV, API_KEY = "PRIME_RL_TEST_NAMED_TEACHER_KEY", "sk-named-teacher-test"
@@ -114,7 +117,7 @@ def test_a_mix_trains_each_source_with_its_own_mode_and_teacher_in_the_same_step
             "orchestrator.sampling.temperature=0.8",
             "max_steps=3",
             "orchestrator.eval.interval=3",
-            "orchestrator.log_samples=128",  # the whole step: 16 prompts x 8
+            "orchestrator.log_samples=128",  # the whole step: 16 prompts x 8 at most
             "lora=on",
             "trainer.loss.kl_ref_tau=0.1",  # the reference: the adapter off, at each mode's temperature
             *ON_POLICY,
@@ -134,7 +137,13 @@ def test_a_mix_trains_each_source_with_its_own_mode_and_teacher_in_the_same_step
     assert (run_dir / "merged" / "config.json").exists()
     assert (run_dir / "weights" / "step_3" / "adapter_model.safetensors").exists()
     samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
-    assert len(samples) == 3 * 128
+    per_prompt = Counter((s["step"], s["source"], s["prompt"]) for s in samples)  # 16 prompts a step, all logged
+    assert len(per_prompt) == 3 * 16
+    assert {(source, n) for (_, source, _), n in per_prompt.items()} == {
+        ("rl_part", 8),
+        ("opd_part", 1),
+        ("sft_part", 8),
+    }
     assert {(s["source"], s["mode"], s["teacher"]) for s in samples} == {
         ("rl_part", "rl", None),
         ("opd_part", "opd", "teachers.scorer"),

@@ -30,7 +30,7 @@ USER_TURN = re.compile(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", re.S)
 
 def group(rewards: list[float], prompt: int = 0) -> list[Sample]:
     """A scored group: its rewards and their GRPO advantages."""
-    advantages = grpo_advantages(rewards, len(rewards), std_normalize=True)
+    advantages = grpo_advantages(rewards, [len(rewards)], std_normalize=True)
     return [Sample([prompt], [1], [0.0], advantage=a, reward=r) for r, a in zip(rewards, advantages)]
 
 

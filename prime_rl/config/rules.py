@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 
 from prime_rl.config.modes import MODES, RolloutSource, run_modes, source_modes, uses
 from prime_rl.config.schema import MIX, Config, DistillSignal, Layout, RatioLevel, TeacherKind, node_gpus, num_nodes
-from prime_rl.config.sources import source_loss
+from prime_rl.config.sources import rollouts_of, source_loss
 from prime_rl.config.teachers import (
     DEFAULT,
     MULTI_NODE_NAMED_LOCAL_TEACHERS,
@@ -389,8 +389,17 @@ def _mode(cfg: Config, _: int) -> None:
         "set orchestrator.length.overlong_buffer=0 and orchestrator.length.mask_truncated=false",
     )
     # the prompt filters act on whole steps: every source's groups must be ones they can judge
-    for key, _, mode in sources:
+    for i, (key, src, mode) in enumerate(sources):
         name = mode.name.value
+        own = cfg.task.name == MIX and src.rollouts_per_example
+        n_key = f"task.mix[{i}].rollouts_per_example" if own else "orchestrator.rollouts_per_example"
+        check(
+            not cfg.orchestrator.difficulty.enabled or rollouts_of(cfg, src) > 1,
+            ["orchestrator.difficulty.enabled", n_key],
+            "the difficulty filter judges a prompt by its group's rewards, and a group of one sample always passed "
+            "or always failed",
+            f"set {n_key}=2 or more, or orchestrator.difficulty.enabled=false",
+        )
         check(
             not cfg.orchestrator.dynamic_sampling.enabled or (mode.uses_advantages and not mode.teacher_term),
             ["orchestrator.dynamic_sampling.enabled", key],
@@ -419,16 +428,24 @@ def _mode(cfg: Config, _: int) -> None:
             f"adv_tau={adv_tau} needs rewards but verification is off",
             "set trainer.loss.adv_tau=0 (pure distillation) or orchestrator.verification.enabled=true",
         )
+    for i, (_, src, mode) in enumerate(sources):
+        if not mode.uses_advantages:
+            continue
+        at = f"task.mix[{i}]" if cfg.task.name == MIX else "task"  # where the source sets its own
+        tau, n = source_loss(loss, src).adv_tau, rollouts_of(cfg, src)
+        tau_key = f"{at}.adv_tau" if src.adv_tau is not None else "trainer.loss.adv_tau"
+        n_key = f"{at}.rollouts_per_example" if src.rollouts_per_example else "orchestrator.rollouts_per_example"
         check(
-            adv_tau == 0 or cfg.orchestrator.rollouts_per_example > 1,
-            ["trainer.loss.adv_tau", "orchestrator.rollouts_per_example"],
-            f"adv_tau={adv_tau} weighs GRPO advantages, which are always 0 with one rollout per prompt",
-            "set orchestrator.rollouts_per_example=2 or more, or trainer.loss.adv_tau=0 (pure distillation)",
+            tau == 0 or n > 1,
+            [tau_key, n_key],
+            f"adv_tau={tau} weighs GRPO advantages, which are always 0 with one rollout per prompt",
+            f"set {n_key}=2 or more, or {tau_key}=0 (pure distillation)",
         )
 
 
 def _source_weights(cfg: Config, _: int) -> None:
-    """A mix source's own adv_tau and teacher_tau: only where its mode has that term, and what the term needs."""
+    """A mix source's own adv_tau, teacher_tau and rollouts_per_example: only where its mode has that term, and what
+    the term needs."""
     task = cfg.task
     check(
         task.adv_tau is None and task.teacher_tau is None,
@@ -436,8 +453,20 @@ def _source_weights(cfg: Config, _: int) -> None:
         f"these set the loss weights of a source of task.mix, and this task is {task.name}",
         "set trainer.loss.adv_tau and trainer.loss.teacher_tau instead",
     )
+    check(
+        task.rollouts_per_example is None,
+        ["task.rollouts_per_example"],
+        f"it sets the samples per prompt of a source of task.mix, and this task is {task.name}",
+        "set orchestrator.rollouts_per_example instead",
+    )
     for i, src in enumerate(task.mix if task.name == MIX else []):
         at, mode = f"task.mix[{i}]", MODES[src.mode or cfg.training_mode]
+        check(
+            src.rollouts_per_example is None or src.rollouts_per_example >= 1,
+            [f"{at}.rollouts_per_example"],
+            f"must be >= 1, got {src.rollouts_per_example}",
+            f"set {at}.rollouts_per_example=1 or more, or drop it (orchestrator.rollouts_per_example)",
+        )
         if src.teacher_tau is not None:
             check(
                 mode.teacher_term,

@@ -138,6 +138,7 @@ class TaskSourceConfig:
     adv_tau: float | None = None  # in task.mix: its samples' trainer.loss.adv_tau (None: the run's)
     teacher_tau: float | None = None  # in task.mix: its opd samples' trainer.loss.teacher_tau (None: the run's)
     teacher: str | None = None  # in task.mix: the name of the `teachers` entry that teaches it (None: `teacher`)
+    rollouts_per_example: int | None = None  # in task.mix: samples of each of its prompts (None: the orchestrator's)
 
 
 MIX = "mix"  # the task name that trains on several sources (task.mix)

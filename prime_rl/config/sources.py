@@ -1,6 +1,6 @@
 """The sources of a task mix as the config names them: each one's label (its metrics' name, and how a sample says
-where its prompt came from) and the loss weights it trains with (task.mix[i].adv_tau / teacher_tau over
-trainer.loss's)."""
+where its prompt came from), the loss weights it trains with (task.mix[i].adv_tau / teacher_tau over
+trainer.loss's) and the samples of each of its prompts (task.mix[i].rollouts_per_example over the orchestrator's)."""
 
 from dataclasses import replace
 from pathlib import Path
@@ -30,3 +30,15 @@ def source_losses(cfg: Config) -> dict[str, LossConfig]:
     if cfg.task.name != MIX:
         return {"": cfg.trainer.loss}
     return {label: source_loss(cfg.trainer.loss, src) for label, src in mix_sources(cfg.task)}
+
+
+def rollouts_of(cfg: Config, src: TaskSourceConfig) -> int:
+    """The samples a step makes of each prompt of the source: its own rollouts_per_example, else the orchestrator's."""
+    return src.rollouts_per_example or cfg.orchestrator.rollouts_per_example
+
+
+def source_rollouts(cfg: Config) -> dict[str, int]:
+    """By source label, the samples a step makes of each of its prompts ("" outside a mix: the orchestrator's)."""
+    if cfg.task.name != MIX:
+        return {"": cfg.orchestrator.rollouts_per_example}
+    return {label: rollouts_of(cfg, src) for label, src in mix_sources(cfg.task)}

@@ -5,6 +5,7 @@ importing transformers to do it, costs seconds each time, while a relaunch of th
 a sweep point, a changed learning rate) has nothing new to measure.
 """
 
+import contextlib
 import hashlib
 import json
 from collections import Counter
@@ -23,15 +24,24 @@ def prompt_lengths(cfg: Config, prompts: list, tokenizer) -> Counter[int]:
     called only when these prompts were never measured with these files."""
     files = _tokenizer_files(student_dir(cfg))
     path = cache_root(cfg.model.cache_dir) / "prompt_lengths" / f"{_key(files, cfg, prompts)}.json"
-    if files and path.is_file():
-        return Counter({int(n): count for n, count in json.loads(path.read_text()).items()})
+    cached = _read(path) if files else None
+    if cached is not None:
+        return cached
     from prime_rl.models.chat import prompt_ids  # transformers: only when something is new
 
     loaded = tokenizer()
     lengths = Counter(len(prompt_ids(loaded, prompt)) for prompt in prompts)
     if files:  # a tokenizer from somewhere else than a dir (not one the launcher prepared) is not keyed
-        write_text(path, json.dumps(lengths))  # whole or absent: the launchers of a sweep may measure at once
+        with contextlib.suppress(OSError):  # a read-only cache: measured again next time, nothing lost
+            write_text(path, json.dumps(lengths))  # whole or absent: the launchers of a sweep may measure at once
     return lengths
+
+
+def _read(path: Path) -> Counter[int] | None:
+    try:
+        return Counter({int(n): count for n, count in json.loads(path.read_text()).items()})
+    except (OSError, ValueError, AttributeError):  # absent, or not what this module writes: measure anew
+        return None
 
 
 def _key(files: dict[str, str], cfg: Config, prompts: list) -> str:

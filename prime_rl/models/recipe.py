@@ -23,7 +23,7 @@ def cache_root(cache_dir: str | None) -> Path:
 
 
 # what a source says about training on it, not about its data: a warm start never reads it
-TRAINING_ONLY = ("mode", "adv_tau", "teacher_tau")
+TRAINING_ONLY = ("mode", "adv_tau", "teacher_tau", "rollouts_per_example")
 
 
 def recipe(tiny: TinyModelConfig, warm_start: WarmStartConfig, task: TaskConfig) -> dict:

@@ -178,7 +178,7 @@ async def score(ctx: Context, examples: list[Example], groups: list[list[Sample]
     sources = [ex.source for ex, group in zip(examples, groups) for _ in group]
     o, samples = ctx.cfg.orchestrator, [s for g in groups for s in g]
     shaped, metrics = shaped_rewards(ctx.cfg, samples, rewards)
-    for s, adv in zip(samples, grpo_advantages(shaped, o.rollouts_per_example, o.std_normalize)):
+    for s, adv in zip(samples, grpo_advantages(shaped, [len(g) for g in groups], o.std_normalize)):
         s.advantage = adv
     metrics["reward/mean"] = sum(rewards) / len(rewards)
     metrics["reward/exact"] = sum(r == 1.0 for r in rewards) / len(rewards)

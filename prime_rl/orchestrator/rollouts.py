@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 from prime_rl.config.modes import example_mode
+from prime_rl.config.sources import source_rollouts
 from prime_rl.inference.client import Sampling
 from prime_rl.models.chat import prompt_ids
 from prime_rl.orchestrator.context import Context, completion_text
@@ -26,6 +27,30 @@ async def student_rollouts(
         lambda replies: single_turn(ctx, replies, n, sampling),
         lambda episodes: play_episodes(ctx, episodes, n, sampling),
     )
+
+
+async def by_rollouts(
+    ctx: Context, examples: list[Example], make: Callable[[list[Example], int], Awaitable[tuple[Groups, dict]]]
+) -> tuple[Groups, dict[str, float]]:
+    """The groups of the examples, each of its source's rollouts_per_example samples: `make(share, n)` for the
+    examples of each n, concurrently, back in the examples' order; a metric both report, weighted by prompts."""
+    per_source = source_rollouts(ctx.cfg)
+    ns = [per_source[ex.source] for ex in examples]
+    shares = {n: [ex for ex, m in zip(examples, ns) if m == n] for n in dict.fromkeys(ns)}
+    made = await asyncio.gather(*(make(share, n) for n, share in shares.items()))
+    each = {n: iter(groups) for n, (groups, _) in zip(shares, made)}
+    return [next(each[n]) for n in ns], weighted_means([(m, len(s)) for s, (_, m) in zip(shares.values(), made)])
+
+
+def weighted_means(parts: list[tuple[dict[str, float], int]]) -> dict[str, float]:
+    """Each metric's mean over the parts that report it, weighted by the parts' sizes."""
+    totals: dict[str, float] = {}
+    weights: dict[str, int] = {}
+    for metrics, size in parts:
+        for key, value in metrics.items():
+            totals[key] = totals.get(key, 0.0) + value * size
+            weights[key] = weights.get(key, 0) + size
+    return {key: totals[key] / weights[key] for key in totals if weights[key]}
 
 
 async def by_kind(

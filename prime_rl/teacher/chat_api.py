@@ -7,8 +7,9 @@ import asyncio
 from dataclasses import replace
 
 from prime_rl.config.evaluation import due_for_eval
-from prime_rl.config.modes import RolloutSource, uses
+from prime_rl.config.modes import RolloutSource, source_modes
 from prime_rl.config.schema import Config, TeacherApiConfig, TeacherKind, TokenLimitField
+from prime_rl.config.sources import rollouts_of
 from prime_rl.inference.client import ChatReply, InferenceClient, InferenceError, Sampling
 from prime_rl.teacher.cache import TeacherCache
 from prime_rl.teacher.client import TeacherError, teacher_client
@@ -112,9 +113,10 @@ def samplings(cfg: Config) -> list[tuple[str, float]]:
 
 
 def chat_n(cfg: Config) -> int:
-    """The most answers one prompt needs from the teacher at once: sft's group; opd asks for one (its eval)."""
-    writes_rollouts = uses(cfg, lambda m: m.rollouts == RolloutSource.teacher)
-    return cfg.orchestrator.rollouts_per_example if writes_rollouts else 1
+    """The most answers one prompt needs from the teacher at once: the largest group of a source whose rollouts it
+    writes (sft); opd asks for one (its eval)."""
+    written = [rollouts_of(cfg, src) for _, src, mode in source_modes(cfg) if mode.rollouts == RolloutSource.teacher]
+    return max(written, default=1)
 
 
 async def probe(cfg: Config, client: InferenceClient, model: str) -> TeacherApiConfig:

@@ -8,6 +8,7 @@ import asyncio
 from prime_rl.config.modes import example_mode
 from prime_rl.orchestrator.algo.base import Algorithm
 from prime_rl.orchestrator.context import Context
+from prime_rl.orchestrator.rollouts import weighted_means
 from prime_rl.protocol.batch import Sample
 from prime_rl.tasks import Example
 
@@ -36,14 +37,3 @@ class PerSource(Algorithm):
     def resume(self, ctx: Context, start: int) -> None:
         for algo in self.parts.values():
             algo.resume(ctx, start)
-
-
-def weighted_means(parts: list[tuple[dict[str, float], int]]) -> dict[str, float]:
-    """Each metric's mean over the parts that report it, weighted by the parts' sizes."""
-    totals: dict[str, float] = {}
-    weights: dict[str, int] = {}
-    for metrics, size in parts:
-        for key, value in metrics.items():
-            totals[key] = totals.get(key, 0.0) + value * size
-            weights[key] = weights.get(key, 0) + size
-    return {key: totals[key] / weights[key] for key in totals if weights[key]}

@@ -3,11 +3,12 @@ and GRPO advantages are the whole signal."""
 
 from prime_rl.orchestrator.algo.base import Algorithm
 from prime_rl.orchestrator.context import Context, student_sampling
-from prime_rl.orchestrator.rollouts import student_rollouts
+from prime_rl.orchestrator.rollouts import by_rollouts, student_rollouts
 from prime_rl.protocol.batch import Sample
 from prime_rl.tasks import Example
 
 
 class RL(Algorithm):
     async def rollouts(self, ctx: Context, examples: list[Example]) -> tuple[list[list[Sample]], dict[str, float]]:
-        return await student_rollouts(ctx, examples, ctx.cfg.orchestrator.rollouts_per_example, student_sampling(ctx))
+        sampling = student_sampling(ctx)
+        return await by_rollouts(ctx, examples, lambda share, n: student_rollouts(ctx, share, n, sampling))

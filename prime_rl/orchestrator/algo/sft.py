@@ -5,12 +5,13 @@ and trained on with NLL."""
 import asyncio
 
 from prime_rl.config.modes import RolloutSource, example_mode
+from prime_rl.config.sources import source_rollouts
 from prime_rl.inference.client import ChatAnswer
 from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.orchestrator.algo.base import Algorithm
 from prime_rl.orchestrator.context import Context, Teacher, teacher_sampling
 from prime_rl.orchestrator.prompts import step_prompts
-from prime_rl.orchestrator.rollouts import by_kind
+from prime_rl.orchestrator.rollouts import by_kind, by_rollouts
 from prime_rl.orchestrator.teacher_episodes import teacher_episodes
 from prime_rl.protocol.batch import Sample
 from prime_rl.tasks import Example
@@ -19,21 +20,25 @@ from prime_rl.teacher.answers import trained_text
 
 class SFT(Algorithm):
     async def rollouts(self, ctx: Context, examples: list[Example]) -> tuple[list[list[Sample]], dict[str, float]]:
-        n = ctx.cfg.orchestrator.rollouts_per_example
-        return await by_kind(
+        return await by_rollouts(
+            ctx,
             examples,
-            lambda replies: teacher_replies(ctx, replies, n),
-            lambda episodes: teacher_episodes(ctx, episodes, n),
+            lambda share, n: by_kind(
+                share,
+                lambda replies: teacher_replies(ctx, replies, n),
+                lambda episodes: teacher_episodes(ctx, episodes, n),
+            ),
         )
 
     def resume(self, ctx: Context, start: int) -> None:
         """Each teacher's answers go on with each of its prompts' next sample index (answers are cached by it). An
         episode's conversations come from its environment as it is played: a resumed run asks for their answers
         from index 0 again (the cache gives back the answers the run had)."""
+        per_source = source_rollouts(ctx.cfg)
         for step in range(start):
             for ex in step_prompts(ctx.cfg, ctx.task, step):
                 if ex.env is None and example_mode(ctx.cfg, ex).rollouts == RolloutSource.teacher:
-                    ctx.teacher_of(ex.source).answers.skip(ex.messages, ctx.cfg.orchestrator.rollouts_per_example)
+                    ctx.teacher_of(ex.source).answers.skip(ex.messages, per_source[ex.source])
 
 
 async def teacher_replies(ctx: Context, examples: list[Example], n: int) -> tuple[list[list[Sample]], dict]:
