@@ -80,13 +80,7 @@ def open_taskset(cfg: TaskConfig):
 
 def check_offline(cfg: TaskConfig, task) -> None:
     """Refuse what offline single-turn scoring cannot do, instead of silently scoring it 0."""
-    needs = []
-    if task.NEEDS_CONTAINER:
-        needs.append("a container runtime")
-    if type(task).toolsets(task.config):
-        needs.append("tool servers (multi-turn)")
-    if task.config.judges:
-        needs.append("LLM judges")
+    needs = in_process_lacks(task)
     if not any(not takes_runtime(fn) for fn in task.hooks("reward")):
         needs.append("a runtime for every reward")
     if needs:
@@ -98,16 +92,10 @@ def check_offline(cfg: TaskConfig, task) -> None:
 
 
 def check_playable(cfg: TaskConfig, task) -> None:
-    """Refuse what this player cannot play: more than one seat, tools, containers, judges, runtime-only rewards."""
-    needs = []
-    if len(seats(cfg.env)) != 1:
-        needs.append(f"{len(seats(cfg.env))} players ({', '.join(seats(cfg.env))})")
-    if task.NEEDS_CONTAINER:
-        needs.append("a container runtime")
-    if type(task).toolsets(task.config):
-        needs.append("tool servers")
-    if task.config.judges:
-        needs.append("LLM judges")
+    """Refuse what this player cannot play: more than one seat, and what no task here gets (in_process_lacks)."""
+    players = seats(cfg.env)
+    needs = [f"{len(players)} players ({', '.join(players)})"] if len(players) != 1 else []
+    needs += in_process_lacks(task)
     if any(takes_runtime(fn) for fn in task.hooks("reward")):
         needs.append("a runtime for its rewards")
     if needs:
@@ -117,6 +105,16 @@ def check_playable(cfg: TaskConfig, task) -> None:
             "playing it in-process does not provide",
             "use an environment of one player whose rewards read the trace (examples/reverse_retry_game.py)",
         )
+
+
+def in_process_lacks(task) -> list[str]:
+    """What of verifiers' runtime a task needs that this launcher does not run: containers, tool servers, judges."""
+    needs = ["a container runtime"] if task.NEEDS_CONTAINER else []
+    if type(task).toolsets(task.config):
+        needs.append("tool servers")
+    if task.config.judges:
+        needs.append("LLM judges")
+    return needs
 
 
 def to_episode(cfg: TaskConfig, task, index: int) -> Example:
