@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 
 from prime_rl.config.modes import MODES, RolloutSource, run_modes, source_modes, uses
 from prime_rl.config.schema import MIX, Config, DistillSignal, Layout, RatioLevel, TeacherKind, node_gpus, num_nodes
-from prime_rl.config.sources import rollouts_of, source_loss
+from prime_rl.config.sources import rollouts_key, rollouts_of, source_loss
 from prime_rl.config.teachers import (
     DEFAULT,
     MULTI_NODE_NAMED_LOCAL_TEACHERS,
@@ -391,8 +391,7 @@ def _mode(cfg: Config, _: int) -> None:
     # the prompt filters act on whole steps: every source's groups must be ones they can judge
     for i, (key, src, mode) in enumerate(sources):
         name = mode.name.value
-        own = cfg.task.name == MIX and src.rollouts_per_example
-        n_key = f"task.mix[{i}].rollouts_per_example" if own else "orchestrator.rollouts_per_example"
+        n_key = rollouts_key(cfg, i, src)
         check(
             not cfg.orchestrator.difficulty.enabled or rollouts_of(cfg, src) > 1,
             ["orchestrator.difficulty.enabled", n_key],
@@ -434,7 +433,7 @@ def _mode(cfg: Config, _: int) -> None:
         at = f"task.mix[{i}]" if cfg.task.name == MIX else "task"  # where the source sets its own
         tau, n = source_loss(loss, src).adv_tau, rollouts_of(cfg, src)
         tau_key = f"{at}.adv_tau" if src.adv_tau is not None else "trainer.loss.adv_tau"
-        n_key = f"{at}.rollouts_per_example" if src.rollouts_per_example else "orchestrator.rollouts_per_example"
+        n_key = rollouts_key(cfg, i, src)
         check(
             tau == 0 or n > 1,
             [tau_key, n_key],

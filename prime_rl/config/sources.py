@@ -37,6 +37,12 @@ def rollouts_of(cfg: Config, src: TaskSourceConfig) -> int:
     return src.rollouts_per_example or cfg.orchestrator.rollouts_per_example
 
 
+def rollouts_key(cfg: Config, index: int, src: TaskSourceConfig) -> str:
+    """The key that sets the samples per prompt of the index-th source: its own, else the orchestrator's."""
+    own = cfg.task.name == MIX and src.rollouts_per_example is not None
+    return f"task.mix[{index}].rollouts_per_example" if own else "orchestrator.rollouts_per_example"
+
+
 def source_rollouts(cfg: Config) -> dict[str, int]:
     """By source label, the samples a step makes of each of its prompts ("" outside a mix: the orchestrator's)."""
     if cfg.task.name != MIX:
