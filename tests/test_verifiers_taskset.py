@@ -2,6 +2,8 @@
 the verifier processes; what offline single-turn scoring cannot do is refused in one line."""
 
 import asyncio
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -147,6 +149,34 @@ def test_a_multi_turn_environment_is_played_through_the_gym_api_and_scored_by_it
     observation, _ = env.reset(seed=1)
     assert env.step(observation.removeprefix("reverse: ")[::-1])[1:3] == (pytest.approx(1.0), True)
     assert demonstrated(task.train[0])[0][-1]["role"] == "assistant"  # the task's answer: a warm start's reply
+
+
+FIRST_EPISODES = """
+import threading
+from prime_rl.tasks import verifiers_episodes
+
+together, loops = threading.Barrier(8), []
+
+def reset():  # what each episode's reset() asks first, in a thread of its own
+    together.wait()
+    loops.append(verifiers_episodes._loop())
+
+threads = [threading.Thread(target=reset) for _ in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(len(set(map(id, loops))))
+"""
+
+
+def test_the_episodes_a_fresh_orchestrator_resets_together_share_one_event_loop():
+    """A fresh orchestrator's first step resets its episodes together, each in a thread of its own. They must get
+    the one event loop of the process: a reply handed to another loop than the one its run() waits on is never
+    seen, and that episode's step() times out."""
+    run = subprocess.run([sys.executable, "-c", FIRST_EPISODES], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["1"]
 
 
 def test_a_multi_turn_environment_this_player_cannot_play_is_one_line(tmp_path, monkeypatch):

@@ -206,15 +206,24 @@ def text_of(message) -> str:
     return content_text(message.content)
 
 
-@functools.cache
+_STARTING = threading.Lock()  # the first episodes of a step reset together, each in a thread of its own
+
+
 def _loop() -> asyncio.AbstractEventLoop:
-    """The event loop every verifiers episode of this process runs on, in a daemon thread of its own."""
+    """The event loop every verifiers episode of this process runs on, in a daemon thread of its own: one, as an
+    episode's replies go to the loop its run() waits on."""
+    with _STARTING:
+        return _started_loop()
+
+
+@functools.cache
+def _started_loop() -> asyncio.AbstractEventLoop:
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True, name="verifiers-episodes").start()
     return loop
 
 
-_LOADING = threading.Lock()  # the first episodes of a step start together, each in a thread of its own
+_LOADING = threading.Lock()  # likewise for the taskset, loaded once
 
 
 def environment(taskset_id: str, options: dict):
