@@ -322,25 +322,48 @@ def test_opd_plays_episodes_token_for_token_and_survives_an_environment_that_rai
     assert any(between_replies(tokenizer, s) for s in samples)
 
 
+LOOKUP = ["task=lookup", "model.warm_start.steps=120"]  # briefly: its calls are well-formed, its keys mostly wrong
+# the built-in lookup environment beside examples/vault_lookup.py (a verifiers taskset with a toolset), with
+# conf/task/lookup.yaml's knobs, the student warm-started as LOOKUP's
+LOOKUP_AND_VAULT = [
+    "task=mix",
+    "task.mix=[{name:gym,env:prime_rl.tasks.lookup_env:Lookup,max_turns:3,label:lookup},"
+    "{name:verifiers,env:vault_lookup,max_turns:3,label:vault}]",
+    "orchestrator.sampling.max_tokens=64",
+    "trainer.optim.lr=1e-4",
+    "model.warm_start.task=lookup",
+    "model.warm_start.steps=120",
+]
+
+
 @pytest.mark.vllm
-def test_rl_on_the_tool_task_runs_the_calls_the_student_writes_with_the_arguments_it_wrote(tmp_path):
-    """The built-in student, warm-started on lookup's demonstrations (briefly: its calls are well-formed, its keys
-    mostly wrong), calls `get` in the hermes format; the orchestrator reads each call with vLLM's parser, runs it
-    with the call's own arguments, and the tool's answer is the next turn's context."""
-    train, samples = three_steps(tmp_path / "run", "task=lookup", "model.warm_start.steps=120")
+def test_rl_runs_the_tool_calls_the_student_writes_with_its_arguments_in_gym_and_verifiers_toolsets(
+    tmp_path, monkeypatch
+):
+    """The built-in student, warm-started on lookup's demonstrations, calls `get` in the hermes format, in two
+    sources: the built-in lookup environment and examples/vault_lookup.py, a verifiers taskset whose toolset is
+    served in-process (tasks/verifiers_tools.py). The orchestrator reads each call with vLLM's parser, runs it with
+    the call's own arguments, and the tool's answer is the next turn's context; the vault's tool also leaves its
+    count in the trace's state, which one of the task's rewards reads."""
+    monkeypatch.setenv("PYTHONPATH", f"{ROOT}:{ROOT / 'examples'}")  # the vault taskset, for the orchestrator
+    train, samples = three_steps(tmp_path / "run", *LOOKUP_AND_VAULT)
     assert all(r["env/tool_calls"] > 0.5 and r["env/turns"] > 1 for r in train), train
-    tokenizer = student_tokenizer(compose_config(["task=lookup", "model.warm_start.steps=120"]))
-    answered = 0
+    assert [r["env/vault/errors"] + r["env/vault/timeouts"] for r in train if "env/vault/turns" in r] == [0.0] * 3
+    assert all(r["env/vault/tool_calls"] > 0.5 for r in train), train
+    tokenizer = student_tokenizer(compose_config(LOOKUP))
+    answered = {"lookup": 0, "vault": 0}
     for s in samples:
         mask = s["loss_mask"] or [True] * len(s["completion_ids"])
         turns = [tokenizer.decode(ids) for _, ids in segments(s["completion_ids"], mask)]
-        for reply, between in zip(turns[::2], turns[1::2]):  # a reply, then (lookup's step() ends it) a tool turn
+        for reply, between in zip(turns[::2], turns[1::2]):  # a reply, then (the reply ends it) a tool turn
             result = TOOL_TURN.fullmatch(between).group(2)
             call = CALLED_KEY.search(reply)
             if call:  # get(key) ran on the call's own key: the value, or the tool's answer to a wrong key
                 assert result == f"no key {call.group(1)}" or result.isalpha(), (reply, result)
-                answered += 1
-    assert answered > 0
+                answered[s["source"]] += 1
+                if s["source"] == "vault":  # the call counted in the trace's state: a fifth of the reward
+                    assert s["reward"] >= 0.2, s
+    assert answered["lookup"] > 0 and answered["vault"] > 0, answered
 
 
 TOOL_TURN = re.compile(r"(<\|im_end\|>)?\n<\|im_start\|>tool\n(.*)<\|im_end\|>\n<\|im_start\|>assistant\n", re.S)
@@ -348,15 +371,20 @@ CALLED_KEY = re.compile(r'<tool_call>\{"name": "get", "arguments": \{"key": "([a
 
 
 @pytest.mark.vllm
-def test_sft_the_teacher_plays_lookup_through_its_chat_endpoint_and_the_student_trains_on_its_turns(tmp_path):
-    """The local teacher (a vLLM server with lookup's tool parser) plays every episode through chat completions
-    with the `get` tool; its calls come back as tool_calls and run, their results go back as tool messages; the
-    student trains on the teacher's turns alone, each in the student's tokens (a call in the format the student
-    itself would write), the tool's turns context. The teacher's episodes are its eval too."""
-    warm = ["model.warm_start.steps=120", "teacher.warm_start.steps=120"]  # the same build as the rl run's
+def test_sft_the_teacher_plays_lookup_through_its_chat_endpoint_and_the_student_trains_on_its_turns(
+    tmp_path, monkeypatch
+):
+    """The local teacher (a vLLM server with lookup's tool parser) plays every episode, the built-in lookup's and
+    the verifiers vault's, through chat completions with the `get` tool; its calls come back as tool_calls and
+    run, their results go back as tool messages; the student trains on the teacher's turns alone, each in the
+    student's tokens (a call in the format the student itself would write), the tool's turns context. The
+    teacher's episodes are its eval too."""
+    monkeypatch.setenv("PYTHONPATH", f"{ROOT}:{ROOT / 'examples'}")  # the vault taskset, for the orchestrator
+    teacher = ["teacher.warm_start.task=lookup", "teacher.warm_start.steps=120"]  # the same build as the rl run's
+    teacher += ["teacher.warm_start.lr=1e-3", "teacher.warm_start.schedule=constant"]  # conf/task/lookup.yaml's
     run_dir = tmp_path / "run"
     run = launch(
-        run_dir, "training_mode=sft", "task=lookup", *warm, "max_steps=2", "orchestrator.eval.interval=2",
+        run_dir, "training_mode=sft", *LOOKUP_AND_VAULT, *teacher, "max_steps=2", "orchestrator.eval.interval=2",
         "orchestrator.log_samples=16", "orchestrator.batch_size=16", "orchestrator.rollouts_per_example=2",
         "orchestrator.eval.num_examples=8", *ON_POLICY,
     )  # fmt: skip
@@ -366,9 +394,10 @@ def test_sft_the_teacher_plays_lookup_through_its_chat_endpoint_and_the_student_
     assert all(r["env/tool_calls"] > 0.5 and r["env/turns"] > 1 and "reward/mean" in r for r in train), train
     assert 0 <= train[0]["eval/teacher_reward"] <= 1  # the teacher played the eval episodes too
 
-    tokenizer = student_tokenizer(compose_config(["training_mode=sft", "task=lookup", *warm]))
+    assert all(r["env/vault/tool_calls"] > 0.5 for r in train if "env/vault/turns" in r), train
+    tokenizer = student_tokenizer(compose_config(LOOKUP))
     samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
-    called = 0
+    called = {"lookup": 0, "vault": 0}
     for s in samples:
         assert s["mode"] == "sft" and s["prompt"].startswith("<|im_start|>system\ntools: get(key)<|im_end|>")
         mask = s["loss_mask"] or [True] * len(s["completion_ids"])  # null: one reply, all of it trained
@@ -378,5 +407,5 @@ def test_sft_the_teacher_plays_lookup_through_its_chat_endpoint_and_the_student_
         if call and len(turns) > 1:  # the call the teacher returned, in the student's hermes format, ran on its key
             result = TOOL_TURN.fullmatch(turns[1][1]).group(2)
             assert result == f"no key {call.group(1)}" or result.isalpha(), turns
-            called += 1
-    assert called > 0
+            called[s["source"]] += 1
+    assert called["lookup"] > 0 and called["vault"] > 0, called

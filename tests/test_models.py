@@ -112,6 +112,15 @@ def test_a_mix_sources_mode_and_loss_weights_leave_its_models_as_they_are():
     assert student_dir(other_data) != student_dir(plain)
 
 
+def test_a_warm_start_on_a_built_in_task_shares_the_build_of_a_run_on_it():
+    """model.warm_start.task=lookup learns lookup's tool calls as a task=lookup run's student does: one build, which
+    a run on a task without calls to demonstrate (a verifiers taskset with a tool) starts from."""
+    on_lookup = compose_config(["task=lookup", "model.warm_start.steps=120"])
+    first = ["task=verifiers", "task.env=vault_lookup", "model.warm_start.steps=120"]
+    assert student_dir(compose_config([*first, "model.warm_start.task=lookup"])) == student_dir(on_lookup)
+    assert student_dir(compose_config([*first, "model.warm_start.task=reverse"])) != student_dir(on_lookup)
+
+
 def test_prompt_lengths_are_measured_once_per_tokenizer_and_prompts(tmp_path):
     """The launcher's prompt check reads them from the cache unless the tokenizer's files, the template's arguments
     or the prompts changed; a changed one is measured anew, with the student's tokenizer."""

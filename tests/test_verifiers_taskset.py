@@ -2,6 +2,7 @@
 the verifier processes; what offline single-turn scoring cannot do is refused in one line."""
 
 import asyncio
+import json
 import subprocess
 import sys
 import textwrap
@@ -10,8 +11,9 @@ import pytest
 
 from prime_rl.config.schema import TaskConfig, VerificationConfig
 from prime_rl.config.user_error import ConfigError
+from prime_rl.orchestrator.tool_calls import answer
 from prime_rl.tasks import load_task
-from prime_rl.tasks.gym_env import demonstrated, make_env
+from prime_rl.tasks.gym_env import demonstrated, make_env, tool_schemas
 from prime_rl.tasks.reward_workers import Verification
 from tests.conftest import ROOT
 
@@ -149,6 +151,50 @@ def test_a_multi_turn_environment_is_played_through_the_gym_api_and_scored_by_it
     observation, _ = env.reset(seed=1)
     assert env.step(observation.removeprefix("reverse: ")[::-1])[1:3] == (pytest.approx(1.0), True)
     assert demonstrated(task.train[0])[0][-1]["role"] == "assistant"  # the task's answer: a warm start's reply
+
+
+def test_a_taskset_with_a_toolset_is_played_as_a_turn_of_tool_calls_scored_with_the_state_they_left(monkeypatch):
+    """examples/vault_lookup.py has no Env of its own but a toolset: verifiers' single-agent case, played as an
+    episode. Its `get` tool, listed with MCP's schema under its own name, answers from the episode's task (the
+    toolset is set up per episode) and counts each call in the trace's state; a reply without a call ends the
+    turn, and the task's rewards read the reply and that state. A call the tool refuses is answered, not raised."""
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    task = load_task(TaskConfig(name="verifiers", env="vault_lookup", max_turns=3, num_train=8, num_eval=2))
+    assert all(ex.env is not None for ex in task.train)
+    env = make_env(task.train[0].env)
+    key = env.reset(seed=0)[0].removeprefix("lookup: ")
+    [schema] = tool_schemas(env)
+    assert schema["function"]["name"] == "get" and schema["function"]["parameters"]["required"] == ["key"]
+    tools = {tool.__name__: tool for tool in env.tools}
+    value = asyncio.run(answer(("get", json.dumps({"key": key})), tools, 5))[0]
+    assert value.isalpha() and value not in key
+    assert asyncio.run(answer(("get", '{"key": "zz"}'), tools, 5)) == ("no key zz", False)
+    refused, invalid = asyncio.run(answer(("get", '{"key": 1}'), tools, 5))
+    assert invalid and refused.startswith("tool error: Error executing tool get") and "valid string" in refused
+    assert env.step(value) == ("", pytest.approx(1.0), True, False, {})  # the value, and a lookup made
+    roles = [node.message.role for node in env.player.trace.nodes]
+    assert roles == ["user", *["assistant", "tool"] * 3, "assistant"]  # each call and its result, then the reply
+    assert env.player.trace.state.lookups == 2  # the refused call never ran
+
+    env.reset(seed=1)  # the next episode: a state of its own, a toolset set up on its own task
+    _, reward, done, _, _ = env.step("nope")
+    assert done and reward < 0.8 and env.player.trace.state.lookups == 0  # no lookup, no credit for one
+    env.reset(seed=1)
+    assert {tool.__name__: tool for tool in env.tools}["get"](key=key) == f"no key {key}"
+
+
+@pytest.mark.parametrize(
+    "tools, needs",
+    [
+        ({"url": "http://tools:8000/mcp"}, "Vault's remote tool server"),
+        ({"runtime": {"type": "docker"}}, "a docker runtime for Vault"),
+    ],
+)
+def test_a_toolset_that_does_not_run_locally_is_one_line(monkeypatch, tools, needs):
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    with pytest.raises(ConfigError) as e:
+        load_task(TaskConfig(name="verifiers", env="vault_lookup", options={"task": {"tools": tools}}, num_train=4))
+    assert e.value.keys == ["task.env"] and needs in str(e.value) and "\n" not in str(e.value)
 
 
 FIRST_EPISODES = """

@@ -9,7 +9,17 @@ broken rule raises ConfigError, whose one-line message names the offending keys 
 from urllib.parse import urlparse
 
 from prime_rl.config.modes import MODES, RolloutSource, run_modes, source_modes, uses
-from prime_rl.config.schema import MIX, Config, DistillSignal, Layout, RatioLevel, TeacherKind, node_gpus, num_nodes
+from prime_rl.config.schema import (
+    EPISODIC,
+    MIX,
+    Config,
+    DistillSignal,
+    Layout,
+    RatioLevel,
+    TeacherKind,
+    node_gpus,
+    num_nodes,
+)
 from prime_rl.config.sources import rollouts_key, rollouts_of, source_loss
 from prime_rl.config.teachers import (
     DEFAULT,
@@ -539,14 +549,14 @@ def _teachers(cfg: Config, _: int) -> None:
 
 
 def _episodes(cfg: Config, _: int) -> None:
-    """A local teacher that plays a gym task's episodes (sft) reads every such source's tool calls with one parser."""
+    """A local teacher that plays episodes (sft) reads every episode source's tool calls with one parser."""
     played = [src for _, src, mode in source_modes(cfg) if mode.rollouts == RolloutSource.teacher]
-    parsers = {src.tool_parser for src in played if src.name == "gym"}
+    parsers = {src.tool_parser for src in played if src.name in EPISODIC}
     check(
         len(parsers) <= 1 or cfg.teacher.kind != TeacherKind.local_vllm,
         ["task.mix", "teacher"],
-        f"the local teacher's server reads tool calls with one parser, but the gym sources use {sorted(parsers)}",
-        "give every gym source of the mix the same task.tool_parser",
+        f"the local teacher's server reads tool calls with one parser, but the episode sources use {sorted(parsers)}",
+        "give every gym and verifiers source of the mix the same task.tool_parser",
     )
 
 

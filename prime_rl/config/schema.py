@@ -97,7 +97,7 @@ class WarmStartConfig:
     warmup_steps: int = 20  # linear warmup steps
     schedule: LrSchedule = LrSchedule.constant  # lr after warmup: constant | cosine (to 0 at the last step)
     seed: int = 0  # data order seed
-    task: str | None = None  # a built-in task (reverse, sort) to learn instead of the run's (a gym task's episodes)
+    task: str | None = None  # a built-in task (reverse, sort, lookup) to learn instead of the run's (episodes')
 
 
 @dataclass
@@ -125,9 +125,9 @@ class TaskSourceConfig:
     verifier: str = "similarity"  # similarity | exact | contains | math | <module>:<function> (see README)
     dataset: str | None = None  # reasoning_gym: the dataset's name, e.g. spell_backward
     env: str | None = None  # verifiers: the taskset id (a module exporting a Taskset); gym: <module>:<factory>
-    max_turns: int = 4  # gym, a verifiers environment: an episode's turns at most (or fewer, as the environment says)
-    env_timeout_s: float = 10.0  # gym, a verifiers environment: one call's limit (reset, step); over it, reward 0
-    tool_parser: str = "hermes"  # gym with tools: the vLLM tool parser that reads calls from a reply (its format)
+    max_turns: int = 4  # gym, verifiers episodes: an episode's turns at most (or fewer, as the environment says)
+    env_timeout_s: float = 10.0  # gym, verifiers episodes: one call's limit (reset, step, tool); over it, reward 0
+    tool_parser: str = "hermes"  # gym, verifiers with tools: the vLLM tool parser that reads a reply's calls
     options: dict[str, Any] = field(default_factory=dict)  # per kind (built-in: min_len, max_len; gym: factory kwargs)
     num_train: int = 20000  # built-in, reasoning_gym, verifiers: size of the train split
     num_eval: int = 128  # size of the eval split
@@ -142,6 +142,7 @@ class TaskSourceConfig:
 
 
 MIX = "mix"  # the task name that trains on several sources (task.mix)
+EPISODIC = ("gym", "verifiers")  # the task kinds whose sources may be episodes with tools (task.tool_parser)
 
 
 @dataclass

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prime_rl.config.layout import TEACHER_LOGITS_BYTES, is_colocated, server_dtype, teacher_gpu_share
 from prime_rl.config.modes import RolloutSource, context_margin, distill_top_k, source_modes
-from prime_rl.config.schema import Config
+from prime_rl.config.schema import EPISODIC, Config
 from prime_rl.inference.server_auth import MIDDLEWARE
 
 # vLLM's --worker-extension-cls: a path, so that the launcher does not import vLLM to name it
@@ -107,9 +107,9 @@ def vllm_command(
 
 
 def teacher_tool_parser(cfg: Config) -> str | None:
-    """The tool parser of a teacher that plays a gym task's episodes (sft), None for one that plays none."""
+    """The tool parser of a teacher that plays episodes (sft: gym, verifiers sources), None where it plays none."""
     played = (src for _, src, mode in source_modes(cfg) if mode.rollouts == RolloutSource.teacher)
-    return next((src.tool_parser for src in played if src.name == "gym"), None)
+    return next((src.tool_parser for src in played if src.name in EPISODIC), None)
 
 
 def teacher_batched_tokens(cfg: Config, model: Path) -> int:

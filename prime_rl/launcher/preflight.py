@@ -31,6 +31,7 @@ from prime_rl.config.user_error import UserError, check
 from prime_rl.launcher.gpus import has_cuda_vllm, visible_gpus
 from prime_rl.models.hub import hub_model_problem, is_hub_id
 from prime_rl.models.prompt_lengths import prompt_lengths
+from prime_rl.models.recipe import WARM_START_ENVS
 from prime_rl.monitor.wandb_mode import settle_wandb_mode
 from prime_rl.tasks import Task
 from prime_rl.tasks.gym_env import demonstrates, env_factory, tool_schemas
@@ -44,6 +45,7 @@ from prime_rl.tasks.registry import (
     load_task,
     train_sizes,
 )
+from prime_rl.tasks.verifiers_adapter import has_toolsets
 from prime_rl.teacher.chat_api import resolve_teacher_api
 from prime_rl.teacher.scoring import check_top_k_served, check_top_k_vocab
 
@@ -131,7 +133,7 @@ def _teacher_tool_calls(cfg: Config, tokenizer: Callable) -> None:
     """A teacher that plays episodes with tools (sft) returns its calls as OpenAI `tool_calls`: they reach the
     student's tokens only through a chat template that writes them."""
     played = [src for _, src, mode in source_modes(cfg) if mode.rollouts == RolloutSource.teacher]
-    with_tools = [src for src in played if src.name == "gym" and tool_schemas(env_factory(src.env)(**src.options))]
+    with_tools = [src for src in played if _offers_tools(src)]
     if not with_tools:
         return
     from prime_rl.models.chat import renders_tool_calls  # transformers: only where a teacher calls tools
@@ -142,6 +144,13 @@ def _teacher_tool_calls(cfg: Config, tokenizer: Callable) -> None:
             "does not write an assistant message's tool_calls; fix: give the student a chat template that renders "
             "tool_calls (Qwen's, Llama 3's) or use training_mode=rl|opd, where the student writes its calls"
         )
+
+
+def _offers_tools(src: TaskSourceConfig) -> bool:
+    """Whether the source's episodes have tools: a gym environment's `tools`, a verifiers taskset's toolsets."""
+    if src.name == "gym":
+        return bool(tool_schemas(env_factory(src.env)(**src.options)))
+    return src.name == "verifiers" and has_toolsets(src)
 
 
 def _cpu_run_on_gpu_node(cfg: Config, gpus: int) -> None:
@@ -260,7 +269,7 @@ def _warm_start(cfg: Config, sources: list[tuple[str, TaskSourceConfig]]) -> Non
     tiny = [("model", cfg.model.name, cfg.model.warm_start)]
     if cfg.teacher.kind == TeacherKind.local_vllm:
         tiny.append(("teacher", cfg.teacher.model, cfg.teacher.warm_start))
-    builtin = [kind for kind, entry in KINDS.items() if entry.validate is not None]
+    builtin = [*(kind for kind, entry in KINDS.items() if entry.validate is not None), *WARM_START_ENVS]
     for key, name, warm_start in tiny:
         check(
             warm_start.task is None or warm_start.task in builtin,

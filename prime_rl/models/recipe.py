@@ -42,7 +42,18 @@ def trained_on(warm_start: WarmStartConfig, task: TaskConfig) -> tuple[WarmStart
     recipe is then that task's own (a task=retry run shares the build of a task=reverse run)."""
     if warm_start.task is None:
         return warm_start, task
-    return replace(warm_start, task=None), TaskConfig(name=warm_start.task)
+    return replace(warm_start, task=None), warm_start_task(warm_start.task)
+
+
+WARM_START_ENVS = ("lookup",)  # built-in environments a warm start can learn first, beside the built-in tasks
+
+
+def warm_start_task(name: str) -> TaskConfig:
+    """The built-in task of that name as its conf/task preset sets its data (lookup: a gym environment whose
+    demonstrations call its tool), so a warm start on it shares the build of a run on it."""
+    if name == "lookup":
+        return TaskConfig(name="gym", env="prime_rl.tasks.lookup_env:Lookup", max_turns=3)
+    return TaskConfig(name=name)
 
 
 def model_dir(name: str, tiny: TinyModelConfig, warm_start: WarmStartConfig, task: TaskConfig, cache_dir) -> Path:

@@ -88,8 +88,11 @@ def check_env(cfg: TaskConfig, seed: int) -> None:
 
 
 def tool_schemas(env) -> list[dict]:
-    """The JSON schemas of the tools an environment offers in its `tools` (functions with type hints and a
-    docstring with an Args section, which transformers' get_json_schema reads); none for one without."""
+    """The JSON schemas of the tools an environment offers: its own `tool_schemas` (OpenAI format) where it lists
+    them, else read off its `tools` (functions with type hints and a docstring with an Args section, which
+    transformers' get_json_schema reads); none for one without tools."""
+    if hasattr(env, "tool_schemas"):
+        return env.tool_schemas
     from transformers.utils import get_json_schema
 
     return [get_json_schema(tool) for tool in getattr(env, "tools", None) or []]

@@ -3,7 +3,8 @@ scores each completion with the task's own rewards. The id is what verifiers its
 `owner/name@version` hub id of one) exporting a `verifiers.v1.Taskset` subclass; `task.options` are the taskset
 config's fields. This is verifiers' single-turn case (the `null` harness: system prompt + prompt, one reply), with
 the rollout sampled by the student's vLLM server instead of a harness program, and scored offline: no runtime, no
-sandbox, no hosted judge. Tasks that need those are refused by name when the task is built."""
+sandbox, no hosted judge. Tasks that need those are refused by name when the task is built. A taskset with an Env
+of its own or with toolsets is played as episodes instead (tasks/verifiers_episodes.py, tasks/verifiers_tools.py)."""
 
 import asyncio
 import inspect
@@ -15,6 +16,7 @@ from prime_rl.config.user_error import ConfigError
 from prime_rl.tasks.gym_env import no_verifier
 from prime_rl.tasks.task import EnvSpec, Example, Task
 from prime_rl.tasks.verifiers_episodes import environment, multi_turn_env, seats
+from prime_rl.tasks.verifiers_tools import toolsets_of, unservable
 
 INSTALL = "pip install -e '.[verifiers]' (the version this adapter is built against)"
 EPISODE = "prime_rl.tasks.verifiers_episodes:VerifiersEpisode"  # the Gymnasium text API over a verifiers Env
@@ -22,7 +24,7 @@ EPISODE = "prime_rl.tasks.verifiers_episodes:VerifiersEpisode"  # the Gymnasium 
 
 def load_verifiers_task(cfg: TaskConfig) -> Task:
     """The first num_train + num_eval tasks of the taskset, shuffled by seed; num_eval of them held out. A taskset
-    with an environment of its own (a multi-turn game) gives episodes (tasks/verifiers_episodes.py)."""
+    with an environment of its own (a multi-turn game) or with tools gives episodes (tasks/verifiers_episodes.py)."""
     taskset = open_taskset(cfg)
     try:
         tasks = list(itertools.islice(taskset, cfg.num_train + cfg.num_eval))
@@ -31,9 +33,10 @@ def load_verifiers_task(cfg: TaskConfig) -> Task:
         raise ConfigError(["task.env", "task.options"], problem, "fix the taskset or its options") from e
     if len(tasks) < 2:
         raise ConfigError(["task.env"], f"taskset {cfg.env!r} yields {len(tasks)} task(s)", "a run needs 2 or more")
-    multi_turn = multi_turn_env(cfg.env) is not None
-    if multi_turn:
-        check_playable(cfg, tasks[0])
+    toolsets = toolsets_of(taskset, tasks[0])
+    episodic = multi_turn_env(cfg.env) is not None or bool(toolsets)
+    if episodic:
+        check_playable(cfg, tasks[0], toolsets)
         try:
             environment(cfg.env, dict(cfg.options))
         except Exception as e:  # its Env refused the config: its message says why
@@ -44,8 +47,8 @@ def load_verifiers_task(cfg: TaskConfig) -> Task:
     indexed = list(enumerate(tasks))  # an episode's seed is its task's place in the taskset's stream
     random.Random(cfg.seed).shuffle(indexed)
     cut = min(cfg.num_eval, len(tasks) // 2)
-    examples = [to_episode(cfg, task, i) if multi_turn else to_example(cfg, task) for i, task in indexed]
-    scorer = no_verifier if multi_turn else taskset_scorer(taskset)
+    examples = [to_episode(cfg, task, i) if episodic else to_example(cfg, task) for i, task in indexed]
+    scorer = no_verifier if episodic else taskset_scorer(taskset)
     return Task(f"verifiers/{cfg.env}", examples[cut:], examples[:cut], scorer)
 
 
@@ -78,6 +81,12 @@ def open_taskset(cfg: TaskConfig):
         raise ConfigError(["task.options"], problem, f"set only fields {config_type.__name__} has: {fields}") from e
 
 
+def has_toolsets(cfg: TaskConfig) -> bool:
+    """Whether the taskset's episodes have tools (its own toolsets, or its first task's)."""
+    taskset = open_taskset(cfg)
+    return bool(toolsets_of(taskset, next(iter(taskset))))
+
+
 def check_offline(cfg: TaskConfig, task) -> None:
     """Refuse what offline single-turn scoring cannot do, instead of silently scoring it 0."""
     needs = in_process_lacks(task)
@@ -91,27 +100,27 @@ def check_offline(cfg: TaskConfig, task) -> None:
         )
 
 
-def check_playable(cfg: TaskConfig, task) -> None:
-    """Refuse what this player cannot play: more than one seat, and what no task here gets (in_process_lacks)."""
+def check_playable(cfg: TaskConfig, task, toolsets: list) -> None:
+    """Refuse what this player cannot play: more than one seat, toolsets it cannot serve in-process, and what no
+    task here gets (in_process_lacks)."""
     players = seats(cfg.env)
     needs = [f"{len(players)} players ({', '.join(players)})"] if len(players) != 1 else []
-    needs += in_process_lacks(task)
+    needs += unservable(toolsets) + in_process_lacks(task)
     if any(takes_runtime(fn) for fn in task.hooks("reward")):
         needs.append("a runtime for its rewards")
     if needs:
         raise ConfigError(
             ["task.env"],
-            f"taskset {cfg.env!r} is a multi-turn environment that needs {', '.join(needs)}, which the student "
-            "playing it in-process does not provide",
-            "use an environment of one player whose rewards read the trace (examples/reverse_retry_game.py)",
+            f"taskset {cfg.env!r} is played as episodes and needs {', '.join(needs)}, which the student playing it "
+            "in-process does not provide",
+            "use an environment of one player whose rewards read the trace and whose toolsets run locally "
+            "(examples/reverse_retry_game.py, examples/vault_lookup.py)",
         )
 
 
 def in_process_lacks(task) -> list[str]:
-    """What of verifiers' runtime a task needs that this launcher does not run: containers, tool servers, judges."""
+    """What of verifiers' runtime a task needs that this launcher does not run: containers, judges."""
     needs = ["a container runtime"] if task.NEEDS_CONTAINER else []
-    if type(task).toolsets(task.config):
-        needs.append("tool servers")
     if task.config.judges:
         needs.append("LLM judges")
     return needs

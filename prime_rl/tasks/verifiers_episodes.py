@@ -8,7 +8,10 @@ verifiers drives an episode from the environment's side: `Env.run(task, agents)`
 background event loop; `reset()` starts it and returns the prompt it opens with, each `step(reply)` hands the
 reply to the waiting `turn()` and returns the next message it sends, until `run()` ends. The task's own rewards
 (`@vf.reward`) score the trace when the interaction closes, as in verifiers; the episode's reward is the trace's.
-One seat, no tools, no harness program: an environment that needs more is refused by name when the task is built.
+A taskset without an Env of its own but with toolsets is verifiers' single-agent case (`agents.agent.run(task)`):
+one turn on the task's prompt, in which the student calls the tools (tasks/verifiers_tools.py) until it replies
+without a call. Each call and its result join the trace before the reply, as a harness's would. One seat, no
+harness program: an environment that needs more is refused by name when the task is built.
 """
 
 import asyncio
@@ -20,12 +23,13 @@ import queue
 import threading
 
 from prime_rl.tasks.gym_env import EnvProtocolError
+from prime_rl.tasks.verifiers_tools import ToolServers
 
 END, TURN, ERROR = "end", "turn", "error"  # what run() did while the engine waited
 
 
 def multi_turn_env(taskset_id: str) -> type | None:
-    """The taskset's own Env class (verifiers' `environment_class`), None where it has none (single-turn)."""
+    """The taskset's own Env class (verifiers' `environment_class`), None where it has none (single-agent)."""
     from verifiers.v1.envs.single_agent import SingleAgentEnv
     from verifiers.v1.utils.loaders import environment_class
 
@@ -46,34 +50,56 @@ class VerifiersEpisode:
     (tasks are a stream, each index one task), `step(reply)` answers its pending turn."""
 
     def __init__(self, taskset: str, options: dict | None = None):
-        self.env, self.tasks = environment(taskset, options or {})
+        self.env, self.tasks, self.shared_tools = environment(taskset, options or {})
+        self.servers = self.shared_tools  # a reset() adds the task's own toolsets
         self.play: asyncio.Future | None = None
 
     def reset(self, seed: int) -> tuple[str, dict]:
         self._abandon()
         task = self.tasks(seed)
+        own = ToolServers(type(task).toolsets(task.config), self.shared_tools)
+        self.servers = _on_loop(own.start(task.data))
         self.events: queue.Queue = queue.Queue()
         self.player = Player(task, self.events)
-        self.play = asyncio.run_coroutine_threadsafe(self._run(task), _loop())
+        self.play = asyncio.run_coroutine_threadsafe(self._run(task, self.player, self.servers), _loop())
         return self._next("reset")[0], {}
+
+    @property
+    def tools(self) -> list:
+        """The episode's tools as the engine calls them: blocking, by keyword, under their full names."""
+        return [self._tool(name, signature) for name, (_, _, signature) in self.servers.tools.items()]
+
+    @property
+    def tool_schemas(self) -> list[dict]:
+        return self.servers.schemas
+
+    def _tool(self, name: str, signature):
+        def call(**arguments):
+            return _on_loop(self.player.call_tool(self.servers, name, arguments))
+
+        call.__name__, call.__signature__ = name, signature
+        return call
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
         self.player.answer(action)
         observation, reward, ended = self._next("step")
         return observation, reward, ended, False, {}
 
-    async def _run(self, task) -> None:
+    async def _run(self, task, player: "Player", servers: ToolServers) -> None:
+        """The episode, played; what it did last goes to its player's events (an abandoned one's to nobody)."""
         from verifiers.v1.episode import EnvInfo, Episode
 
         try:
-            await self.env.setup(self.player.agents)
-            await self.env.run(task, self.player.agents)
-            trace = await self.player.close()
+            await self.env.setup(player.agents)
+            await self.env.run(task, player.agents)
+            trace = await player.close()
             episode = Episode(env=EnvInfo(id=self.env.config.env_id), task=trace.task, traces=[trace])
             await self.env.finalize(task, episode)
-            self.events.put((END, trace.reward))
+            player.events.put((END, trace.reward))
         except Exception as e:  # the engine counts it (env/errors) and shows its first traceback
-            self.events.put((ERROR, e))
+            player.events.put((ERROR, e))
+        finally:
+            await servers.close()
 
     def _next(self, call: str) -> tuple[str, float, bool]:
         """What run() did next: asked for a reply after a message (str), or ended (the trace's reward)."""
@@ -115,6 +141,22 @@ class Player:
         self.prompted = task.data.prompt is not None
         self.agents = Seats(self)
         self.closed = False
+        self.calls: list = []  # the tool calls of the turn being played and their results, as messages
+        self.call_ids = itertools.count()
+
+    async def call_tool(self, servers: ToolServers, name: str, arguments: dict) -> str:
+        """One of the student's tool calls, run; it and its result are recorded for the trace."""
+        from verifiers.v1.types import AssistantMessage, ToolCall, ToolMessage
+
+        call = ToolCall(id=f"call_{next(self.call_ids)}", name=name, arguments=json.dumps(arguments))
+        try:
+            result = await servers.call(self.trace, name, arguments)
+        except Exception as e:
+            result = f"tool error: {e}"
+            raise
+        finally:
+            self.calls += [AssistantMessage(tool_calls=[call]), ToolMessage(tool_call_id=call.id, content=result)]
+        return result
 
     def answer(self, text: str) -> None:
         _loop().call_soon_threadsafe(self.replies.put_nowait, text)
@@ -137,8 +179,15 @@ class Player:
         self.events.put((TURN, prompt_text(self.task) if message is None else "\n".join(text_of(m) for m in new)))
         self.prompted = False
         reply = AssistantMessage(content=await self.replies.get())
-        add_nodes(self.trace, [*new, reply])
+        add_nodes(self.trace, [*new, *self.calls, reply])
+        self.calls = []
         return Segment(messages=[reply])
+
+    async def run(self, task, **_):
+        """verifiers' single-agent case: one turn on the task's prompt (the tools answer the calls in it)."""
+        async with self.interaction(task) as interaction:
+            await interaction.turn()
+        return self.trace
 
     async def close(self):
         """The exchange is over: the task's rewards score the trace, once."""
@@ -216,6 +265,11 @@ def _loop() -> asyncio.AbstractEventLoop:
         return _started_loop()
 
 
+def _on_loop(coroutine):
+    """The coroutine's result, run on the episodes' loop (from any other thread)."""
+    return asyncio.run_coroutine_threadsafe(coroutine, _loop()).result()
+
+
 @functools.cache
 def _started_loop() -> asyncio.AbstractEventLoop:
     loop = asyncio.new_event_loop()
@@ -227,8 +281,9 @@ _LOADING = threading.Lock()  # likewise for the taskset, loaded once
 
 
 def environment(taskset_id: str, options: dict):
-    """The environment (its taskset loaded once per process) and its tasks by index, read as far as asked. Loaded
-    when the task is (tasks/verifiers_adapter.py), so no episode's reset() waits for it within its time limit."""
+    """The environment (its taskset loaded once per process), its tasks by index, read as far as asked, and the
+    taskset's shared toolsets, set up. Loaded when the task is (tasks/verifiers_adapter.py), so no episode's reset()
+    waits for it within its time limit."""
     with _LOADING:
         return _environment(taskset_id, json.dumps(options, sort_keys=True))
 
@@ -238,6 +293,7 @@ def _environment(taskset_id: str, options: str):
     from verifiers.v1.utils.loaders import load_environment, resolve_env_config
 
     env = load_environment(resolve_env_config({"taskset": {"id": taskset_id, **json.loads(options)}}))
+    shared = _on_loop(ToolServers(type(env.taskset).toolsets(env.taskset.config)).start())
     stream, seen, lock = iter(env.taskset), [], threading.Lock()
 
     def task(index: int):
@@ -247,4 +303,4 @@ def _environment(taskset_id: str, options: str):
                 raise EnvProtocolError(f"taskset {taskset_id!r} has {len(seen)} tasks, not {index + 1}")
             return seen[index]
 
-    return env, task
+    return env, task, shared
