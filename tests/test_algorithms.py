@@ -142,6 +142,10 @@ def test_grpo_advantages_subtract_the_group_mean():
     assert normed == pytest.approx([1.0, -1.0], rel=1e-4)
     # a mix whose sources sample their prompts 3 and 1 times: each group's own mean; a group of one has none
     assert grpo_advantages([1.0, 0.0, 0.5, 0.7], [3, 1], std_normalize=False) == pytest.approx([0.5, -0.5, 0.0, 0.0])
+    # an episode its environment broke (not counted) is no one's baseline and gets 0; a group of failures, all 0
+    counted = [True, False, True, True, False, False]
+    adv = grpo_advantages([1.0, 0.0, 0.5, 0.0, 0.0, 0.0], [4, 2], std_normalize=False, counted=counted)
+    assert adv == pytest.approx([0.5, 0.0, 0.0, -0.5, 0.0, 0.0])  # the mean of 1, 0.5 and 0, not of all four
 
 
 def test_batch_file_round_trip(tmp_path):

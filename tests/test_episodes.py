@@ -297,7 +297,10 @@ def test_opd_plays_episodes_token_for_token_and_survives_an_environment_that_rai
         failed = (r["env/errors"] + r["env/timeouts"]) / 32
         assert sum(r[f"env/end/{why}"] for why in ("done", "max_turns", "context")) + failed == pytest.approx(1)
         assert r["env/env_tokens"] > 0
-    assert any("reward/faulty" in r for r in train)  # a source's reward, in the steps that drew it
+    assert all("reward/retry" in r for r in train)  # a source's reward, in the steps that drew it: its played
+    for r in (r for r in train if "env/faulty/turns" in r):  # episodes', none when every one of them failed
+        played = sum(r[f"env/faulty/end/{why}"] for why in ("done", "max_turns", "context"))
+        assert ("reward/faulty" in r) == (played > 0), r
     failures = [r["env/errors"] + r["env/timeouts"] for r in train]  # and its episodes' metrics: all its failures
     assert [r.get("env/faulty/errors", 0) + r.get("env/faulty/timeouts", 0) for r in train] == failures
     assert all(r.get("env/retry/errors", 0) == 0 and r["env/retry/turns"] >= 1 for r in train)
@@ -313,7 +316,8 @@ def test_opd_plays_episodes_token_for_token_and_survives_an_environment_that_rai
     assert len(samples) == 3 * 32
     for s in samples:
         if not s["completion_ids"] or (s["loss_mask"] is not None and not any(s["loss_mask"])):
-            assert s["reward"] == 0.0  # an episode the environment broke (or never started): nothing trains
+            assert s["failed"] and s["reward"] == 0.0  # an episode the environment broke (or never started): nothing
+            assert s["advantage"] == 0.0  # trains, and its 0 is no baseline for the episodes of its group
             continue
         word = re.search(r"reverse: ([a-z]+)", s["prompt"]).group(1)
         for text in between_replies(tokenizer, s):  # the end of the reply's turn, then the request again

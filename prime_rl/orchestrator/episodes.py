@@ -70,6 +70,7 @@ class Episode:
             loss_mask=None if all(mask) else mask,
             mode=mode,
             teacher=teacher,
+            failed=failed,
         )
 
 

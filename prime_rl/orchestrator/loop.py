@@ -99,6 +99,7 @@ def log_samples(ctx: Context, batch: Batch) -> None:
             "teacher": s.teacher,
             "reward": s.reward,
             "advantage": s.advantage,
+            "failed": s.failed,
             "prompt": ctx.tokenizer.decode(s.prompt_ids),
             "completion": ctx.tokenizer.decode(s.completion_ids),
             "prompt_ids": s.prompt_ids,
@@ -171,19 +172,22 @@ async def rollouts(algo: Algorithm, ctx: Context, examples: list[Example]) -> tu
 
 
 async def score(ctx: Context, examples: list[Example], groups: list[list[Sample]]) -> dict:
-    """Rewards (the verifier's, or an episode's own), GRPO advantages, and the step's reward metrics."""
+    """Rewards (the verifier's, or an episode's own), GRPO advantages, and the step's reward metrics: the policy's,
+    so without the episodes their environment broke (env/errors, env/timeouts count those)."""
     rewards = await rewards_of(ctx, examples, groups)
     if ctx.difficulty:
         ctx.difficulty.judge(examples, groups)
     sources = [ex.source for ex, group in zip(examples, groups) for _ in group]
     o, samples = ctx.cfg.orchestrator, [s for g in groups for s in g]
     shaped, metrics = shaped_rewards(ctx.cfg, samples, rewards)
-    for s, adv in zip(samples, grpo_advantages(shaped, [len(g) for g in groups], o.std_normalize)):
+    counted = [not s.failed for s in samples]
+    for s, adv in zip(samples, grpo_advantages(shaped, [len(g) for g in groups], o.std_normalize, counted)):
         s.advantage = adv
-    metrics["reward/mean"] = sum(rewards) / len(rewards)
-    metrics["reward/exact"] = sum(r == 1.0 for r in rewards) / len(rewards)
+    played = [(source, r) for source, r, c in zip(sources, rewards, counted) if c]
+    metrics["reward/mean"] = sum(r for _, r in played) / len(played)
+    metrics["reward/exact"] = sum(r == 1.0 for _, r in played) / len(played)
     for label in ctx.task.weights:  # a mix: each source's mean reward in this step
-        mine = [r for source, r in zip(sources, rewards) if source == label]
+        mine = [r for source, r in played if source == label]
         if mine:
             metrics[f"reward/{label}"] = sum(mine) / len(mine)
     return metrics

@@ -12,7 +12,8 @@ import torch
 
 from prime_rl.protocol.atomic import write_file
 
-FORMAT = 3  # 2: per-token loss mask, named per-token streams, each sample's mode and teacher; 3: teacher top-k
+# 2: per-token loss mask, named per-token streams, each sample's mode and teacher; 3: teacher top-k; 4: failed
+FORMAT = 4
 TEACHER_LOGPROBS = "teacher_logprobs"  # stream: the teacher's log p_T of each completion token (opd)
 
 
@@ -29,6 +30,7 @@ class Sample:
     source: str = ""  # in a task mix: the label of its prompt's source ("" outside a mix)
     teacher: str | None = None  # the model name of the teacher that scored or wrote it (None: no teacher)
     truncated: bool = False  # a reply cut off by max_tokens (orchestrator.length)
+    failed: bool = False  # an episode its environment broke: no token trains, its reward is no group's baseline
     # trainer.loss.distill=topk: the teacher's k most likely tokens at each completion token's position ([tokens, k]
     # int32 ids, float32 log p_T; None: no top-k)
     teacher_top_ids: torch.Tensor | None = None
