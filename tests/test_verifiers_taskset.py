@@ -183,6 +183,79 @@ def test_a_taskset_with_a_toolset_is_played_as_a_turn_of_tool_calls_scored_with_
     assert {tool.__name__: tool for tool in env.tools}["get"](key=key) == f"no key {key}"
 
 
+GAME_WITH_A_TOOL = """
+import verifiers.v1 as vf
+
+
+class SumData(vf.TaskData):
+    answer: str
+
+
+class Hints(vf.Toolset[vf.ToolsetConfig, vf.State]):
+    @vf.tool
+    def hint(self) -> str:
+        \"\"\"A hint.\"\"\"
+        return "add one"
+
+
+class SumTaskConfig(vf.TaskConfig):
+    tools: vf.ToolsetConfig = vf.ToolsetConfig()
+
+
+class SumTask(vf.Task[SumData, vf.State, SumTaskConfig]):
+    @classmethod
+    def toolsets(cls, config):
+        return [Hints(config.tools)]
+
+    @vf.reward
+    async def right(self, trace) -> float:
+        return float(trace.last_reply == self.data.answer)
+
+
+class SumConfig(vf.TasksetConfig):
+    task: SumTaskConfig = SumTaskConfig()
+
+
+class SumTaskset(vf.Taskset[SumTask, SumConfig]):
+    def load(self):
+        for i in range(4):
+            yield SumTask(SumData(prompt=f"{i} + 1 = ?", answer=str(i + 1)), self.config.task)
+
+
+class TwoTriesConfig(vf.EnvConfig):
+    player: vf.AgentConfig = vf.AgentConfig()
+
+
+class TwoTries(vf.Env[TwoTriesConfig]):
+    async def run(self, task, agents):
+        async with agents.player.interaction(task) as interaction:
+            segment = await interaction.turn()
+            if segment.last_reply != task.data.answer:
+                await interaction.turn("no, again")
+
+
+__all__ = ["SumTaskset", "TwoTries"]
+"""
+
+
+def test_a_game_with_a_toolset_takes_tool_calls_inside_any_of_its_turns(tmp_path, monkeypatch):
+    """A game of its own (two tries) whose task has a toolset: the tool, named `<toolset>_<tool>` as verifiers'
+    harnesses name it, answers within each turn, and each turn's calls join the trace before its reply."""
+    (tmp_path / "sum_game.py").write_text(GAME_WITH_A_TOOL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    task = load_task(TaskConfig(name="verifiers", env="sum_game", max_turns=4, num_train=2, num_eval=2))
+    env = make_env(task.train[0].env)
+    assert env.reset(seed=0)[0] == "0 + 1 = ?"
+    [hint] = env.tools
+    assert hint.__name__ == "hints_hint" and tool_schemas(env)[0]["function"]["name"] == "hints_hint"
+    assert hint() == "add one"
+    assert env.step("2") == ("no, again", 0.0, False, False, {})
+    assert hint() == "add one"
+    assert env.step("1") == ("", 1.0, True, False, {})
+    roles = [node.message.role for node in env.player.trace.nodes]
+    assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant", "tool", "assistant"]
+
+
 @pytest.mark.parametrize(
     "tools, needs",
     [
