@@ -11,8 +11,10 @@ from hydra.errors import ConfigCompositionException, HydraException
 from omegaconf import OmegaConf
 
 from prime_rl.config import ConfigError, TeacherKind, TrainingMode, compose_config, load_config
+from prime_rl.config.teachers import DEFAULT, REFERENCE, local_teachers, teacher_names, teacher_view
 from prime_rl.launcher.plan import build_plan
 from prime_rl.launcher.preflight import check_at_job, check_at_launch
+from prime_rl.models.recipe import student_dir, teacher_dir
 from tests.conftest import ROOT, launch_cmd
 
 KEY_ENV = "PRIME_RL_TEST_TEACHER_KEY"
@@ -102,6 +104,14 @@ def test_every_experiment_composes_and_validates(name):
 
 
 RL_BESIDE_OPD = ["task=mix", "task.mix=[{name:reverse},{name:sort,mode:opd}]", "trainer.loss.teacher_tau=1"]
+SERVED_REFERENCE = ["trainer.loss.kl_ref_tau=0.05", "trainer.loss.kl_ref_from=vllm"]
+# a named teacher called what the served reference is called
+TWO_NAMED_REFERENCE = [
+    "task=mix",
+    "task.mix=[{name:reverse,mode:opd,teacher:reference}]",
+    "++teachers={reference:{kind:local_vllm,model:tiny}}",
+    "trainer.loss.teacher_tau=1",
+]
 # (accepted overrides, rejected overrides, a key the error must name)
 RULES = {
     "rl forbids a teacher": ([], ["teacher=local_vllm"], "teacher"),
@@ -111,6 +121,22 @@ RULES = {
         "trainer.loss.teacher_tau",
     ),
     "rl needs verification": ([], ["orchestrator.verification.enabled=false"], "orchestrator.verification.enabled"),
+    "a served reference needs the reference KL on": (
+        [*SERVED_REFERENCE],
+        ["trainer.loss.kl_ref_from=vllm"],
+        "trainer.loss.kl_ref_tau",
+    ),
+    "a served reference is for full fine-tuning": ([*SERVED_REFERENCE], [*SERVED_REFERENCE, "lora=on"], "lora"),
+    "a served reference scores at temperature 1": (
+        [*SERVED_REFERENCE, "orchestrator.sampling.temperature=1.0"],
+        [*SERVED_REFERENCE, "orchestrator.sampling.temperature=0.7"],
+        "orchestrator.sampling.temperature",
+    ),
+    "a served reference has its name": (
+        [*SERVED_REFERENCE, "training_mode=opd", "teacher=local_vllm"],
+        [*SERVED_REFERENCE, *TWO_NAMED_REFERENCE],
+        "teachers.reference",
+    ),
     "opd needs a teacher": (["training_mode=opd"], ["training_mode=opd", "teacher=none"], "teacher"),
     "opd needs teacher_tau > 0": (
         ["training_mode=opd", "trainer.loss.teacher_tau=0.3"],
@@ -293,6 +319,19 @@ def test_rule_accepts_and_rejects(rule, monkeypatch):
         check(rejected)
     assert key in err.value.keys
     assert "\n" not in str(err.value) and "fix:" in str(err.value)
+
+
+def test_a_served_reference_is_one_more_local_server_of_the_students_starting_model(tmp_path):
+    """trainer.loss.kl_ref_from=vllm: a server of its own, serving the student's build (which it never rebuilds),
+    beside a run's own teachers; its view trains on nothing."""
+    cfg = compose_config([*SERVED_REFERENCE, "training_mode=opd", "teacher=local_vllm"])
+    assert teacher_names(cfg) == [DEFAULT, REFERENCE] and local_teachers(cfg) == [DEFAULT, REFERENCE]
+    assert teacher_dir(teacher_view(cfg, REFERENCE)) == student_dir(cfg) != teacher_dir(cfg)
+    plan = build_plan(cfg, tmp_path, [])
+    assert [r.name for r in plan.roles if "inference" in r.name] == [
+        "inference", "teacher_inference", "teacher_inference_reference"
+    ]  # fmt: skip
+    assert teacher_names(compose_config(["trainer.loss.kl_ref_tau=0.05"])) == []  # the trainer's copy: no server
 
 
 # the default local teacher teaches reverse, a named local one sort

@@ -107,10 +107,11 @@ def test_rl_on_the_tied_qwen3_family_keeps_the_server_on_the_trainers_weights(tm
     """model=tiny_qwen3 (q/k norm, tied embeddings, BPE): at max_async_level=0 every batch is sampled by the
     weights the trainer holds, so mismatch_kl stays at float noise (with vLLM's own reload it grew to 1e-2). The
     trainer packs its samples (trainer.pack_tokens): a sample that saw its row's neighbours would not be; and it
-    keeps a KL to the starting weights (trainer.loss.kl_ref_tau)."""
+    keeps a KL to the starting weights (trainer.loss.kl_ref_tau), served by a vLLM server of their own
+    (kl_ref_from=vllm; the trainer's frozen copy has its own test in tests/test_trainer_numerics.py)."""
     run_dir = tmp_path / "run"
     overrides = ["model=tiny_qwen3", "max_steps=4", "orchestrator.max_async_level=0", "trainer.optim.lr=1e-3"]
-    overrides += ["trainer.pack_tokens=256", "trainer.loss.kl_ref_tau=0.1"]
+    overrides += ["trainer.pack_tokens=256", "trainer.loss.kl_ref_tau=0.1", "trainer.loss.kl_ref_from=vllm"]
     schedule = ["trainer.optim.warmup_steps=0", "trainer.optim.schedule=cosine"]
     proc = launch(run_dir, *overrides, *schedule, "monitor=off")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -122,7 +123,9 @@ def test_rl_on_the_tied_qwen3_family_keeps_the_server_on_the_trainers_weights(tm
     # one sample per row leaves 11-21 % of the forward pass padding here (mean 16 %), rows of 256 tokens 4-8 %
     assert sum(r["throughput/padding_fraction"] for r in train) / len(train) < 0.1, train
     assert max(r["grad_norm"] for r in train) > 0  # the weights did change
-    # the reference (a frozen copy of the starting weights): step 0 trains them, so KL 0; then they have moved
-    assert train[0]["kl_ref"] == 0.0 and train[-1]["kl_ref"] > 0, [r["kl_ref"] for r in train]
+    # the served reference: step 0 trains the starting weights, so its logprobs are the trainer's (KL at float
+    # noise: a server of other weights, or scores of other tokens, would show); then the weights have moved
+    assert train[0]["kl_ref"] < 1e-9 and train[-1]["kl_ref"] > 1e-6, [r["kl_ref"] for r in train]
+    assert all(r["time/reference"] > 0 for r in train)
     # the cosine schedule decays from the peak over the run's 4 steps
     assert [r["lr"] for r in train] == pytest.approx([1e-3 * (1 + math.cos(math.pi * k / 4)) / 2 for k in range(4)])

@@ -16,6 +16,7 @@ from prime_rl.config.schema import (
     DistillSignal,
     Layout,
     RatioLevel,
+    ReferenceSource,
     TeacherKind,
     node_gpus,
     num_nodes,
@@ -24,6 +25,7 @@ from prime_rl.config.sources import rollouts_key, rollouts_of, source_loss
 from prime_rl.config.teachers import (
     DEFAULT,
     MULTI_NODE_NAMED_LOCAL_TEACHERS,
+    REFERENCE,
     local_teachers,
     named_errors,
     teacher_key,
@@ -41,7 +43,19 @@ CHAT_FIELDS = ("model", "messages", "n", "max_tokens", "max_completion_tokens", 
 
 def check_rules(cfg: Config, visible_gpus: int) -> None:
     """Raise ConfigError on the first broken rule. `visible_gpus`: GPUs the job will see."""
-    rules = (_ranges, _pairs, _source_weights, _teachers, _mode, _episodes, _teacher, _lora, _nodes, _colocated)
+    rules = (
+        _ranges,
+        _pairs,
+        _source_weights,
+        _teachers,
+        _mode,
+        _episodes,
+        _teacher,
+        _lora,
+        _reference,
+        _nodes,
+        _colocated,
+    )
     for rule in (*rules, _gpus, _parallel):
         rule(cfg, visible_gpus)
 
@@ -667,6 +681,38 @@ def _lora(cfg: Config, _: int) -> None:
             "must be 0 in rl and opd: with dropout the trainer's policy is not the one vLLM sampled from",
             "set trainer.lora.dropout=0 (dropout regularises sft only)",
         )
+
+
+def _reference(cfg: Config, _: int) -> None:
+    """A reference served by vLLM (trainer.loss.kl_ref_from=vllm): for full fine-tuning, in place of the trainer's
+    frozen copy; under LoRA the trainer's reference is its base with the adapter off, which costs no weights."""
+    loss = cfg.trainer.loss
+    if loss.kl_ref_from != ReferenceSource.vllm:
+        return
+    check(
+        loss.kl_ref_tau > 0,
+        ["trainer.loss.kl_ref_from", "trainer.loss.kl_ref_tau"],
+        "a served reference scores every sample for the reference KL, which is off (kl_ref_tau=0)",
+        "set trainer.loss.kl_ref_tau > 0 (e.g. 0.05), or drop trainer.loss.kl_ref_from",
+    )
+    check(
+        not cfg.trainer.lora.enabled,
+        ["trainer.loss.kl_ref_from", "lora"],
+        "under LoRA the reference is the trainer's base model with the adapter off: no weights to serve",
+        "set trainer.loss.kl_ref_from=trainer",
+    )
+    check(
+        cfg.orchestrator.sampling.temperature == 1.0,
+        ["trainer.loss.kl_ref_from", "orchestrator.sampling.temperature"],
+        "a served reference scores tokens at temperature 1, the trainer's KL compares at the sampling temperature",
+        "sample at orchestrator.sampling.temperature=1.0, or set trainer.loss.kl_ref_from=trainer",
+    )
+    check(
+        REFERENCE not in cfg.teachers,
+        [f"teachers.{REFERENCE}"],
+        f"{REFERENCE!r} names the served reference of trainer.loss.kl_ref_from=vllm",
+        "give the teacher another name",
+    )
 
 
 def _nodes(cfg: Config, _: int) -> None:

@@ -41,6 +41,11 @@ class RatioLevel(str, Enum):
     sequence = "sequence"  # GSPO: each sample's length-normalised ratio exp(mean log pi/mu), clipped
 
 
+class ReferenceSource(str, Enum):
+    trainer = "trainer"  # a frozen copy of the starting weights in the trainer (LoRA: the base, adapter off)
+    vllm = "vllm"  # a vLLM server of the starting weights scores every sample (prompt logprobs), as opd's teacher
+
+
 class DistillSignal(str, Enum):
     sampled = "sampled"  # log p_T of the token the student sampled, as a per-token advantage
     topk = "topk"  # the KL over the teacher's top-k tokens at each position plus one tail bucket, as a loss
@@ -218,6 +223,7 @@ class LossConfig:
     teacher_tau: float = 0.0  # weight of the per-token distillation advantage log p_T - log pi; > 0 in opd
     kl_tau: float = 0.0  # weight of the (log ratio)^2 penalty against the inference policy
     kl_ref_tau: float = 0.0  # weight of the KL to the frozen starting policy (k3 estimator, over the trained tokens)
+    kl_ref_from: ReferenceSource = ReferenceSource.trainer  # where the reference's logprobs come from: trainer | vllm
     entropy_tau: float = 0.0  # weight of an entropy bonus: minus this times the mean entropy of the trained tokens
     mask_band: float = 0.2  # drop tokens whose |pi - mu| (probabilities, trainer vs inference) exceeds this
     ratio_low: float = 0.5  # drop tokens whose importance ratio pi/mu is below this (0 = no lower bound)

@@ -3,29 +3,50 @@ of `teachers`, each local_vllm (a server of its own) or external, each teaching 
 
 Everything that serves, checks or asks a teacher reads `cfg.teacher`; for a named one it reads the run's config as
 that teacher sees it (`teacher_view`): its TeacherConfig as `teacher`, and as `task` a mix of the sources it
-teaches, so a built-in teacher is warm-started on its own sources and a check names only the modes it serves."""
+teaches, so a built-in teacher is warm-started on its own sources and a check names only the modes it serves.
+
+The reference of `trainer.loss.kl_ref_from=vllm` is one more local teacher, named REFERENCE, that teaches no source:
+the student's own model as the run starts (its view's task is the run's, so a built-in student's build is its
+model dir too), served so the orchestrator can score every sample's tokens with it."""
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
 from prime_rl.config.modes import Mode, source_modes
-from prime_rl.config.schema import MIX, Config, TaskConfig, TeacherConfig, TeacherKind
+from prime_rl.config.schema import MIX, Config, ReferenceSource, TaskConfig, TeacherConfig, TeacherKind
 from prime_rl.config.sources import mix_sources
 from prime_rl.config.user_error import ConfigError
 
 DEFAULT = ""  # the name of `teacher` among the run's teachers
 SERVER_ROLE = "teacher_inference"  # the default local teacher's server role; a named one's is SERVER_ROLE_<name>
 MULTI_NODE_NAMED_LOCAL_TEACHERS = 5  # the ports a multi-node job keeps for named local teachers (launcher/multinode.py)
+REFERENCE = "reference"  # the served reference policy of trainer.loss.kl_ref_from=vllm, among the named teachers
+
+
+def serves_reference(cfg: Config) -> bool:
+    loss = cfg.trainer.loss
+    return loss.kl_ref_tau > 0 and loss.kl_ref_from == ReferenceSource.vllm
 
 
 def teacher_names(cfg: Config) -> list[str]:
-    """The run's teachers: `teacher` where it is set, then every named one."""
-    return ([DEFAULT] if cfg.teacher.kind != TeacherKind.none else []) + list(cfg.teachers)
+    """The run's teachers: `teacher` where it is set, then every named one, then a served reference."""
+    names = ([DEFAULT] if cfg.teacher.kind != TeacherKind.none else []) + list(cfg.teachers)
+    return names + [REFERENCE] if serves_reference(cfg) and REFERENCE not in names else names
 
 
 def teacher_config(cfg: Config, name: str) -> TeacherConfig:
-    return cfg.teacher if name == DEFAULT else cfg.teachers[name]
+    if name == DEFAULT:
+        return cfg.teacher
+    return cfg.teachers[name] if name in cfg.teachers else reference_teacher(cfg)  # the reference, until published
+
+
+def reference_teacher(cfg: Config) -> TeacherConfig:
+    """The served reference: the student's model as the run starts, at the student server's settings."""
+    m = cfg.model
+    return TeacherConfig(
+        kind=TeacherKind.local_vllm, model=m.name, revision=m.revision, path=m.path, warm_start=m.warm_start
+    )
 
 
 def teacher_key(name: str) -> str:
@@ -60,9 +81,11 @@ def teacher_view(cfg: Config, name: str) -> Config:
     teacher sees the run's config itself (it may teach every source)."""
     if name == DEFAULT:
         return cfg
+    no_gpus = replace(cfg.deployment, num_teacher_gpus=None)
+    if name == REFERENCE and serves_reference(cfg):  # (its settings in `teachers` once a server URL is published)
+        return replace(cfg, teacher=teacher_config(cfg, name), deployment=no_gpus)
     taught = [src for src in cfg.task.mix if src.teacher == name] if cfg.task.name == MIX else []
     task = TaskConfig(name=MIX, mix=taught, num_eval=cfg.task.num_eval)
-    no_gpus = replace(cfg.deployment, num_teacher_gpus=None)
     return replace(cfg, teacher=cfg.teachers[name], task=task, deployment=no_gpus)
 
 

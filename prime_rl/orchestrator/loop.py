@@ -7,7 +7,7 @@ import time
 
 from prime_rl.config.evaluation import due_for_eval
 from prime_rl.config.schema import Config
-from prime_rl.config.teachers import DEFAULT
+from prime_rl.config.teachers import DEFAULT, serves_reference
 from prime_rl.orchestrator.advantages import grpo_advantages
 from prime_rl.orchestrator.algo import Algorithm, algorithm
 from prime_rl.orchestrator.context import Context, make_context
@@ -17,6 +17,7 @@ from prime_rl.orchestrator.evaluation import evaluate, evaluate_teacher
 from prime_rl.orchestrator.length_shaping import shaped_rewards
 from prime_rl.orchestrator.policy import PolicySync
 from prime_rl.orchestrator.prompts import prompts_per_step, step_prompts
+from prime_rl.orchestrator.reference import reference_logprobs
 from prime_rl.orchestrator.rollouts import rewards_of
 from prime_rl.orchestrator.server_urls import locate_servers
 from prime_rl.protocol.batch import Batch, Sample, write_batch
@@ -147,6 +148,8 @@ async def make_batch(ctx: Context, algo: Algorithm, step: int, version: int) -> 
             metrics.update(ctx.difficulty.close_step(step, len(waiting)))
     samples = [s for group in groups for s in group]
     metrics.update(await algo.teacher_signal(ctx, samples))
+    if serves_reference(ctx.cfg):
+        metrics.update(await reference_logprobs(ctx, samples))
     n_tokens = sum(s.trained_tokens for s in samples)
     metrics["policy/staleness"] = float(step - version)
     metrics["time/generate"] = generate_s

@@ -15,6 +15,7 @@ from prime_rl.protocol.atomic import write_file
 # 2: per-token loss mask, named per-token streams, each sample's mode and teacher; 3: teacher top-k; 4: failed
 FORMAT = 4
 TEACHER_LOGPROBS = "teacher_logprobs"  # stream: the teacher's log p_T of each completion token (opd)
+REF_LOGPROBS = "ref_logprobs"  # stream: the served reference's log of each completion token (kl_ref_from=vllm)
 
 
 @dataclass

@@ -53,12 +53,18 @@ class OPD(RL):
 
 async def score(ctx: Context, teacher: Teacher, samples: list[Sample]) -> None:
     """The teacher's logprobs of each sample's tokens (and its top k where the run distils from them)."""
-    shares = even_shares([(s.prompt_ids, s.completion_ids) for s in samples], ctx.cfg.orchestrator.requests_per_step)
     k = distill_top_k(ctx.cfg)
-    replies = await asyncio.gather(*(teacher_logprobs(teacher.client, teacher.model, s, k) for s in shares))
-    for s, (logprobs, top) in zip(samples, (one for reply in replies for one in reply)):
+    for s, (logprobs, top) in zip(samples, await scored(ctx, teacher, samples, k)):
         s.streams[TEACHER_LOGPROBS] = logprobs
         s.teacher = teacher.label
         if top is not None:
             s.teacher_top_ids = torch.tensor(top.ids, dtype=torch.int32).view(-1, k)
             s.teacher_top_logprobs = torch.tensor(top.logprobs, dtype=torch.float32).view(-1, k)
+
+
+async def scored(ctx: Context, teacher: Teacher, samples: list[Sample], k: int = 0) -> list:
+    """(logprobs, top k or None) of each sample's completion tokens under a local or external server, in
+    orchestrator.requests_per_step concurrent requests."""
+    shares = even_shares([(s.prompt_ids, s.completion_ids) for s in samples], ctx.cfg.orchestrator.requests_per_step)
+    replies = await asyncio.gather(*(teacher_logprobs(teacher.client, teacher.model, s, k) for s in shares))
+    return [one for reply in replies for one in reply]
