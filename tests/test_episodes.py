@@ -398,7 +398,6 @@ def test_sft_the_teacher_plays_lookup_through_its_chat_endpoint_and_the_student_
     assert all(r["env/tool_calls"] > 0.5 and r["env/turns"] > 1 and "reward/mean" in r for r in train), train
     assert 0 <= train[0]["eval/teacher_reward"] <= 1  # the teacher played the eval episodes too
 
-    assert all(r["env/vault/tool_calls"] > 0.5 for r in train if "env/vault/turns" in r), train
     tokenizer = student_tokenizer(compose_config(LOOKUP))
     samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
     called = {"lookup": 0, "vault": 0}
