@@ -59,8 +59,7 @@ class VerifiersEpisode:
         task = self.tasks(seed)
         own = ToolServers(type(task).toolsets(task.config), self.shared_tools)
         self.servers = _on_loop(own.start(task.data))
-        self.events: queue.Queue = queue.Queue()
-        self.player = Player(task, self.events)
+        self.player = Player(task)
         self.play = asyncio.run_coroutine_threadsafe(self._run(task, self.player, self.servers), _loop())
         return self._next("reset")[0], {}
 
@@ -103,7 +102,7 @@ class VerifiersEpisode:
 
     def _next(self, call: str) -> tuple[str, float, bool]:
         """What run() did next: asked for a reply after a message (str), or ended (the trace's reward)."""
-        kind, value = self.events.get()  # the engine's thread waits here; its time limit is task.env_timeout_s
+        kind, value = self.player.events.get()  # the engine's thread waits here; its time limit is task.env_timeout_s
         if kind == ERROR:
             raise value
         if kind == END:
@@ -134,8 +133,9 @@ class Player:
     """verifiers' `agents.<seat>` for the one seat: `interaction(task)` opens the exchange the engine plays, turn by
     turn, on the trace that verifiers' rewards read."""
 
-    def __init__(self, task, events: queue.Queue):
-        self.task, self.events = task, events
+    def __init__(self, task):
+        self.task = task
+        self.events: queue.Queue = queue.Queue()  # what run() did, for the engine's thread: END, TURN or ERROR
         self.trace = new_trace(task)
         self.replies: asyncio.Queue = asyncio.Queue()
         self.prompted = task.data.prompt is not None
