@@ -75,13 +75,13 @@ def reapers(marker: str) -> list[int]:
     return found
 
 
-# Faults one after another, in the attempts of one run (what is hit, with which signal): each role of rl, then the
-# launcher asked to stop (SIGTERM; SIGINT takes the same handler: tests/test_supervisor.py stops real processes
-# with both) and killed outright (SIGKILL: no handler, no atexit, what the OOM killer or `scancel --signal=KILL`
-# does); opd's teacher server in a run of its own. Every attempt after the first resumes from the latest checkpoint
-# of the one before; a last one finishes the run.
+# Faults one after another, in the attempts of one run (what is hit, with which signal): rl's orchestrator and
+# trainer, then the launcher asked to stop (SIGTERM; SIGINT takes the same handler: tests/test_supervisor.py stops
+# real processes with both) and killed outright (SIGKILL: no handler, no atexit, what the OOM killer or
+# `scancel --signal=KILL` does); a vLLM server, opd's teacher, in a run of its own (the student's server is a role
+# like it: the same supervision stops the run). Every attempt after the first resumes from the latest checkpoint of
+# the one before; a last one finishes the run.
 RL_FAULTS = [
-    ("inference", signal.SIGKILL),
     ("orchestrator", signal.SIGKILL),
     ("trainer", signal.SIGKILL),
     ("launcher", signal.SIGTERM),

@@ -288,78 +288,46 @@ def offline_env(monkeypatch):
 
 
 @pytest.mark.vllm
-def test_a_real_run_reads_back_from_wandb_and_resumes_from_its_checkpoint_into_the_same_wandb_run(
-    tmp_path, offline_env
-):
-    """One run of 4 steps and its resume to 8: W&B's offline files hold what the processes logged (steps, samples,
-    the run's names and tags, no secret), the resumed run continues the same W&B run, the lr schedule and the
-    counts so far go on from the checkpoint, and the resumed run's own settings apply (completions capped at 2
-    tokens, shorter than every answer: a word and the end of turn)."""
-    run_dir = tmp_path / "run"
-    names = ["monitor.wandb.group=g1", "monitor.wandb.name=n1", "monitor.wandb.tags=[t1]"]
+def test_a_real_sweep_reads_back_from_wandb_reports_and_a_job_resumes_into_the_same_wandb_run(tmp_path, offline_env):
+    """A local multirun of two 4-step jobs: W&B's offline files hold what the processes logged (steps, samples,
+    evals, each job's sweep group and name, the tags, no secret), and the report reads the sweep (a line per swept
+    value; the workspace it would save). Then job 0 resumes to step 8 into the same W&B run: the lr schedule and
+    the counts so far go on from the checkpoint, and the resumed run's own settings apply (completions capped at
+    2 tokens, shorter than every answer: a word and the end of turn)."""
+    sweep = tmp_path / "sweep"
     common = [
         "ckpt.interval=2",
-        "orchestrator.eval.interval=0",
         "trainer.optim.warmup_steps=10",
         "monitor.samples_interval=1",
+        "monitor.wandb.tags=[t1]",
         f"teacher.api_key_env={SECRET_ENV}",
-        *names,
     ]
-    first = launch(run_dir, "max_steps=4", *common)
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert "wandb:" not in first.stderr + first.stdout  # W&B's console output stays in the trainer's log
-    assert (run_dir / "checkpoints" / "step_4" / "STABLE").exists()
-    [run] = offline_runs(run_dir)
-    assert run.run.run_id == (run_dir / RUN_ID_FILE).read_text().strip()
-    assert (run.run.run_group, run.run.display_name) == ("g1", "n1")
+    proc = subprocess.run(
+        launch_cmd(
+            "-m", "max_steps=4", "orchestrator.eval.interval=4", "trainer.optim.lr=1e-4,3e-4", *common,
+            f"hydra.sweep.dir={sweep}",
+        ),
+        capture_output=True, text=True, cwd=ROOT, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not run_processes(str(sweep))
+    assert "wandb:" not in proc.stderr + proc.stdout  # W&B's console output stays in the trainer's log
+    job = sweep / "0"
+    assert (job / "checkpoints" / "step_4" / "STABLE").exists()
+    runs = [offline_runs(sweep / j)[0] for j in ("0", "1")]
+    run = runs[0]
+    assert run.run.run_id == (job / RUN_ID_FILE).read_text().strip()
     assert set(run.run.tags) == {"mode:rl", "teacher:none", "lora:off", "t1"}
-    assert run.config["max_steps"] == 4 and run.config["run_dir"] == str(run_dir.resolve())
+    assert run.config["max_steps"] == 4 and run.config["run_dir"] == str(job.resolve())
     assert run.config["teacher"]["api_key_env"] == SECRET_ENV
+    assert all(r.steps_with("eval/reward") == [0, 4] for r in runs)  # step 4: the orchestrator's final eval
     assert run.steps_with("reward/mean") == [0, 1, 2, 3]  # orchestrator
     assert run.steps_with("loss") == [0, 1, 2, 3]  # trainer
     assert run.steps_with("samples/_type") == [0, 1, 2, 3]
     table = json.loads(next((run.path / "files" / "media" / "table").glob("samples_0_*.table.json")).read_text())
     assert len(table["data"]) == 16 and all("reverse" in row[0] for row in table["data"])
-    assert sorted(p.name for p in (run_dir / "plots").iterdir()) == ["loss.png", "reward.png", "throughput.png"]
-
-    second = launch(run_dir, "max_steps=8", "ckpt.resume=true", "orchestrator.sampling.max_tokens=2", *common)
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert "resuming from step 4" in second.stderr
-    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in lines] == list(range(8))
-    # the lr schedule continues where it stopped (warmup step 5 of 10), as restored from the checkpoint
-    assert lines[4]["lr"] == pytest.approx(3e-4 * 5 / 11)
-    # counts "so far" go on from the first run's (128 rollouts scored per step, no evaluation)
-    assert [r["verifier/calls"] for r in lines] == [128 * (k + 1) for k in range(8)]
-    truncated = [r["seq_len/truncated"] for r in lines]
-    assert max(truncated[:4]) < 0.5 and min(truncated[4:]) > 0.9, truncated
-    [one, two] = offline_runs(run_dir)
-    assert one.run.run_id == two.run.run_id == (run_dir / RUN_ID_FILE).read_text().strip()
-    assert one.steps_with("loss") == [0, 1, 2, 3] and two.steps_with("loss") == [4, 5, 6, 7]
-    assert not files_containing(run_dir, SECRET)
-
-
-@pytest.mark.vllm
-def test_report_on_a_real_local_multirun(tmp_path, offline_env):
-    sweep = tmp_path / "sweep"
-    proc = subprocess.run(
-        launch_cmd(
-            "-m",
-            "max_steps=2",
-            "orchestrator.eval.interval=2",
-            "trainer.optim.lr=1e-4,3e-4",
-            f"hydra.sweep.dir={sweep}",
-        ),
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert not run_processes(str(sweep))
-    runs = [offline_runs(sweep / job)[0] for job in ("0", "1")]
-    assert all(run.steps_with("eval/reward") == [0, 2] for run in runs)  # step 2: the orchestrator's final eval
-    names = [run.run for run in runs]
+    assert sorted(p.name for p in (job / "plots").iterdir()) == ["loss.png", "reward.png", "throughput.png"]
+    names = [r.run for r in runs]
     assert {n.run_group for n in names} == {f"{tmp_path.name}/sweep"}
     assert names[0].display_name != names[1].display_name and "trainer.optim.lr=" in names[0].display_name
 
@@ -385,7 +353,6 @@ def test_report_on_a_real_local_multirun(tmp_path, offline_env):
     assert (panels["eval/reward"].x, panels["loss"].x, panels["loss"].y) == ("eval/step", "Step", ["loss"])
 
     # and a single run's (here one job's): its own W&B run, by the id its run dir keeps
-    job = sweep / "0"
     single = subprocess.run(
         [sys.executable, "-m", "prime_rl.report", str(job)], capture_output=True, text=True, cwd=ROOT, timeout=120
     )
@@ -393,6 +360,27 @@ def test_report_on_a_real_local_multirun(tmp_path, offline_env):
     workspace = run_workspace(job, entity="someone")
     assert "ID" in workspace.runset_settings.filters and repr(names[0].run_id) in workspace.runset_settings.filters
     assert [s.name for s in workspace.sections] == list(SECTIONS)
+
+    resumed = launch(
+        job, "max_steps=8", "ckpt.resume=true", "orchestrator.sampling.max_tokens=2", "orchestrator.eval.interval=0",
+        "trainer.optim.lr=1e-4", *common,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from step 4" in resumed.stderr
+    train = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in train if "loss" in r]
+    assert [r["step"] for r in train] == list(range(8))
+    # the lr schedule continues where it stopped (warmup step 5 of 10), as restored from the checkpoint
+    assert train[4]["lr"] == pytest.approx(1e-4 * 5 / 11)
+    # counts "so far" go on from the first run's: 128 rollouts scored per step (and the eval's at step 0)
+    calls = [r["verifier/calls"] for r in train]
+    assert [b - a for a, b in zip(calls, calls[1:])] == [128] * 7, calls
+    truncated = [r["seq_len/truncated"] for r in train]
+    assert max(truncated[:4]) < 0.5 and min(truncated[4:]) > 0.9, truncated
+    [one, two] = offline_runs(job)
+    assert one.run.run_id == two.run.run_id == (job / RUN_ID_FILE).read_text().strip()
+    assert one.steps_with("loss") == [0, 1, 2, 3] and two.steps_with("loss") == [4, 5, 6, 7]
+    assert not files_containing(sweep, SECRET)
 
 
 def test_an_unreachable_wandb_logs_offline_and_an_online_run_is_refused(tmp_path):
