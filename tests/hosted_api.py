@@ -24,6 +24,7 @@ class Rules:
     reasoning: str | None = None  # returned as message.reasoning_content beside the answer
     legacy_limit: bool = False  # knows only `max_tokens`; `max_completion_tokens` is silently ignored
     latency_s: float = 0.0  # time each answer takes
+    server_errors: int = 0  # the first k chat requests get an HTTP 500 (a transient fault, to retry)
 
 
 # the rule sets of the providers the README names (rate limits: the every-rule test in test_hosted_teachers.py)
@@ -43,6 +44,7 @@ class Seen:
     completion_tokens: int = 0
     bodies: list[dict] = field(default_factory=list)  # the answered requests
     log: list[tuple[dict, int, dict]] = field(default_factory=list)  # every request: (body, status, usage)
+    headers: list[dict[str, str]] = field(default_factory=list)  # every chat request's headers
 
 
 class HostedApi:
@@ -53,7 +55,7 @@ class HostedApi:
         class Handler(StubHandler):
             def do_POST(self):
                 body = json.loads(self.body() or b"{}")
-                status, reply, headers = api.handle(self.path, self.headers.get("Authorization"), body)
+                status, reply, headers = api.handle(self.path, dict(self.headers), body)
                 with api.lock:
                     api.seen.log.append((body, status, reply.get("usage", {})))
                 data = json.dumps(reply).encode()
@@ -75,7 +77,7 @@ class HostedApi:
         """The requests of the run's steps: all but the launcher's probe."""
         return [entry for entry in self.seen.log if entry[0].get("messages") != PROBE_MESSAGES]
 
-    def handle(self, path: str, auth: str | None, body: dict) -> tuple[int, dict, dict]:
+    def handle(self, path: str, headers: dict[str, str], body: dict) -> tuple[int, dict, dict]:
         if not path.endswith("/chat/completions"):
             return 404, error("not found"), {}
         with self.lock:
@@ -83,8 +85,11 @@ class HostedApi:
             k = self.seen.requests
             self.seen.in_flight += 1
             self.seen.max_in_flight = max(self.seen.max_in_flight, self.seen.in_flight)
+            self.seen.headers.append(headers)
         try:
-            if self.rules.key and auth != f"Bearer {self.rules.key}":
+            if k <= self.rules.server_errors:
+                return 500, error("internal server error"), {}
+            if self.rules.key and headers.get("Authorization") != f"Bearer {self.rules.key}":
                 return 401, error("invalid x-api-key"), {}
             if self.rules.rate_limit_every and k % self.rules.rate_limit_every == 0:
                 with self.lock:

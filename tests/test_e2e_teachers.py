@@ -163,8 +163,7 @@ def test_a_mix_trains_each_source_with_its_own_mode_and_teacher_in_the_same_step
     assert not [p for p in run_dir.rglob("*") if p.is_file() and API_KEY.encode() in p.read_bytes()]
 
 
-@pytest.mark.vllm
-def test_opd_with_a_different_tokenizer_fails_before_training(tmp_path, teacher_dir):
+def test_opd_with_a_different_tokenizer_fails_before_anything_starts(tmp_path, teacher_dir):
     other = tmp_path / "other-teacher"
     shutil.copytree(teacher_dir, other)
     config = json.loads((other / "tokenizer.json").read_text())
@@ -181,9 +180,16 @@ def test_opd_with_a_different_tokenizer_fails_before_training(tmp_path, teacher_
     )
     (other / "tokenizer.json").write_text(json.dumps(config))
     run = launch(tmp_path / "run", "training_mode=opd", f"teacher.model={other}", "max_steps=3")
-    assert run.returncode != 0
-    assert "role orchestrator failed" in run.stderr and "differs from the student" in run.stderr
-    assert not (tmp_path / "run" / "metrics.jsonl").exists()  # nothing was trained
+    assert_refused_before_start(run, tmp_path / "run", f"error: teacher tokenizer at {other} differs from the student")
+
+
+def assert_refused_before_start(run, run_dir: Path, says: str) -> None:
+    """The job ended with one error line saying `says` and the fix (after the lines naming the models it prepared),
+    before it started any process."""
+    assert run.returncode == 2, run.stderr[-3000:]
+    [line] = [line for line in run.stderr.splitlines() if line.startswith("error: ")]
+    assert line.startswith(says) and "; fix: " in line and run.stderr.strip().endswith(line), run.stderr
+    assert not (run_dir / "logs").exists() and not (run_dir / "metrics.jsonl").exists()
 
 
 class NoPromptLogprobsTeacher:
@@ -206,8 +212,7 @@ class NoPromptLogprobsTeacher:
         self.url = stub_url(self.server) + "/v1"
 
 
-@pytest.mark.vllm
-def test_opd_against_an_endpoint_without_prompt_logprobs_fails_before_training(tmp_path, monkeypatch):
+def test_opd_against_an_endpoint_without_prompt_logprobs_fails_before_anything_starts(tmp_path, monkeypatch):
     from transformers import AutoTokenizer
 
     from prime_rl.prepare import prepare_student
@@ -227,9 +232,7 @@ def test_opd_against_an_endpoint_without_prompt_logprobs_fails_before_training(t
         )
     finally:
         teacher.server.shutdown()
-    assert run.returncode != 0
-    assert "role orchestrator failed" in run.stderr and "cannot score prompts" in run.stderr
-    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    assert_refused_before_start(run, tmp_path / "run", f"error: teacher endpoint {teacher.url} cannot score prompts")
 
 
 @pytest.mark.vllm

@@ -21,6 +21,11 @@ def check(ok: bool, keys: Sequence[str], problem: str, fix: str) -> None:
         raise ConfigError(keys, problem, fix)
 
 
+def first_line(e: Exception) -> str:
+    """An exception's first line, for a one-line error (a library's message may run over many)."""
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
 def exit_with(message: str) -> None:
     """The one way a process ends on a user's mistake: one `error:` line on stderr, exit code 2."""
     print(f"error: {message}", file=sys.stderr, flush=True)

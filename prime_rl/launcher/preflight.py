@@ -12,11 +12,13 @@ teacher's endpoint), and when each runs (docs/architecture.md, "Validation"):
   logprobs per position (teacher/scoring.py).
   Called by `run_job` (launcher/job.py), which does not repeat the launch's checks. Once the student is built,
   `check_with_student_tokenizer`: every prompt fits the student's context with a whole answer; a teacher's tool
-  calls reach the student's tokens; a Hub teacher's vocabulary holds the top k.
+  calls reach the student's tokens; an opd teacher scores the student's tokens; a Hub teacher's vocabulary holds
+  the top k.
 
 Each raises a UserError (a ConfigError for the launch's) whose one line names the keys and the fix.
 """
 
+import asyncio
 import functools
 import os
 from collections.abc import Callable
@@ -26,12 +28,12 @@ from prime_rl.config.layout import on_gpu
 from prime_rl.config.modes import RolloutSource, context_margin, example_mode, source_modes
 from prime_rl.config.rules import check_gpu_count, check_rules
 from prime_rl.config.schema import Config, TaskSourceConfig, TeacherKind
-from prime_rl.config.teachers import named_errors, named_views, with_teacher
+from prime_rl.config.teachers import DEFAULT, named_errors, named_views, teaches, with_teacher
 from prime_rl.config.user_error import UserError, check
 from prime_rl.launcher.gpus import has_cuda_vllm, visible_gpus
 from prime_rl.models.hub import hub_model_problem, is_hub_id
 from prime_rl.models.prompt_lengths import prompt_lengths
-from prime_rl.models.recipe import WARM_START_ENVS
+from prime_rl.models.recipe import WARM_START_ENVS, teacher_dir
 from prime_rl.monitor.wandb_mode import settle_wandb_mode
 from prime_rl.tasks import Task
 from prime_rl.tasks.gym_env import demonstrates, env_factory, tool_schemas
@@ -47,7 +49,14 @@ from prime_rl.tasks.registry import (
 )
 from prime_rl.tasks.verifiers_adapter import has_toolsets
 from prime_rl.teacher.chat_api import resolve_teacher_api
-from prime_rl.teacher.scoring import check_top_k_served, check_top_k_vocab
+from prime_rl.teacher.client import teacher_client
+from prime_rl.teacher.scoring import (
+    check_remote_scorer,
+    check_same_tokenizer,
+    check_top_k_served,
+    check_top_k_vocab,
+    probe_ids,
+)
 
 
 def check_at_launch(cfg: Config, gpus: int) -> None:
@@ -88,8 +97,10 @@ def check_with_student_tokenizer(cfg: Config) -> None:
     models are built, and before any server starts. The tokenizer loads only when a check needs it: the prompts'
     lengths are cached (models/prompt_lengths.py)."""
     tokenizer = functools.cache(lambda: _student_tokenizer(cfg))
-    _prompt_lengths(cfg, load_task(cfg.task), tokenizer)
+    task = load_task(cfg.task)
+    _prompt_lengths(cfg, task, tokenizer)
     _teacher_tool_calls(cfg, tokenizer)
+    _opd_teachers(cfg, task, tokenizer)
     check_top_k_vocab(cfg)
     for name, view in named_views(cfg):
         with named_errors(name):
@@ -106,6 +117,28 @@ def _student_tokenizer(cfg: Config):
             f"the student's tokenizer does not load [model.name]: {str(e).splitlines()[0]}; "
             "fix: point model.name at a Hugging Face model dir (or Hub id) that has its tokenizer"
         ) from e
+
+
+def _opd_teachers(cfg: Config, task: Task, tokenizer: Callable) -> None:
+    """Each teacher of an opd source scores the student's own tokens (teacher/scoring.py): a local one has the
+    student's tokenizer, an external one tokenizes like the student and returns prompt logprobs. The orchestrator
+    checks again (it may run alone), with a local teacher's server up."""
+    for name, view in [(DEFAULT, cfg), *named_views(cfg)]:
+        if not teaches(cfg, name, lambda m: m.teacher_term):
+            continue
+        if view.teacher.kind == TeacherKind.local_vllm:
+            check_same_tokenizer(tokenizer(), teacher_dir(view))
+        else:
+            asyncio.run(_remote_scorer(view, tokenizer(), task))
+
+
+async def _remote_scorer(cfg: Config, tokenizer, task: Task) -> None:
+    probe = probe_ids(tokenizer, task.train[0], cfg.inference.max_model_len)
+    client, model = teacher_client(cfg)
+    try:
+        await check_remote_scorer(client, model, tokenizer, probe)
+    finally:
+        await client.close()
 
 
 def _prompt_lengths(cfg: Config, task: Task, tokenizer: Callable) -> None:

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from prime_rl.config import ConfigError, to_config
-from prime_rl.config.user_error import exit_with
+from prime_rl.config.user_error import exit_with, first_line
 from prime_rl.launcher.gpus import visible_gpus
 from prime_rl.launcher.preflight import check_at_launch
 from prime_rl.protocol.run_dir import RunDir
@@ -118,10 +118,6 @@ def hydra_error(e: Exception) -> str:
     if key:
         return f"invalid value [{key}]: {first_line(cause)}; fix: give {key} a value of its type ({LIST_KEYS})"
     return f"invalid command line: {first_line(e)}; fix: write overrides as key=value (group=option for groups)"
-
-
-def first_line(e: Exception) -> str:
-    return str(e).strip().splitlines()[0]
 
 
 def not_writable(path: Path) -> str | None:

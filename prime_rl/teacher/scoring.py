@@ -5,9 +5,10 @@ from pathlib import Path
 
 from prime_rl.config.modes import distill_top_k
 from prime_rl.config.schema import Config, TeacherKind
-from prime_rl.config.user_error import check
+from prime_rl.config.user_error import check, first_line
 from prime_rl.inference.client import InferenceClient, InferenceError, TopLogprobs
 from prime_rl.inference.server import vocab_size
+from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.teacher.client import TeacherError, teacher_client
 
 
@@ -35,6 +36,24 @@ def completion_top(top: TopLogprobs | None, prompt_length: int) -> TopLogprobs |
     return TopLogprobs(top.ids[start:], top.logprobs[start:])
 
 
+SAME_FAMILY_FIX = "fix: give opd a teacher with the student's tokenizer, or learn from its answers (training_mode=sft)"
+VLLM_TEACHER_FIX = "fix: serve the teacher with vLLM, or learn from its answers (training_mode=sft)"
+
+
+def probe_ids(tokenizer, example, max_model_len: int) -> list[int]:
+    """What a teacher is asked to score before training: the task's first prompt and its answer, in the student's
+    tokens, as long as a rollout can be."""
+    ids = prompt_ids(tokenizer, example.messages) + answer_ids(tokenizer, example.messages, example.answer)
+    return ids[: max_model_len - 1]
+
+
+async def check_remote_scorer(client: InferenceClient, model: str, student_tok, probe: list[int]) -> None:
+    """A teacher behind an endpoint scores the student's tokens: it tokenizes the probe as the student does and
+    returns a logprob for each of its tokens."""
+    await check_same_tokenization(client, model, student_tok, student_tok.decode(probe))
+    await probe_prompt_logprobs(client, model, probe)
+
+
 def check_same_tokenizer(student_tok, teacher_dir: Path) -> None:
     """A local teacher's tokenizer files must define the student's vocab and special tokens exactly."""
     from transformers import AutoTokenizer
@@ -42,12 +61,12 @@ def check_same_tokenizer(student_tok, teacher_dir: Path) -> None:
     teacher_tok = AutoTokenizer.from_pretrained(teacher_dir)
     if student_tok.get_vocab() != teacher_tok.get_vocab():
         raise TeacherError(
-            f"teacher tokenizer at {teacher_dir} differs from the student's (vocab); "
-            "opd scores tokens, so they must match"
+            f"teacher tokenizer at {teacher_dir} differs from the student's (vocab), and opd scores the student's "
+            f"tokens; {SAME_FAMILY_FIX}"
         )
     if student_tok.all_special_tokens != teacher_tok.all_special_tokens:
         raise TeacherError(
-            f"teacher tokenizer at {teacher_dir} has other special tokens than the student's; they must match"
+            f"teacher tokenizer at {teacher_dir} has other special tokens than the student's; {SAME_FAMILY_FIX}"
         )
 
 
@@ -59,10 +78,11 @@ async def check_same_tokenization(client: InferenceClient, model: str, student_t
         teacher_ids = data["tokens"]
     except (InferenceError, KeyError, TypeError) as e:
         raise TeacherError(
-            f"cannot check the teacher's tokenizer at {root}/tokenize (opd needs a vLLM teacher): {e}"
+            f"cannot check the teacher's tokenizer at {root}/tokenize (opd needs a vLLM teacher): "
+            f"{first_line(e)[:300]}; {VLLM_TEACHER_FIX}"
         ) from e
     if teacher_ids != student_tok.encode(probe_text, add_special_tokens=False):
-        raise TeacherError(f"teacher at {root} tokenizes differently from the student; opd needs the same tokenizer")
+        raise TeacherError(f"teacher at {root} tokenizes differently from the student; {SAME_FAMILY_FIX}")
 
 
 async def probe_prompt_logprobs(client: InferenceClient, model: str, token_ids: list[int]) -> None:
@@ -71,10 +91,13 @@ async def probe_prompt_logprobs(client: InferenceClient, model: str, token_ids: 
         [scores] = await client.prompt_logprobs(model, [token_ids])
     except InferenceError as e:
         raise TeacherError(
-            f"teacher endpoint {client.base_url} cannot score prompts (opd needs vLLM prompt_logprobs): {e}"
+            f"teacher endpoint {client.base_url} cannot score prompts (opd needs vLLM prompt_logprobs): "
+            f"{first_line(e)[:300]}; {VLLM_TEACHER_FIX}"
         ) from e
     if any(s is None for s in scores[1:]):
-        raise TeacherError(f"teacher endpoint {client.base_url} returned incomplete prompt logprobs")
+        raise TeacherError(
+            f"teacher endpoint {client.base_url} returned incomplete prompt logprobs; {VLLM_TEACHER_FIX}"
+        )
 
 
 def check_top_k_served(cfg: Config) -> None:

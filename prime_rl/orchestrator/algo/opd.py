@@ -9,14 +9,14 @@ import torch
 from prime_rl.config.modes import distill_top_k
 from prime_rl.config.teachers import teaches
 from prime_rl.models import teacher_dir
-from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.orchestrator.algo.rl import RL
 from prime_rl.orchestrator.context import Context, Teacher
 from prime_rl.orchestrator.students import even_shares
 from prime_rl.protocol.batch import TEACHER_LOGPROBS, Sample
 from prime_rl.teacher.scoring import (
-    check_same_tokenization,
+    check_remote_scorer,
     check_same_tokenizer,
+    probe_ids,
     probe_prompt_logprobs,
     teacher_logprobs,
 )
@@ -25,19 +25,15 @@ from prime_rl.teacher.scoring import (
 class OPD(RL):
     async def preflight(self, ctx: Context) -> None:
         """Each teacher of an opd source tokenizes like the student, and its endpoint returns prompt logprobs."""
-        example = ctx.task.train[0]
-        probe = prompt_ids(ctx.tokenizer, example.messages) + answer_ids(
-            ctx.tokenizer, example.messages, example.answer
-        )
-        longest = ctx.cfg.inference.max_model_len - 1  # a rollout's length at most
+        probe = probe_ids(ctx.tokenizer, ctx.task.train[0], ctx.cfg.inference.max_model_len)
         for t in ctx.teachers.values():
             if not teaches(ctx.cfg, t.name, lambda m: m.teacher_term):
                 continue
-            if t.local:
+            if t.local:  # its files are the launcher's check too; its server's logprobs only this one's
                 check_same_tokenizer(ctx.tokenizer, teacher_dir(t.cfg))
+                await probe_prompt_logprobs(t.client, t.model, probe)
             else:
-                await check_same_tokenization(t.client, t.model, ctx.tokenizer, ctx.tokenizer.decode(probe))
-            await probe_prompt_logprobs(t.client, t.model, probe[:longest])
+                await check_remote_scorer(t.client, t.model, ctx.tokenizer, probe)
 
     async def teacher_signal(self, ctx: Context, samples: list[Sample]) -> dict[str, float]:
         """Each sample's teacher scores it (its source's), in orchestrator.requests_per_step requests per teacher,
