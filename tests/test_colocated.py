@@ -1,6 +1,7 @@
 """The colocated layout (deployment=colocated, colocated_gpu): one device shared in turns. The plans of one GPU
 (rl, opd with a local teacher, LoRA) as plans, since no machine here runs vLLM on a GPU; the turn lock and the
-hand-off pipes between real processes; and the layout end to end on this CPU."""
+hand-off pipes between real processes. The layout end to end on this CPU: the on-policy control run of
+tests/test_e2e_rl.py (and every other e2e test, where it is the default)."""
 
 import asyncio
 import multiprocessing
@@ -20,7 +21,6 @@ from prime_rl.models.size import param_count
 from prime_rl.protocol.device_turn import DeviceTurn
 from prime_rl.protocol.handoff import Listener, announce
 from tests.conftest import ROOT, launch_cmd
-from tests.test_e2e_rl import launch, rows
 
 ONE_GPU = ["deployment=colocated_gpu"]
 
@@ -223,29 +223,3 @@ def test_one_announcement_wakes_every_waiter(tmp_path):
     for rank in ranks:
         rank.join(30)
     assert [rank.exitcode for rank in ranks] == [0, 0]
-
-
-# what a step does in turns, beside the hand-offs between them
-PHASES = ("time/reload", "time/generate", "time/score", "time/teacher", "time/eval", "time/train", "time/export")
-
-
-@pytest.mark.vllm
-def test_the_colocated_layout_takes_turns_and_its_phases_make_up_each_step(tmp_path):
-    """On-policy, so each step's row holds the turns of that step: the orchestrator's for its batch (the server
-    samples with exactly the weights the trainer holds, float32), then the trainer's. opd, sft and LoRA run in
-    turns in every other e2e test: it is the default layout on a CPU."""
-    overrides = ["max_steps=4", "orchestrator.eval.interval=4"]
-    run = launch(tmp_path / "run", "deployment=colocated", "orchestrator.max_async_level=0", "monitor=off", *overrides)
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "layout colocated on the CPU" in run.stderr
-    train = [r for r in rows(tmp_path / "run") if "loss" in r]
-    assert [r["step"] for r in train] == list(range(len(train))) and len(train) >= 3
-    # after step 0 (which also waits for the servers to start), the phases and the hand-offs between them make up
-    # each step: two phases at once would add up to more than it, and the rest is what nothing accounts for
-    later = train[1:]
-    wall = sum(r["time/step"] for r in later)
-    phases = sum(r.get(k, 0.0) for r in later for k in PHASES)
-    handoffs = sum(r["time/handoff"] for r in later)
-    assert phases <= wall and 0.85 * wall <= phases + handoffs <= 1.05 * wall, (wall, phases, handoffs)
-    assert max(abs(r["mismatch_kl"]) for r in train) < 1e-6, [r["mismatch_kl"] for r in train]
-    assert all(r["policy/staleness"] == 0 for r in train)
