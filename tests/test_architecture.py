@@ -4,6 +4,8 @@ shared facts in protocol/ and config/ import nothing above them); no module impo
 and no private Hydra API is used. Every import counts, also one inside a function."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -136,3 +138,13 @@ def test_a_circle_is_caught_also_through_a_function_level_import(tmp_path):
 @pytest.mark.parametrize("path", python_files(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_private_hydra_api(path):
     assert not [m for m in imports(path) if m.startswith("hydra._internal")]
+
+
+def test_the_launch_validates_without_importing_torch_or_transformers():
+    """Every launch and every sweep point is validated in the launcher's process before anything starts (and the
+    invalid-input catalogue runs it 80 times): torch and transformers alone take seconds to import, so they wait
+    for a job that runs (a function-level import where a check needs them)."""
+    heavy = "{'torch', 'transformers', 'vllm'}"
+    code = f"import sys, launch, prime_rl.launcher.job; print(sorted({heavy} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert out.strip() == "[]"

@@ -8,7 +8,6 @@ from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.config.user_error import check, first_line
 from prime_rl.inference.client import InferenceClient, InferenceError, TopLogprobs
 from prime_rl.inference.server import vocab_size
-from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.teacher.client import TeacherError, teacher_client
 
 
@@ -43,6 +42,8 @@ VLLM_TEACHER_FIX = "fix: serve the teacher with vLLM, or learn from its answers 
 def probe_ids(tokenizer, example, max_model_len: int) -> list[int]:
     """What a teacher is asked to score before training: the task's first prompt and its answer, in the student's
     tokens, as long as a rollout can be."""
+    from prime_rl.models.chat import answer_ids, prompt_ids  # transformers: not for a launch's validation
+
     ids = prompt_ids(tokenizer, example.messages) + answer_ids(tokenizer, example.messages, example.answer)
     return ids[: max_model_len - 1]
 
