@@ -235,37 +235,33 @@ def test_opd_against_an_endpoint_without_prompt_logprobs_fails_before_anything_s
     assert_refused_before_start(run, tmp_path / "run", f"error: teacher endpoint {teacher.url} cannot score prompts")
 
 
+# opd and sft with LoRA on the realistic family (Qwen3, tied embeddings, BPE, a system turn) in one run, a source
+# each, both taught by one local teacher of 40 warm-start steps (its quality is not what this tests): opd with the
+# reward advantage too (adv_tau * A + teacher_tau x the KL over the teacher's top k, here the whole 300-token
+# vocabulary: the exact KL; real groups of 4), sft from the teacher's answers cut at 2 tokens, shorter than every
+# answer. rl with LoRA: the mixed-mode run above; the full-weight reference experiments run in the learning tests
+# (rl: tests/test_e2e_rl.py, opd and sft above), rl on the realistic family in test_rl_on_the_tied_qwen3_family.
+OPD_AND_SFT = "task.mix=[{name:reverse,label:opd_part},{name:reverse,label:sft_part,mode:sft}]"
+BUILT_ON_REVERSE = ["model.warm_start.task=reverse", "teacher.warm_start.task=reverse"]  # the other runs' builds
+
+
 @pytest.mark.vllm
-@pytest.mark.parametrize(
-    "experiment",
-    [
-        # opd and sft with LoRA (rl with LoRA: the mixed-mode run above); the full-weight reference experiments run
-        # in the learning tests (rl: tests/test_e2e_rl.py, opd and sft above), rl on the realistic family in
-        # test_rl_on_the_tied_qwen3_family
-        # the realistic family (Qwen3, tied embeddings, BPE, a system turn), with a teacher of 40 warm-start steps
-        # (its quality is not what these test); opd with the reward advantage too (adv_tau * A + teacher_tau x the
-        # KL over the teacher's top k, here the whole 300-token vocabulary: the exact KL; real groups of 4), sft
-        # with answers cut at 2 tokens, shorter than every answer
-        f"opd_lora model=tiny_qwen3 {QWEN3_TEACHER} {BOTH_ADVANTAGES} {WHOLE_VOCAB_TOP_K}",
-        f"sft_lora model=tiny_qwen3 {QWEN3_TEACHER} orchestrator.sampling.max_tokens=2",
-    ],
-    ids=["opd_lora tiny_qwen3 topk", "sft_lora tiny_qwen3"],
-)
-def test_reference_experiment_runs_end_to_end(tmp_path, experiment, teacher_dir):
-    name, *extra = experiment.split()
-    run = launch(tmp_path / "run", f"experiment={name}", *extra, "max_steps=3", "orchestrator.eval.interval=3")
+def test_the_lora_reference_experiments_run_end_to_end_on_the_qwen3_family(tmp_path):
+    overrides = ["experiment=opd_lora", "model=tiny_qwen3", QWEN3_TEACHER, *BOTH_ADVANTAGES.split()]
+    overrides += [*WHOLE_VOCAB_TOP_K.split(), "task=mix", OPD_AND_SFT, *BUILT_ON_REVERSE, "teacher.max_tokens=2"]
+    overrides += ["max_steps=3", "orchestrator.eval.interval=3", "orchestrator.log_samples=32"]
+    run = launch(tmp_path / "run", *overrides)
     assert run.returncode == 0, run.stderr[-3000:]
     train = [r for r in rows(tmp_path / "run") if "loss" in r]
     assert [r["step"] for r in train] == [0, 1, 2]
-    assert all(("teacher_kl" in r) == name.startswith("opd") and r["batch/file_mib"] > 0 for r in train)
-    if "trainer.loss.adv_tau=1.0" in extra:
-        assert all("reward/mean" in r and r["verifier/calls"] > 0 for r in train)
-    if "trainer.loss.distill=topk" in extra:
-        # the teacher's whole distribution arrived (no mass outside its "top k"), and the KL over it trained
-        assert all(0 < r["distill/topk_kl"] and r["distill/teacher_tail"] < 1e-4 for r in train), train
-    if "orchestrator.sampling.max_tokens=2" in extra:
-        # teacher answers cut off by max_tokens come back with finish_reason "length": counted, and trained
-        # without the end-of-turn token (test_a_cut_off_teacher_answer_gets_no_end_of_turn_token)
-        assert all(r["teacher/truncated"] > 0.5 for r in train), train
-    assert (tmp_path / "run" / "merged" / "config.json").exists()  # every one is LoRA
+    assert all("teacher_kl" in r and r["batch/file_mib"] > 0 for r in train)
+    assert all("reward/opd_part" in r and r["verifier/calls"] > 0 for r in train)  # adv_tau=1: rewards too
+    # the teacher's whole distribution arrived (no mass outside its "top k"), and the KL over it trained
+    assert all(0 < r["distill/topk_kl"] and r["distill/teacher_tail"] < 1e-4 for r in train), train
+    # teacher answers cut off by teacher.max_tokens come back with finish_reason "length": counted, and trained
+    # without the end-of-turn token (test_a_cut_off_teacher_answer_gets_no_end_of_turn_token)
+    assert all(r["teacher/truncated"] > 0.5 for r in train), train
+    samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    assert {(s["source"], s["mode"]) for s in samples} == {("opd_part", "opd"), ("sft_part", "sft")}
+    assert (tmp_path / "run" / "merged" / "config.json").exists()
     assert (tmp_path / "run" / "weights" / "step_3" / "adapter_model.safetensors").exists()
