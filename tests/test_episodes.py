@@ -3,7 +3,6 @@ real rl and opd runs whose episodes are played against a real vLLM server, token
 
 import asyncio
 import json
-import math
 import re
 import time
 from dataclasses import replace
@@ -327,88 +326,64 @@ def test_opd_plays_episodes_token_for_token_and_survives_an_environment_that_rai
 
 
 LOOKUP = ["task=lookup", "model.warm_start.steps=120"]  # briefly: its calls are well-formed, its keys mostly wrong
-# the built-in lookup environment beside examples/vault_lookup.py (a verifiers taskset with a toolset), with
-# conf/task/lookup.yaml's knobs, the student warm-started as LOOKUP's
+# the built-in lookup environment and examples/vault_lookup.py (a verifiers taskset with a toolset), each played by
+# the student (rl) and by the teacher (sft), with conf/task/lookup.yaml's knobs; student and teacher are one build,
+# warm-started on lookup's demonstrations: their calls are well-formed, their keys often wrong
+PLAYERS = {"lookup": "rl", "vault": "rl", "lookup_sft": "sft", "vault_sft": "sft"}
 LOOKUP_AND_VAULT = [
     "task=mix",
     "task.mix=[{name:gym,env:prime_rl.tasks.lookup_env:Lookup,max_turns:3,label:lookup},"
-    "{name:verifiers,env:vault_lookup,max_turns:3,label:vault}]",
+    "{name:verifiers,env:vault_lookup,max_turns:3,label:vault},"
+    "{name:gym,env:prime_rl.tasks.lookup_env:Lookup,max_turns:3,label:lookup_sft,mode:sft},"
+    "{name:verifiers,env:vault_lookup,max_turns:3,label:vault_sft,mode:sft}]",
     "orchestrator.sampling.max_tokens=64",
     "trainer.optim.lr=1e-4",
     "model.warm_start.task=lookup",
     "model.warm_start.steps=120",
+    "teacher=local_vllm",
+    "teacher.warm_start.task=lookup",
+    "teacher.warm_start.steps=120",
+    "teacher.warm_start.lr=1e-3",  # conf/task/lookup.yaml's: the same build as the student's
+    "teacher.warm_start.schedule=constant",
 ]
 
 
 @pytest.mark.vllm
-def test_rl_runs_the_tool_calls_the_student_writes_with_its_arguments_in_gym_and_verifiers_toolsets(
+def test_tool_calls_run_with_their_arguments_in_gym_and_verifiers_toolsets_whether_the_student_or_the_teacher_plays(
     tmp_path, monkeypatch
 ):
-    """The built-in student, warm-started on lookup's demonstrations, calls `get` in the hermes format, in two
-    sources: the built-in lookup environment and examples/vault_lookup.py, a verifiers taskset whose toolset is
-    served in-process (tasks/verifiers_tools.py). The orchestrator reads each call with vLLM's parser, runs it with
-    the call's own arguments, and the tool's answer is the next turn's context; the vault's tool also leaves its
-    count in the trace's state, which one of the task's rewards reads."""
+    """Both tools, each in an rl source (the student plays) and an sft source (the local teacher plays). The student
+    calls `get` in the hermes format; the orchestrator reads each call with vLLM's parser and runs it with the call's
+    own arguments, and the tool's answer is the next turn's context. The teacher (a vLLM server with lookup's tool
+    parser) plays through chat completions with the `get` tool: its calls come back as tool_calls and run, their
+    results go back as tool messages, and the student trains on the teacher's turns alone, each in the student's
+    tokens (a call in the format the student itself would write), the tool's turns context. The vault's tool
+    serves in-process (tasks/verifiers_tools.py) and leaves its count in the trace's state, which one of the
+    task's rewards reads."""
     monkeypatch.setenv("PYTHONPATH", f"{ROOT}:{ROOT / 'examples'}")  # the vault taskset, for the orchestrator
     train, samples = three_steps(tmp_path / "run", *LOOKUP_AND_VAULT)
     assert all(r["env/tool_calls"] > 0.5 and r["env/turns"] > 1 for r in train), train
     assert [r["env/vault/errors"] + r["env/vault/timeouts"] for r in train if "env/vault/turns" in r] == [0.0] * 3
     assert all(r["env/vault/tool_calls"] > 0.5 for r in train), train
+    assert 0 <= train[0]["eval/teacher_reward"] <= 1  # the teacher played the eval episodes of its sources too
     tokenizer = student_tokenizer(compose_config(LOOKUP))
-    answered = {"lookup": 0, "vault": 0}
+    called = dict.fromkeys(PLAYERS, 0)
     for s in samples:
-        mask = s["loss_mask"] or [True] * len(s["completion_ids"])
-        turns = [tokenizer.decode(ids) for _, ids in segments(s["completion_ids"], mask)]
-        for reply, between in zip(turns[::2], turns[1::2]):  # a reply, then (the reply ends it) a tool turn
+        assert s["mode"] == PLAYERS[s["source"]], s
+        assert s["prompt"].startswith("<|im_start|>system\ntools: get(key)<|im_end|>")
+        mask = s["loss_mask"] or [True] * len(s["completion_ids"])  # null: one reply, all of it trained
+        turns = [(trained, tokenizer.decode(ids)) for trained, ids in segments(s["completion_ids"], mask)]
+        assert [trained for trained, _ in turns] == [i % 2 == 0 for i in range(len(turns))]  # reply, tool turn, …
+        for (_, reply), (_, between) in zip(turns[::2], turns[1::2]):  # a reply, then (it ends it) a tool turn
             result = TOOL_TURN.fullmatch(between).group(2)
             call = CALLED_KEY.search(reply)
             if call:  # get(key) ran on the call's own key: the value, or the tool's answer to a wrong key
                 assert result == f"no key {call.group(1)}" or result.isalpha(), (reply, result)
-                answered[s["source"]] += 1
+                called[s["source"]] += 1
                 if s["source"] == "vault":  # the call counted in the trace's state: a fifth of the reward
                     assert s["reward"] >= 0.2, s
-    assert answered["lookup"] > 0 and answered["vault"] > 0, answered
+    assert all(called.values()), called
 
 
 TOOL_TURN = re.compile(r"(<\|im_end\|>)?\n<\|im_start\|>tool\n(.*)<\|im_end\|>\n<\|im_start\|>assistant\n", re.S)
 CALLED_KEY = re.compile(r'<tool_call>\{"name": "get", "arguments": \{"key": "([a-z]+)"\}\}</tool_call>')
-
-
-@pytest.mark.vllm
-def test_sft_the_teacher_plays_lookup_through_its_chat_endpoint_and_the_student_trains_on_its_turns(
-    tmp_path, monkeypatch
-):
-    """The local teacher (a vLLM server with lookup's tool parser) plays every episode, the built-in lookup's and
-    the verifiers vault's, through chat completions with the `get` tool; its calls come back as tool_calls and
-    run, their results go back as tool messages; the student trains on the teacher's turns alone, each in the
-    student's tokens (a call in the format the student itself would write), the tool's turns context. The
-    teacher's episodes are its eval too."""
-    monkeypatch.setenv("PYTHONPATH", f"{ROOT}:{ROOT / 'examples'}")  # the vault taskset, for the orchestrator
-    teacher = ["teacher.warm_start.task=lookup", "teacher.warm_start.steps=120"]  # the same build as the rl run's
-    teacher += ["teacher.warm_start.lr=1e-3", "teacher.warm_start.schedule=constant"]  # conf/task/lookup.yaml's
-    run_dir = tmp_path / "run"
-    run = launch(
-        run_dir, "training_mode=sft", *LOOKUP_AND_VAULT, *teacher, "max_steps=2", "orchestrator.eval.interval=2",
-        "orchestrator.log_samples=16", "orchestrator.batch_size=16", "orchestrator.rollouts_per_example=2",
-        "orchestrator.eval.num_examples=8", *ON_POLICY,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
-    train = [r for r in rows(run_dir) if "loss" in r]
-    assert len(train) == 2 and all(math.isfinite(r["loss"]) for r in train)
-    assert all(r["env/tool_calls"] > 0.5 and r["env/turns"] > 1 and "reward/mean" in r for r in train), train
-    assert 0 <= train[0]["eval/teacher_reward"] <= 1  # the teacher played the eval episodes too
-
-    tokenizer = student_tokenizer(compose_config(LOOKUP))
-    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
-    called = {"lookup": 0, "vault": 0}
-    for s in samples:
-        assert s["mode"] == "sft" and s["prompt"].startswith("<|im_start|>system\ntools: get(key)<|im_end|>")
-        mask = s["loss_mask"] or [True] * len(s["completion_ids"])  # null: one reply, all of it trained
-        turns = [(trained, tokenizer.decode(ids)) for trained, ids in segments(s["completion_ids"], mask)]
-        assert [trained for trained, _ in turns] == [True, False, True][: len(turns)]  # a reply, a tool turn, …
-        call = CALLED_KEY.fullmatch(turns[0][1].removesuffix("<|im_end|>"))
-        if call and len(turns) > 1:  # the call the teacher returned, in the student's hermes format, ran on its key
-            result = TOOL_TURN.fullmatch(turns[1][1]).group(2)
-            assert result == f"no key {call.group(1)}" or result.isalpha(), turns
-            called[s["source"]] += 1
-    assert called["lookup"] > 0 and called["vault"] > 0, called
