@@ -3,6 +3,7 @@ the verifier processes; what offline single-turn scoring cannot do is refused in
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -296,6 +297,30 @@ def test_the_episodes_a_fresh_orchestrator_resets_together_share_one_event_loop(
     run = subprocess.run([sys.executable, "-c", FIRST_EPISODES], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split() == ["1"]
+
+
+UNFINISHED_EPISODE = """
+from prime_rl.config.schema import TaskConfig
+from prime_rl.tasks.gym_env import make_env
+from prime_rl.tasks.registry import load_task
+
+task = load_task(TaskConfig(name="verifiers", env="reverse_retry_game", max_turns=3, num_train=2, num_eval=1))
+make_env(task.train[0].env).reset(seed=0)  # its run() now waits for a reply that never comes
+print("exiting")
+"""
+
+
+def test_an_episode_left_waiting_at_exit_is_cancelled_not_dropped_pending():
+    run = subprocess.run(
+        [sys.executable, "-c", UNFINISHED_EPISODE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'examples'}"},
+    )
+    assert run.returncode == 0 and run.stdout.split() == ["exiting"], run.stderr[-2000:]
+    assert "Task was destroyed but it is pending" not in run.stderr, run.stderr[-2000:]
 
 
 def test_a_multi_turn_environment_this_player_cannot_play_is_one_line(tmp_path, monkeypatch):

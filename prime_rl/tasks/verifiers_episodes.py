@@ -15,6 +15,7 @@ harness program: an environment that needs more is refused by name when the task
 """
 
 import asyncio
+import atexit
 import contextlib
 import functools
 import itertools
@@ -274,7 +275,23 @@ def _on_loop(coroutine):
 def _started_loop() -> asyncio.AbstractEventLoop:
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True, name="verifiers-episodes").start()
+    atexit.register(_end_episodes, loop)
     return loop
+
+
+def _end_episodes(loop: asyncio.AbstractEventLoop) -> None:
+    """At exit, the episodes still waiting for a reply (the run ended, or its engine abandoned them) are cancelled
+    on their loop, which closes their toolsets, rather than dropped pending with the interpreter (asyncio would
+    warn for each)."""
+
+    async def cancel_all():
+        episodes = asyncio.all_tasks() - {asyncio.current_task()}
+        for episode in episodes:
+            episode.cancel()
+        await asyncio.gather(*episodes, return_exceptions=True)
+
+    with contextlib.suppress(Exception):  # a toolset slow to close does not hold the exit past the bound
+        asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(timeout=5)
 
 
 _LOADING = threading.Lock()  # likewise for the taskset, loaded once
