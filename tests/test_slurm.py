@@ -31,9 +31,10 @@ def job_ids(sweep_dir: Path) -> set[str]:
     return {p.name.split("_")[0] for p in (sweep_dir / ".submitit").glob("*") if re.fullmatch(r"\d+(_\d+)?", p.name)}
 
 
-def sacct(job_id: str, settle_s: float = 60) -> dict[str, list[str]]:
+def sacct(job_id: str, settle_s: float = 60, tasks: int = 1) -> dict[str, list[str]]:
     """Job (array task) id -> the states of its attempts, from accounting. A sweep returns once every result
-    file is written, a moment before its jobs end: wait (bounded) until none is still pending or running."""
+    file is written, a moment before its jobs end, and accounting hears of each task a moment after it starts:
+    wait (bounded) until `tasks` of them are on record and none is still pending or running."""
     deadline = time.monotonic() + settle_s
     while True:
         out = subprocess.run(
@@ -46,7 +47,8 @@ def sacct(job_id: str, settle_s: float = 60) -> dict[str, list[str]]:
         for line in out.splitlines():
             job, state = line.split("|")
             states.setdefault(job, []).append(state)
-        if time.monotonic() > deadline or not {s[-1] for s in states.values()} & {"PENDING", "RUNNING", "COMPLETING"}:
+        settled = len(states) >= tasks and not {s[-1] for s in states.values()} & {"PENDING", "RUNNING", "COMPLETING"}
+        if settled or time.monotonic() > deadline:
             return states
         time.sleep(1)
 
@@ -78,8 +80,8 @@ def test_an_opd_sweep_is_one_array_job_whose_every_job_gets_its_own_point(sweep_
     is test_a_job_that_times_out_is_requeued_and_resumes."""
     run = sweep(sweep_dir, "training_mode=opd", "trainer.loss.teacher_tau=0.3,3.0", "launcher.prepare_only=true")
     assert run.returncode == 0, run.stderr[-3000:]
-    [array] = job_ids(sweep_dir)
-    assert sacct(array) == {f"{array}_{i}": ["COMPLETED"] for i in range(2)}
+    [array] = job_ids(sweep_dir)  # one array job; its tasks' records (named <array>_<task> once accounting settles)
+    assert list(sacct(array, tasks=2).values()) == [["COMPLETED"]] * 2
     for i, tau in enumerate((0.3, 3.0)):
         configs = sweep_dir / str(i) / "configs"
         assert f"teacher_tau: {tau}\n" in (configs / "trainer.yaml").read_text()
@@ -98,7 +100,7 @@ def test_one_invalid_point_submits_nothing(sweep_dir):
     assert run.returncode == 2
     [line] = run.stderr.strip().splitlines()
     assert "sweep job #1 (training_mode=rl trainer.loss.teacher_tau=0.5" in line and "teacher_tau" in line, line
-    assert next_job_id() == before and sacct(str(before)) == {}  # the queue and accounting never saw a job
+    assert next_job_id() == before and sacct(str(before), tasks=0) == {}  # queue, accounting: no job
     assert not sweep_dir.exists()
 
 
