@@ -17,11 +17,14 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prime_rl.config import compose_config
 from prime_rl.config.schema import Config, TaskConfig, TinyModelConfig, WarmStartConfig
+from prime_rl.config.user_error import UserError
+from prime_rl.launcher.preflight import _opd_teachers
 from prime_rl.models import student_dir, teacher_dir
 from prime_rl.models.chat import prompt_ids
 from prime_rl.models.prompt_lengths import prompt_lengths
 from prime_rl.models.tiny import build_tiny_model, save_model
 from prime_rl.models.tokenizer import build_tokenizer
+from prime_rl.models.tokenizer_files import same_tokenizer_files
 from prime_rl.prepare import prepare_model, prepare_student, prepare_teacher, tiny
 from prime_rl.prepare.greedy_eval import eval_reward
 from prime_rl.protocol.atomic import STABLE_MARKER
@@ -149,6 +152,35 @@ def test_prompt_lengths_are_measured_once_per_tokenizer_and_prompts(tmp_path):
     for entry in (tmp_path / "cache" / "prompt_lengths").iterdir():
         entry.write_text("[1, 2")  # cut short: measured again, not trusted
     assert measured(prompts) > truth and len(loads) == 5
+
+
+def test_an_opd_teacher_with_the_students_tokenizer_files_is_checked_without_loading_a_tokenizer(tmp_path):
+    """The launcher's opd check (launcher/preflight.py) compares a local teacher's tokenizer with the student's:
+    the same files tell it without loading either; other files are loaded and compared, and a vocabulary that
+    differs is refused."""
+    student, same, other = tmp_path / "student", tmp_path / "same", tmp_path / "other"
+    for d in (student, same, other):
+        build_tokenizer().save_pretrained(d)
+    added = json.loads((other / "tokenizer.json").read_text())
+    added["added_tokens"].append({**added["added_tokens"][-1], "id": 300, "content": "<|other|>"})
+    (other / "tokenizer.json").write_text(json.dumps(added))
+    assert same_tokenizer_files(student, same) and not same_tokenizer_files(student, other)
+    assert not same_tokenizer_files(tmp_path / "none", tmp_path / "none")  # no files: only loading tells
+    loads = []
+
+    def tokenizer():
+        loads.append(1)
+        return AutoTokenizer.from_pretrained(student)
+
+    def check(teacher):
+        cfg = compose_config(["training_mode=opd", f"model.name={student}", f"teacher.model={teacher}"])
+        _opd_teachers(cfg, None, tokenizer)
+
+    check(same)
+    assert loads == []
+    with pytest.raises(UserError, match="differs from the student's"):
+        check(other)
+    assert loads == [1]
 
 
 @pytest.mark.slow
