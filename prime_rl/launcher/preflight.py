@@ -34,7 +34,6 @@ from prime_rl.launcher.gpus import has_cuda_vllm, visible_gpus
 from prime_rl.models.hub import hub_model_problem, is_hub_id
 from prime_rl.models.prompt_lengths import prompt_lengths
 from prime_rl.models.recipe import WARM_START_ENVS, student_dir, teacher_dir
-from prime_rl.models.tokenizer_files import same_tokenizer_files
 from prime_rl.monitor.wandb_mode import settle_wandb_mode
 from prime_rl.tasks import Task
 from prime_rl.tasks.gym_env import demonstrates, env_factory, tool_schemas
@@ -128,8 +127,7 @@ def _opd_teachers(cfg: Config, task: Task, tokenizer: Callable) -> None:
         if not teaches(cfg, name, lambda m: m.teacher_term):
             continue
         if view.teacher.kind == TeacherKind.local_vllm:
-            if not same_tokenizer_files(student_dir(cfg), teacher_dir(view)):  # the same files: nothing to load
-                check_same_tokenizer(tokenizer(), teacher_dir(view))
+            check_same_tokenizer(tokenizer, student_dir(cfg), teacher_dir(view))
         else:
             asyncio.run(_remote_scorer(view, tokenizer(), task))
 

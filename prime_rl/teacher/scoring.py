@@ -1,6 +1,7 @@
 """opd: the teacher scores the student's own tokens (vLLM prompt logprobs), after checks that it can."""
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 from prime_rl.config.modes import distill_top_k
@@ -8,6 +9,7 @@ from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.config.user_error import check, first_line
 from prime_rl.inference.client import InferenceClient, InferenceError, TopLogprobs
 from prime_rl.inference.server import vocab_size
+from prime_rl.models.tokenizer_files import same_tokenizer_files
 from prime_rl.teacher.client import TeacherError, teacher_client
 
 
@@ -55,11 +57,14 @@ async def check_remote_scorer(client: InferenceClient, model: str, student_tok, 
     await probe_prompt_logprobs(client, model, probe)
 
 
-def check_same_tokenizer(student_tok, teacher_dir: Path) -> None:
-    """A local teacher's tokenizer files must define the student's vocab and special tokens exactly."""
+def check_same_tokenizer(student_tok: Callable, student_dir: Path, teacher_dir: Path) -> None:
+    """A local teacher's tokenizer files must define the student's vocab and special tokens exactly. Files the
+    same as the student's do, and neither tokenizer is loaded (`student_tok` loads the student's)."""
+    if same_tokenizer_files(student_dir, teacher_dir):
+        return
     from transformers import AutoTokenizer
 
-    teacher_tok = AutoTokenizer.from_pretrained(teacher_dir)
+    student_tok, teacher_tok = student_tok(), AutoTokenizer.from_pretrained(teacher_dir)
     if student_tok.get_vocab() != teacher_tok.get_vocab():
         raise TeacherError(
             f"teacher tokenizer at {teacher_dir} differs from the student's (vocab), and opd scores the student's "

@@ -8,7 +8,7 @@ import torch
 
 from prime_rl.config.modes import distill_top_k
 from prime_rl.config.teachers import teaches
-from prime_rl.models import teacher_dir
+from prime_rl.models import student_dir, teacher_dir
 from prime_rl.orchestrator.algo.rl import RL
 from prime_rl.orchestrator.context import Context, Teacher
 from prime_rl.orchestrator.students import even_shares
@@ -30,7 +30,7 @@ class OPD(RL):
             if not teaches(ctx.cfg, t.name, lambda m: m.teacher_term):
                 continue
             if t.local:  # its files are the launcher's check too; its server's logprobs only this one's
-                check_same_tokenizer(ctx.tokenizer, teacher_dir(t.cfg))
+                check_same_tokenizer(lambda: ctx.tokenizer, student_dir(ctx.cfg), teacher_dir(t.cfg))
                 await probe_prompt_logprobs(t.client, t.model, probe)
             else:
                 await check_remote_scorer(t.client, t.model, ctx.tokenizer, probe)
