@@ -119,6 +119,28 @@ def test_rl_improves_eval_reward_and_lr_zero_does_not(tmp_path):
 
 
 @pytest.mark.vllm
+def test_weights_pushed_over_gloo_keep_the_server_on_the_trainers_weights(tmp_path):
+    """inference.weight_transfer=gloo, the CPU counterpart of nccl: no weight files; between two generations the
+    orchestrator asks for each version and the trainer pushes it through vLLM's weight-transfer routes. On policy,
+    mismatch_kl stays at float noise while the weights move (a push that left the server one step behind would
+    show 1e-4 or more, as the learning run's staleness-1 steps do), and the final weights reach the server for
+    the last evaluation."""
+    run_dir = tmp_path / "run"
+    overrides = ["max_steps=3", "orchestrator.max_async_level=0", "orchestrator.eval.interval=3"]
+    proc = launch(run_dir, *overrides, "trainer.optim.lr=1e-3", "inference.weight_transfer=gloo", "monitor=off")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = rows(run_dir)
+    train = [r for r in lines if "loss" in r]
+    assert [r["step"] for r in train] == [0, 1, 2]
+    assert max(abs(r["mismatch_kl"]) for r in train) < 1e-6, [r["mismatch_kl"] for r in train]
+    assert max(r["grad_norm"] for r in train) > 0 and all(r["time/push"] > 0 for r in train)
+    assert lines[-1]["step"] == 3 and "eval/reward" in lines[-1]
+    weights = run_dir / "weights"
+    assert not [p for p in weights.rglob("*") if p.suffix in (".safetensors", ".json")]  # nothing but markers
+    assert sorted(p.name for p in (weights / "step_3").iterdir()) == ["PUSHED", "REQUESTED", "STABLE"]
+
+
+@pytest.mark.vllm
 def test_rl_on_the_tied_qwen3_family_keeps_the_server_on_the_trainers_weights(tmp_path):
     """model=tiny_qwen3 (q/k norm, tied embeddings, BPE): at max_async_level=0 every batch is sampled by the
     weights the trainer holds, so mismatch_kl stays at float noise (with vLLM's own reload it grew to 1e-2). The

@@ -16,7 +16,7 @@ from huggingface_hub.utils import filter_repo_objects
 from safetensors import safe_open
 from transformers import AutoConfig, AutoTokenizer
 
-from prime_rl.config import compose_config
+from prime_rl.config import ConfigError, check_rules, compose_config
 from prime_rl.config.layout import GIB, trainer_fit_problem, trainer_threads
 from prime_rl.config.timeouts import (
     collective_timeout_s,
@@ -91,6 +91,32 @@ def test_gpu_servers_use_cuda_graphs_and_the_teacher_bounds_its_prompt_logits(tm
     assert "--enforce-eager" in cpu
     pinned = compose_config([*GPU_OPD, f"teacher.model={teacher}", "teacher.max_num_batched_tokens=1024"])
     assert batched_tokens(pinned, tmp_path / "pinned") == "1024"
+
+
+def test_nccl_weight_transfer_is_opt_in_and_refused_where_it_cannot_run(tmp_path):
+    """inference.weight_transfer=nccl: the student server (not the teacher) gets vLLM's NCCL engine, and the trainer
+    the run's key to drive its routes; files stay the default. Where NCCL cannot move the weights, one line."""
+    files = build_plan(compose_config(GPU_OPD), tmp_path / "files", ["0", "1", "2"])
+    assert "--weight-transfer-config" not in files.role("inference").command and not files.role("trainer").server_key
+    nccl = build_plan(compose_config([*GPU_OPD, "inference.weight_transfer=nccl"]), tmp_path / "nccl", ["0", "1", "2"])
+    assert json.loads(arg(nccl.role("inference").command, "--weight-transfer-config")) == {"backend": "nccl"}
+    assert "--weight-transfer-config" not in nccl.role("teacher_inference").command
+    assert nccl.role("trainer").server_key and nccl.role("orchestrator").server_key
+    check_rules(compose_config(["inference.weight_transfer=gloo", "deployment=colocated"]), 0)  # CPU, in turns
+    refused = [
+        (["inference.weight_transfer=nccl"], "nccl moves weights between GPUs.*use deployment=gpu"),
+        (["deployment=colocated_gpu", "inference.weight_transfer=nccl"], "colocated they share one"),
+        (["deployment=gpu", "lora=on", "inference.weight_transfer=nccl"], "under LoRA the server loads the adapter"),
+        (["deployment=gpu", "inference.weight_transfer=gloo"], "gloo is the CPU build's transport"),
+        (
+            ["deployment=gpu", "deployment.num_infer_nodes=1", "deployment.num_train_nodes=1"]
+            + ["inference.weight_transfer=nccl"],
+            "a multi-node job has one per node",
+        ),
+    ]
+    for overrides, problem in refused:
+        with pytest.raises(ConfigError, match=problem):
+            check_rules(compose_config(overrides), 8)
 
 
 def test_the_teachers_batched_tokens_stay_between_vllms_defaults(tmp_path):

@@ -297,6 +297,12 @@ CASES = [
         ("deployment=colocated", "deployment.num_infer_gpus=2", "deployment.num_train_gpus=2"),
         "[deployment.layout, deployment.num_infer_gpus, deployment.num_train_gpus]",
     ),
+    Case(
+        "GPUs",
+        "NCCL weight transfer without GPUs",
+        ("inference.weight_transfer=nccl",),
+        "[inference.weight_transfer, deployment.num_infer_gpus, deployment.num_train_gpus]",
+    ),
     Case("endpoint", "base_url not a URL", (*EXTERNAL, "teacher.base_url=api.example.com"), "[teacher.base_url]"),
     Case(
         "secret",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import httpx
 
-from prime_rl.config.schema import Config
+from prime_rl.config.schema import Config, WeightTransfer
 from prime_rl.inference.server import vllm_command
 from prime_rl.launcher.plan import Role
 from prime_rl.launcher.processes import log_tail, spawn, stop_children
@@ -14,19 +14,27 @@ from prime_rl.launcher.processes import log_tail, spawn, stop_children
 
 @contextlib.contextmanager
 def serve(
-    model: Path, log_dir: Path, served_name: str = "student", lora_rank: int = 0, extra_args=(), student: bool = True
+    model: Path,
+    log_dir: Path,
+    served_name: str = "student",
+    lora_rank: int = 0,
+    extra_args=(),
+    student: bool = True,
+    weight_transfer: WeightTransfer = WeightTransfer.files,
+    env: dict[str, str] | None = None,
 ):
     """Yields the base URL of a ready server (the student's, or with student=False a teacher's); stops its whole
-    process group afterwards."""
+    process group afterwards. `env`: what the launcher adds at spawn (the run's server key)."""
     cfg = Config()
+    cfg.inference.weight_transfer = weight_transfer
     if student:
         cfg.inference.extra_args = list(extra_args)
     else:
         cfg.teacher.extra_args = list(extra_args)
-    command, env = vllm_command(cfg, model, served_name, 0, gpus=[], lora_rank=lora_rank, student=student)
+    command, server_env = vllm_command(cfg, model, served_name, 0, gpus=[], lora_rank=lora_rank, student=student)
     log = log_dir / f"vllm-{served_name}-{time.monotonic_ns()}.log"
-    role = Role(name=served_name, command=command, env=env, gpus=[], log_file=log, config_file=log, port=0)
-    child = spawn(role, {})
+    role = Role(name=served_name, command=command, env=server_env, gpus=[], log_file=log, config_file=log, port=0)
+    child = spawn(role, env or {})
     try:
         deadline = time.monotonic() + 300
         while not (url := _healthy_url(child)):

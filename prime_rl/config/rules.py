@@ -18,6 +18,7 @@ from prime_rl.config.schema import (
     RatioLevel,
     ReferenceSource,
     TeacherKind,
+    WeightTransfer,
     node_gpus,
     num_nodes,
 )
@@ -55,6 +56,7 @@ def check_rules(cfg: Config, visible_gpus: int) -> None:
         _reference,
         _nodes,
         _colocated,
+        _weight_transfer,
     )
     for rule in (*rules, _gpus, _parallel):
         rule(cfg, visible_gpus)
@@ -755,6 +757,47 @@ def _colocated(cfg: Config, _: int) -> None:
         ["deployment.layout", "trainer.num_procs"],
         f"num_procs={cfg.trainer.num_procs}: in turns, one trainer process already has every core",
         "drop trainer.num_procs",
+    )
+
+
+def _weight_transfer(cfg: Config, _: int) -> None:
+    """A push (nccl, gloo) hands the trainer's full weights to the student server of this node, device to device:
+    an adapter, another node, or one GPU shared in turns go through files."""
+    way = cfg.inference.weight_transfer
+    if way == WeightTransfer.files:
+        return
+    d, key = cfg.deployment, f"inference.weight_transfer={way.value}"
+    check(
+        not cfg.trainer.lora.enabled,
+        ["inference.weight_transfer", "lora"],
+        f"{key} pushes full weights; under LoRA the server loads the adapter from the run dir",
+        "set inference.weight_transfer=files, or lora=off",
+    )
+    check(
+        num_nodes(d) == 1,
+        ["inference.weight_transfer", "deployment.num_infer_nodes"],
+        f"{key} reaches the student server of the trainer's own node; a multi-node job has one per node",
+        "set inference.weight_transfer=files for a multi-node job",
+    )
+    if way == WeightTransfer.gloo:
+        check(
+            d.num_infer_gpus == 0,
+            ["inference.weight_transfer", "deployment.num_infer_gpus"],
+            "gloo is the CPU build's transport, the student server runs on GPUs",
+            "set inference.weight_transfer=nccl (or files) on GPUs",
+        )
+        return
+    check(
+        d.num_infer_gpus > 0 and d.num_train_gpus > 0,
+        ["inference.weight_transfer", "deployment.num_infer_gpus", "deployment.num_train_gpus"],
+        f"nccl moves weights between GPUs, but num_infer_gpus={d.num_infer_gpus}, num_train_gpus={d.num_train_gpus}",
+        "use deployment=gpu, or inference.weight_transfer=gloo (or files) on CPU",
+    )
+    check(
+        d.layout != Layout.colocated,
+        ["inference.weight_transfer", "deployment.layout"],
+        "nccl needs the trainer and the student server on GPUs of their own; colocated they share one",
+        "use deployment=gpu, or inference.weight_transfer=files",
     )
 
 

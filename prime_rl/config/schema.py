@@ -73,6 +73,12 @@ class Layout(str, Enum):
     colocated = "colocated"  # every role on the same device (the CPU or one GPU), taking turns at step boundaries
 
 
+class WeightTransfer(str, Enum):
+    files = "files"  # the trainer writes safetensors (or the adapter) to the run dir, the server reloads them
+    nccl = "nccl"  # vLLM's NCCL weight transfer, trainer GPU to server GPUs (separate GPUs, full weights; opt-in)
+    gloo = "gloo"  # the same push over TCP between CPU processes (the CPU build's counterpart of nccl)
+
+
 class WandbMode(str, Enum):
     auto = "auto"  # $WANDB_MODE if set; else online when WANDB_API_KEY is set, offline otherwise
     online = "online"
@@ -288,6 +294,7 @@ class InferenceConfig:
     tp: int = 1  # GPU: vLLM --tensor-parallel-size of the student server (tp * dp = deployment.num_infer_gpus)
     dp: int = 1  # GPU: vLLM --data-parallel-size of the student server (replicas, each over tp GPUs)
     extra_args: list[str] = field(default_factory=list)  # more vLLM CLI arguments of the student server, as given
+    weight_transfer: WeightTransfer = WeightTransfer.files  # files | nccl | gloo: how each step's weights reach it
     urls: list[str] = field(default_factory=list)  # student server URLs, from the multi-node plan (empty: this node's)
 
 

@@ -6,20 +6,31 @@ arrive. A tied output layer (`lm_head` sharing `embed_tokens.weight`, as in smal
 none: the trainer's export holds `model.embed_tokens.weight` only. On CPU that processing is what computes the
 logits (a oneDNN matmul handle holding its own copy of the weight), so without it the server would keep sampling
 from the output layer it started with. Called through `/collective_rpc` (inference/client.py).
+
+Importing it (vLLM does, in every worker) also registers the `gloo` weight-transfer engine of
+inference.weight_transfer=gloo with vLLM's factory, before the worker builds its engine.
 """
 
 import torch
 from vllm.config import set_current_vllm_config
 from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
+from prime_rl.weight_transfer import gloo
+
+gloo.register()
+
 
 class WeightReload:
     """Mixed into vLLM's worker: `self` is the worker, with its model runner and config."""
 
     def reload_policy(self, weights_path: str) -> int:  # protocol.servers.RELOAD_METHOD names it
-        """vLLM's in-place reload from `weights_path`, then the post-load processing of each output layer whose
-        weight another module owns too; returns how many such layers were refreshed."""
+        """vLLM's in-place reload from `weights_path`, then the tied output layers' refresh."""
         self.reload_weights(weights_path=weights_path, is_checkpoint_format=True)
+        return self.refresh_shared_output_layers()
+
+    def refresh_shared_output_layers(self) -> int:  # protocol.servers.REFRESH_METHOD names it
+        """The post-load processing of each output layer whose weight another module owns too, after any in-place
+        update (a reload from files, a pushed transfer); returns how many there were."""
         heads = shared_output_layers(self.model_runner.get_model())
         with set_current_vllm_config(self.vllm_config):
             for head in heads:

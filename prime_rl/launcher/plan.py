@@ -10,7 +10,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from prime_rl.config.layout import is_colocated, on_gpu
-from prime_rl.config.schema import Config, TeacherKind
+from prime_rl.config.schema import Config, TeacherKind, WeightTransfer
 from prime_rl.config.teachers import (
     SERVER_ROLE,
     local_teachers,
@@ -41,7 +41,7 @@ class Role:
     log_file: Path
     config_file: Path
     port: int | None = None  # servers only (0: the server binds a port of the kernel's choosing, read back)
-    server_key: bool = False  # gets the run's server key at spawn (servers require it, the orchestrator sends it)
+    server_key: bool = False  # gets the run's server key: servers want it; the orchestrator, a pushing trainer send it
     withheld: tuple[str, ...] = ()  # env vars of the launcher this role does not inherit (secrets it never needs)
 
     @property
@@ -141,7 +141,7 @@ def build_plan(cfg: Config, run_dir: Path, visible: list[str], node: Node = LOCA
                 gpus=slices[name],
                 log_file=log_file(run_dir, name, node),
                 config_file=config_file,
-                server_key=name == "orchestrator",
+                server_key=name == "orchestrator" or (name == "trainer" and pushes_weights(cfg)),
             )
         )
     for role in plan.roles:
@@ -149,6 +149,11 @@ def build_plan(cfg: Config, run_dir: Path, visible: list[str], node: Node = LOCA
         if not role.gpus:
             role.env.update(preload_env(cfg.launcher.tcmalloc))
     return plan
+
+
+def pushes_weights(cfg: Config) -> bool:
+    """inference.weight_transfer=nccl|gloo: the trainer drives the student server's weight-transfer routes."""
+    return cfg.inference.weight_transfer != WeightTransfer.files
 
 
 def teacher_secrets(cfg: Config) -> tuple[str, ...]:

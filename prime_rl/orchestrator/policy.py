@@ -2,9 +2,10 @@
 
 import time
 
-from prime_rl.config.schema import Config, num_nodes
+from prime_rl.config.schema import Config, WeightTransfer, num_nodes
 from prime_rl.inference.client import InferenceClient
-from prime_rl.protocol.handoff import Listener, fallback_s
+from prime_rl.protocol.atomic import write_text
+from prime_rl.protocol.handoff import Listener, announce, fallback_s
 from prime_rl.protocol.run_dir import RunDir
 
 WEIGHTS_POLL_S = 0.05  # multi-node: how often the shared run dir is looked at for new weights
@@ -15,6 +16,7 @@ class PolicySync:
         self.run_dir = run_dir
         self.client = client
         self.lora_name = lora_name  # reload the adapter under this name instead of full weights
+        self.pushed = cfg.inference.weight_transfer != WeightTransfer.files  # the trainer pushes them when asked
         self.wait_timeout_s = cfg.step_timeout_s
         self.fallback_s = fallback_s(num_nodes(cfg.deployment) > 1, WEIGHTS_POLL_S)  # the trainer announces exports
         self.listener = Listener(run_dir.handoff("weights"))
@@ -23,7 +25,7 @@ class PolicySync:
         self.wait_s = 0.0  # time spent waiting for the trainer's weights, for the step's metrics
 
     async def wait_for(self, needed: int) -> None:
-        """Until the trainer has exported weights of step `needed` or newer."""
+        """Until the trainer has exported weights of step `needed` or newer (pushed: until the server has them)."""
 
         def exported() -> bool:
             latest = self.run_dir.latest_weights()
@@ -31,14 +33,24 @@ class PolicySync:
 
         start = time.monotonic()
         error = f"no weights for step {needed} after {self.wait_timeout_s:.0f}s; is the trainer alive?"
-        await self.listener.wait_async(exported, self.wait_timeout_s, self.fallback_s, error)
+        if self.pushed:
+            # A pushing trainer holds its weights until they are asked for, so each version is taken as it comes:
+            # waiting here, the server is idle anyway.
+            while self.version < needed:
+                await self.listener.wait_async(self.newer, self.wait_timeout_s, self.fallback_s, error)
+                start += await self.load(self.run_dir.latest_weights())  # counted as reload time, not waiting
+        else:
+            await self.listener.wait_async(exported, self.wait_timeout_s, self.fallback_s, error)
         self.wait_s += time.monotonic() - start
+
+    def newer(self) -> bool:
+        latest = self.run_dir.latest_weights()
+        return latest is not None and latest > self.version
 
     async def load_newest(self) -> int:
         """Serve the newest exported weights (after wait_for: there are some); returns their version."""
-        latest = self.run_dir.latest_weights()  # weights only grow
-        if latest > self.version:
-            await self.load(latest)
+        if self.newer():  # weights only grow
+            await self.load(self.run_dir.latest_weights())
         return self.version
 
     def take_times(self) -> dict[str, float]:
@@ -46,12 +58,25 @@ class PolicySync:
         self.reload_s = self.wait_s = 0.0
         return times
 
-    async def load(self, step: int) -> None:
+    async def load(self, step: int) -> float:
+        """Serve weights `step`; returns the seconds it took."""
         start = time.monotonic()
         path = str(self.run_dir.weights(step).resolve())
-        if self.lora_name:
+        if self.pushed:
+            await self.ask_push(step)
+        elif self.lora_name:
             await self.client.load_lora(self.lora_name, path)
         else:
             await self.client.reload_weights(path)
         self.version = step
-        self.reload_s += time.monotonic() - start
+        took = time.monotonic() - start
+        self.reload_s += took
+        return took
+
+    async def ask_push(self, step: int) -> None:
+        """inference.weight_transfer=nccl|gloo: the server is idle now (this process, its only client, awaits its
+        requests before it loads), so the trainer may push weights `step`; until it has, nothing is generated."""
+        write_text(self.run_dir.push_requested(step), "")
+        announce(self.run_dir.handoff("push"))
+        error = f"the trainer did not push weights {step} within {self.wait_timeout_s:.0f}s; is it alive?"
+        await self.listener.wait_async(self.run_dir.pushed(step).exists, self.wait_timeout_s, self.fallback_s, error)

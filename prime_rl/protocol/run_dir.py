@@ -18,8 +18,17 @@ class RunDir:
         """trainer -> inference: the policy after `step` optimizer steps (safetensors, or a peft adapter)."""
         return self.root / "weights" / f"step_{step}"
 
+    def push_requested(self, step: int) -> Path:
+        """orchestrator -> trainer, inference.weight_transfer=nccl|gloo: the server is idle, push weights `step`
+        (whose weights/step_N holds no files then, only the STABLE marker of the trainer having them)."""
+        return self.weights(step) / "REQUESTED"
+
+    def pushed(self, step: int) -> Path:
+        """trainer -> orchestrator: the server serves weights `step`."""
+        return self.weights(step) / "PUSHED"
+
     def handoff(self, channel: str) -> Path:
-        """Where a `channel` ("batch", "weights") is announced the moment it is whole: each waiter's named pipe
+        """Where a `channel` ("batch", "weights", "push") is announced the moment it is whole: each waiter's named pipe
         is handoff/<channel>.<pid> (handoff.py)."""
         return self.root / "handoff" / channel
 

@@ -8,3 +8,6 @@ SERVER_KEY_ENV = "VLLM_API_KEY"
 # The worker-extension method (inference/weight_reload.py) the orchestrator calls through /collective_rpc to load
 # a policy update in place; not vLLM's own `reload_weights`, which leaves a tied output layer on its old weights.
 RELOAD_METHOD = "reload_policy"
+# The worker-extension method the trainer calls after a pushed transfer (inference.weight_transfer=nccl|gloo): the
+# same refresh of tied output layers that RELOAD_METHOD does after loading files.
+REFRESH_METHOD = "refresh_shared_output_layers"

@@ -8,7 +8,7 @@ import torch
 from transformers.utils.logging import disable_progress_bar
 
 from prime_rl.config.layout import is_colocated, on_gpu, server_dtype, trainer_threads
-from prime_rl.config.schema import Config, num_nodes
+from prime_rl.config.schema import Config, WeightTransfer, num_nodes
 from prime_rl.config.user_error import UserError
 from prime_rl.models.chat import padding_id
 from prime_rl.monitor.wandb_run import WandbRun
@@ -19,7 +19,7 @@ from prime_rl.protocol.metrics import append_row
 from prime_rl.protocol.policy import policy_window
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.trainer.checkpoint import load_checkpoint, save_checkpoint
-from prime_rl.trainer.distributed import close_world, init_world, load_sharded_model
+from prime_rl.trainer.distributed import World, close_world, init_world, load_sharded_model
 from prime_rl.trainer.loss import Objective
 from prime_rl.trainer.model import compute_dtype, head_is_plain, load_model
 from prime_rl.trainer.reference import Reference
@@ -46,8 +46,9 @@ def train(cfg: Config) -> None:
     if start:
         load_checkpoint(run_dir, start, model, optimizer, scheduler, world)
     export_dtype = getattr(torch, server_dtype(cfg, on_gpu(cfg)))  # what the student server computes in
-    export_weights(model, tokenizer, run_dir, start, world, export_dtype)
-    announce(run_dir.handoff("weights"))
+    push = weight_push(cfg, model, world, export_dtype)
+    weights = Weights(model, tokenizer, run_dir, world, export_dtype, push)
+    weights.publish(start)
     # W&B after the export (the orchestrator samples meanwhile), and from rank 0 alone: one writer per run.
     wandb_run = WandbRun(cfg, resumed=start > 0) if world.main else None
     pad_id = padding_id(tokenizer)
@@ -55,6 +56,7 @@ def train(cfg: Config) -> None:
     reference = Reference(cfg, model, device, world) if cfg.trainer.loss.kl_ref_tau else None
     batches = BatchWait(cfg)
     turn = DeviceTurn(run_dir.device_lock, is_colocated(cfg))
+    weights.push(start)
     last = time.monotonic()
     for step in range(start, cfg.max_steps):
         batch = batches.wait(step)
@@ -63,7 +65,7 @@ def train(cfg: Config) -> None:
                 cfg, model, optimizer, scheduler, batch, pad_id, device, world, fused, objective, reference
             )
             export_start = time.monotonic()
-            export_weights(model, tokenizer, run_dir, step + 1, world, export_dtype)
+            weights.publish(step + 1)
             metrics["time/export"] = time.monotonic() - export_start
             if device.type == "cuda":
                 metrics["memory/peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30  # this rank's
@@ -72,8 +74,8 @@ def train(cfg: Config) -> None:
                     torch.cuda.empty_cache()  # the servers wake into this memory
             else:  # the process's high-water mark so far (Linux counts it in KiB)
                 metrics["memory/peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        weights.push(step + 1)  # outside the turn: the orchestrator asks for a push from within its own
         if world.main:
-            announce(run_dir.handoff("weights"))
             # every rank has read the batch: the step's all-reduces waited for all of them
             # the orchestrator is past step `step` now; one step of margin for a reload still in flight
             prune_weights(run_dir, keep_from=policy_window(step, cfg.orchestrator.max_async_level))
@@ -85,7 +87,7 @@ def train(cfg: Config) -> None:
             "throughput/tokens_per_s": metrics["tokens"] / step_s,
             "batch/file_mib": batches.file_mib,  # what the orchestrator hands over each step (a top-k adds most)
         }
-        row = {"step": step, **batch.metrics, **metrics, **timing}
+        row = {"step": step, **batch.metrics, **metrics, **timing, **weights.take_times()}
         if turn.shared:  # the hand-offs of the step: to the orchestrator for its batch, then to the trainer
             trainer_turn = turn.take_times()
             row["time/handoff"] = batch.metrics.get("time/handoff", 0.0) + trainer_turn["time/handoff"]
@@ -100,11 +102,51 @@ def train(cfg: Config) -> None:
             if world.main:
                 print(f"checkpoint of step {done} written in {time.monotonic() - ckpt_start:.2f} s", flush=True)
     batches.listener.close()
+    weights.close()
     if cfg.trainer.lora.enabled:
         export_merged(model, tokenizer, run_dir.merged)
     if world.main:
         wandb_run.finish()
     close_world(world)
+
+
+def weight_push(cfg: Config, model, world: World, dtype: torch.dtype):
+    """The push of inference.weight_transfer=nccl|gloo (weight_transfer/push.py), None for files: only then does
+    the trainer import vLLM."""
+    if cfg.inference.weight_transfer == WeightTransfer.files:
+        return None
+    from prime_rl.weight_transfer.push import WeightPush
+
+    return WeightPush(cfg, model, world, dtype)
+
+
+class Weights:
+    """How each step's weights reach the student server: exported files it reloads, or a push when asked."""
+
+    def __init__(self, model, tokenizer, run_dir: RunDir, world: World, dtype: torch.dtype, push):
+        self.model, self.tokenizer, self.run_dir, self.world, self.dtype = model, tokenizer, run_dir, world, dtype
+        self.pusher = push
+
+    def publish(self, step: int) -> None:
+        """Weights `step` exist for the orchestrator: as files, or (pushed) as the promise of a push."""
+        if self.pusher:
+            self.pusher.publish(step)
+        else:
+            export_weights(self.model, self.tokenizer, self.run_dir, step, self.world, self.dtype)
+        if self.world.main:
+            announce(self.run_dir.handoff("weights"))
+
+    def push(self, step: int) -> None:
+        """Pushed: weights `step` go to the server once the orchestrator asks; files: nothing left to do."""
+        if self.pusher:
+            self.pusher.push_when_asked(step)
+
+    def take_times(self) -> dict[str, float]:
+        return self.pusher.take_times() if self.pusher else {}
+
+    def close(self) -> None:
+        if self.pusher:
+            self.pusher.close()
 
 
 class BatchWait:

@@ -1,0 +1,101 @@
+"""The trainer's side of a pushed transfer (inference.weight_transfer=nccl|gloo).
+
+The orchestrator, the server's only client, decides when the server may change: between two of its generations,
+exactly where it would reload files. So the trainer publishes weights/step_N empty (the policy exists), the
+orchestrator asks for it there (REQUESTED), and the trainer then broadcasts it through vLLM's weight-transfer
+engine and says so (PUSHED). Until then the trainer keeps its parameters as they are: one version in flight at
+most, and every version the orchestrator sees is the one it is served."""
+
+import socket
+import time
+
+import torch
+
+from prime_rl.config.schema import Config, WeightTransfer
+from prime_rl.models import student_dir
+from prime_rl.protocol.atomic import publish_dir, write_text
+from prime_rl.protocol.handoff import ANNOUNCED_FALLBACK_S, Listener, announce
+from prime_rl.protocol.polling import wait_until
+from prime_rl.protocol.run_dir import RunDir
+from prime_rl.trainer.distributed import World
+from prime_rl.weight_transfer import gloo
+from prime_rl.weight_transfer.client import ServerWeights
+from prime_rl.weight_transfer.source import ModelWeights, check_checkpoint_names
+
+HOST = "127.0.0.1"  # the trainer and the student server share a node (config/rules.py _weight_transfer)
+URL_POLL_S = 0.5
+
+
+class WeightPush:
+    def __init__(self, cfg: Config, model: torch.nn.Module, world: World, dtype: torch.dtype):
+        from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+
+        check_checkpoint_names(model, student_dir(cfg))
+        self.run_dir = RunDir(cfg.run_dir)
+        self.world = world
+        self.timeout_s = cfg.step_timeout_s
+        self.listener = Listener(self.run_dir.handoff("push"))  # every rank: each joins the broadcast's gather
+        self.server = ServerWeights(student_root(cfg, self.run_dir), cfg.step_timeout_s) if world.main else None
+        group = 1 + self.server.workers() if world.main else 0  # the sender, then the server's workers
+        info = init_info(cfg.inference.weight_transfer, world.rank, group, cfg.step_timeout_s)
+        source = ModelWeights(model, dtype)
+        self.engine = WeightTransferTrainerFactory.trainer_init(info, client=self.server, source=source)
+        self.wait_s = 0.0  # waiting for the orchestrator's request, for the step's metrics
+        self.push_s = 0.0  # the transfer itself
+
+    def publish(self, step: int) -> None:
+        """weights/step_<step> without files: the orchestrator may ask for these weights now."""
+        if self.world.main:
+            publish_dir(self.run_dir.weights(step), lambda _: None)
+
+    def push_when_asked(self, step: int) -> None:
+        """Wait for the orchestrator's request of weights `step` (published), then push them (every rank)."""
+        start = time.monotonic()
+        error = f"the orchestrator did not ask for weights {step} within {self.timeout_s:.0f}s; is it alive?"
+        self.listener.wait(self.run_dir.push_requested(step).exists, self.timeout_s, ANNOUNCED_FALLBACK_S, error)
+        sent = time.monotonic()
+        self.wait_s += sent - start
+        self.engine.send_weights()
+        if self.world.main:
+            self.server.serve_update()
+            write_text(self.run_dir.pushed(step), "")
+            announce(self.run_dir.handoff("weights"))
+        self.push_s += time.monotonic() - sent
+
+    def take_times(self) -> dict[str, float]:
+        times = {"time/push": self.push_s, "time/wait_push": self.wait_s}
+        self.push_s = self.wait_s = 0.0
+        return times
+
+    def close(self) -> None:
+        self.listener.close()
+        self.engine.shutdown()
+        if self.server:
+            self.server.close()
+
+
+def init_info(way: WeightTransfer, rank: int, world_size: int, timeout_s: float):
+    """The trainer engine's init info: vLLM's NCCL one, or gloo's (registered with vLLM's factory here)."""
+    if way == WeightTransfer.gloo:
+        gloo.register()
+        return gloo.GlooTrainerInitInfo(HOST, world_size, timeout_s, rank=rank)
+    from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
+
+    return NCCLTrainerInitInfo(HOST, free_port(), world_size, rank=rank)
+
+
+def free_port() -> int:
+    """A port free now for NCCL's rendezvous store, which takes a number, not 0 (it opens right after)."""
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def student_root(cfg: Config, run_dir: RunDir) -> str:
+    """The student server's URL without /v1: a fixed port's, or the one the launcher publishes once it serves."""
+    if cfg.inference.port:
+        return f"http://{cfg.inference.host}:{cfg.inference.port}"
+    path = run_dir.server_url("inference")
+    error = f"no student server published in {path} within {cfg.launcher.ready_timeout_s:g} s"
+    wait_until(path.exists, cfg.launcher.ready_timeout_s, URL_POLL_S, error)
+    return path.read_text().strip().removesuffix("/v1")

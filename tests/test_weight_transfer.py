@@ -1,0 +1,154 @@
+"""Weights pushed to the student server (inference.weight_transfer=nccl|gloo): vLLM's weight-transfer routes driven
+by our client and source, against a real vLLM server over gloo, and vLLM's own NCCL trainer engine up to its
+transport. The whole loop (orchestrator asks, trainer pushes) runs in tests/test_e2e_rl.py."""
+
+import asyncio
+import json
+import secrets
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from prime_rl.config import compose_config
+from prime_rl.config.schema import WeightTransfer
+from prime_rl.config.user_error import UserError
+from prime_rl.inference.client import InferenceClient
+from prime_rl.models.chat import prompt_ids
+from prime_rl.prepare import prepare_student
+from prime_rl.protocol.servers import SERVER_KEY_ENV
+from prime_rl.weight_transfer.client import ServerWeights, WeightTransferError
+from prime_rl.weight_transfer.source import ModelWeights, check_checkpoint_names
+from tests.test_inference_vllm import GREEDY, PROMPTS, hf_greedy, hf_scores
+from tests.vllm_server import serve
+
+ROUTES = ("init_weight_transfer_engine", "start_weight_update", "update_weights", "finish_weight_update")
+
+
+class Recorded:
+    """A client that notes each route it is asked for, then calls it: the order vLLM's engines drive."""
+
+    def __init__(self, client):
+        self.client, self.calls = client, []
+        for route in ROUTES:
+            setattr(self, route, self.noting(route))
+
+    def noting(self, route):
+        def call(*args):
+            self.calls.append((route, *args))
+            return getattr(self.client, route)(*args) if self.client else None
+
+        return call
+
+
+def nudge(model, seed: int) -> None:
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+
+
+@pytest.mark.vllm
+def test_a_gloo_push_serves_exactly_the_trainers_weights_and_a_stale_output_layer_shows(tmp_path, monkeypatch):
+    """Tied Qwen3 on vLLM's CPU build with the gloo backend: after each push the server's greedy output and logprobs
+    are transformers' on the new weights; a push without the refresh of the tied output layer leaves the server on
+    its old head, and its logprobs show it. Every route wants the run's key."""
+    from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+
+    from prime_rl.weight_transfer import gloo
+
+    path = prepare_student(compose_config(["model=tiny_qwen3"]))
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    check_checkpoint_names(model, path)  # the names pushed are the checkpoint's
+    prompts = [prompt_ids(tok, p) for p in PROMPTS]
+    key = secrets.token_hex(16)
+    gloo.register()
+
+    async def served(url):
+        client = InferenceClient(f"{url}/v1", api_key_env=SERVER_KEY_ENV, max_retries=1)
+        greedy = [g[0].token_ids for g in await client.complete("student", prompts, 1, GREEDY)]
+        scores = await client.prompt_logprobs("student", [p + g for p, g in zip(prompts, greedy)])
+        await client.close()
+        return greedy, [s[1:] for s in scores]
+
+    def expected():
+        greedy = [hf_greedy(model, p) for p in prompts]
+        return greedy, hf_scores(model, prompts, greedy)
+
+    with serve(path, tmp_path, weight_transfer=WeightTransfer.gloo, env={SERVER_KEY_ENV: key}) as url:
+        with pytest.raises(WeightTransferError, match="HTTP 401"):
+            ServerWeights(url, 60).workers()  # no key in this process yet
+        monkeypatch.setenv(SERVER_KEY_ENV, key)
+        server = ServerWeights(url, 60)
+        client = Recorded(server)
+        info = gloo.GlooTrainerInitInfo("127.0.0.1", 1 + server.workers(), 60.0, rank=0)
+        source = ModelWeights(model, torch.float32)
+        engine = WeightTransferTrainerFactory.trainer_init(info, client=client, source=source)
+        pushed = []
+        for step in (1, 2):
+            nudge(model, step)
+            engine.send_weights()
+            server.serve_update()
+            pushed.append((asyncio.run(served(url)), expected()))
+        nudge(model, 3)
+        engine.send_weights()  # no refresh: the tied output layer keeps its old matmul weights on CPU
+        greedy, scores = asyncio.run(served(url))
+        stale = scores, hf_scores(model, prompts, greedy)
+        server.serve_update()
+        fresh = asyncio.run(served(url)), expected()
+        engine.shutdown()
+        server.close()
+
+    for (greedy, scores), (hf_greedy_ids, hf_logprobs) in [*pushed, fresh]:
+        assert greedy == hf_greedy_ids
+        for s, e in zip(scores, hf_logprobs):
+            assert s == pytest.approx(e, abs=1e-4)
+    gap = max(abs(s - e) for got, want in zip(*stale) for s, e in zip(got, want))
+    assert gap > 1e-2, gap
+    assert [c[0] for c in client.calls] == [ROUTES[0], *ROUTES[1:] * 3]
+    update = client.calls[2][1]
+    names = [name for name, _ in model.named_parameters()]
+    assert update["names"] == names and "lm_head.weight" not in names  # the tied head goes as the embedding
+    assert set(update["dtype_names"]) == {"float32"}
+
+
+def test_vllms_nccl_engine_sends_our_source_in_the_servers_dtype_between_start_and_finish(monkeypatch):
+    """vLLM's own NCCL trainer engine, driven as the trainer drives it, with its transport replaced (no GPU here):
+    the routes in order, an update payload that travels as JSON, and each parameter broadcast once in bf16 under
+    the name the server loads it by."""
+    from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerWeightTransferEngine
+
+    model = AutoModelForCausalLM.from_pretrained(prepare_student(compose_config(["model=tiny_qwen3"])))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *_: None)  # the CPU build has no CUDA streams
+
+    class Group:  # stands in for the NCCL communicator: keeps what rank 0 broadcasts
+        sent = []
+
+        def broadcast(self, tensor, src, stream):
+            self.sent.append((src, tensor.clone()))
+
+    client = Recorded(None)
+    engine = NCCLTrainerWeightTransferEngine(
+        client=client, source=ModelWeights(model, torch.bfloat16), is_sender=True, packed=False
+    )
+    engine.model_update_group = Group()
+    engine.send_weights()
+
+    assert [c[0] for c in client.calls] == list(ROUTES[1:])
+    update = json.loads(json.dumps(client.calls[1][1]))  # what /update_weights carries
+    params = dict(model.named_parameters())
+    assert update["names"] == list(params) and set(update["dtype_names"]) == {"bfloat16"}
+    assert update["shapes"] == [list(p.shape) for p in params.values()]
+    assert [src for src, _ in Group.sent] == [0] * len(params)
+    for (_, tensor), p in zip(Group.sent, params.values()):
+        assert tensor.dtype == torch.bfloat16 and torch.equal(tensor, p.detach().to(torch.bfloat16))
+
+
+def test_a_model_whose_parameters_are_named_otherwise_than_its_checkpoint_is_refused():
+    path = prepare_student(compose_config(["model=tiny_qwen3"]))
+    model = AutoModelForCausalLM.from_pretrained(path)
+    check_checkpoint_names(model, path)
+    model.model.extra = torch.nn.Linear(2, 2)  # a parameter the files do not hold
+    with pytest.raises(UserError, match=r"not named so in its checkpoint \(e.g. model.extra.weight\); set inference"):
+        check_checkpoint_names(model, path)
