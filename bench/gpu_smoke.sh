@@ -8,7 +8,9 @@
 #                                     # with `pip download hydra-core omegaconf` + `pip wheel antlr4-python3-runtime`)
 #   bash bench/gpu_smoke.sh server    # a GPU node with the gpu extra installed (.venv): the launcher's own runs
 #                                     # on one GPU in turns (deployment=colocated_gpu): rl, opd with a local
-#                                     # teacher, LoRA; mismatch_kl per step, seconds per step, reload and export
+#                                     # teacher, LoRA; with 2+ GPUs rl with weights pushed over NCCL
+#                                     # (inference.weight_transfer=nccl); mismatch_kl per step, seconds per step,
+#                                     # reload, export and push
 #
 # A rerun skips the trainer stages that finished (their figures are kept in $WORK).
 set -euo pipefail
@@ -42,9 +44,9 @@ server)
   PY=${PY:-.venv/bin/python}
   gpu_memory > "$OUT/gpu_memory_mib.txt" & MONITOR=$!
   trap 'kill $MONITOR 2>/dev/null' EXIT
-  run() {  # one launch of the built-in Qwen3-shaped student on one GPU; its metrics.jsonl and logs go to $OUT
+  run() {  # one launch of the built-in Qwen3-shaped student; its metrics.jsonl and logs go to $OUT
     local name=$1; shift
-    $PY launch.py deployment=colocated_gpu model=tiny_qwen3 max_steps=6 monitor=off \
+    $PY launch.py model=tiny_qwen3 max_steps=6 monitor=off \
       orchestrator.eval.interval=0 "hydra.run.dir=$WORK/$name" "$@" > "$OUT/$name.console.log" 2>&1 \
       || { echo "FIG ${name}_failed=$(tail -1 "$OUT/$name.console.log")"; return; }
     cp "$WORK/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl"
@@ -53,16 +55,21 @@ server)
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if '"time/step"' in line]
 print(f"FIG {sys.argv[2]}_mismatch_kl_per_step={[round(r['mismatch_kl'], 6) for r in rows]}")
-for key in ("time/step", "time/generate", "time/reload", "time/train", "time/export", "memory/peak_gib"):
+for key in ("time/step", "time/generate", "time/reload", "time/train", "time/export", "time/push", "memory/peak_gib"):
     values = [r[key] for r in rows[1:] if key in r]
     if values:
         print(f"FIG {sys.argv[2]}_{key.replace('/', '_')}={statistics.median(values):.3f}")
 EOF
   }
   # mismatch_kl right after each reload is the exactness check: ~1e-4..1e-3 in bf16; growing = stale weights
-  run rl orchestrator.max_async_level=0
-  run opd training_mode=opd teacher=local_vllm orchestrator.max_async_level=0
-  run lora lora=on orchestrator.max_async_level=0
+  run rl deployment=colocated_gpu orchestrator.max_async_level=0
+  run opd deployment=colocated_gpu training_mode=opd teacher=local_vllm orchestrator.max_async_level=0
+  run lora deployment=colocated_gpu lora=on orchestrator.max_async_level=0
+  if (( $(nvidia-smi -L | wc -l) >= 2 )); then  # a GPU for the server, one for the trainer: NCCL between them
+    run nccl deployment=gpu inference.weight_transfer=nccl orchestrator.max_async_level=0
+  else
+    echo "FIG nccl_skipped=needs 2 GPUs"
+  fi
   echo "FIG gpu_peak_used_mib=$(sort -n "$OUT/gpu_memory_mib.txt" | tail -1)"
   ;;
 *)

@@ -17,7 +17,7 @@ LAYERS = [
     ["protocol"],  # what the processes exchange: imports nothing of the project
     ["config"],  # the typed schema, the modes, the rules
     ["models", "inference", "monitor"],  # where a model lives, the vLLM server and client, W&B
-    ["tasks", "teacher"],  # data and rewards; the teacher's endpoints
+    ["tasks", "teacher", "weight_transfer"],  # data and rewards; the teacher's endpoints; weights pushed to vLLM
     ["orchestrator", "trainer", "report"],  # the processes (and the sweep report): never each other
     ["prepare", "finetune"],  # model building before a run, and fine-tuning in one process, on the trainer's step
     ["launcher"],  # validates, plans, prepares and supervises everything below

@@ -11,13 +11,20 @@ Importing it (vLLM does, in every worker) also registers the `gloo` weight-trans
 inference.weight_transfer=gloo with vLLM's factory, before the worker builds its engine.
 """
 
+import contextlib
+
 import torch
 from vllm.config import set_current_vllm_config
+from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
 from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
-from prime_rl.weight_transfer import gloo
+from prime_rl.config.schema import WeightTransfer
 
-gloo.register()
+# inference.weight_transfer=gloo's receiving engine, by its path: vLLM imports it only in a server configured with it
+with contextlib.suppress(ValueError):  # registered already in this process
+    WeightTransferEngineFactory.register_engine(
+        WeightTransfer.gloo.value, "prime_rl.weight_transfer.gloo", "GlooWeightTransferEngine"
+    )
 
 
 class WeightReload:

@@ -8,23 +8,23 @@ import torch
 from transformers.utils.logging import disable_progress_bar
 
 from prime_rl.config.layout import is_colocated, on_gpu, server_dtype, trainer_threads
-from prime_rl.config.schema import Config, WeightTransfer, num_nodes
+from prime_rl.config.schema import Config, num_nodes
 from prime_rl.config.user_error import UserError
 from prime_rl.models.chat import padding_id
 from prime_rl.monitor.wandb_run import WandbRun
 from prime_rl.protocol.batch import Batch, BatchFormatError, read_batch
 from prime_rl.protocol.device_turn import DeviceTurn
-from prime_rl.protocol.handoff import Listener, announce, fallback_s
+from prime_rl.protocol.handoff import Listener, fallback_s
 from prime_rl.protocol.metrics import append_row
 from prime_rl.protocol.policy import policy_window
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.trainer.checkpoint import load_checkpoint, save_checkpoint
-from prime_rl.trainer.distributed import World, close_world, init_world, load_sharded_model
+from prime_rl.trainer.distributed import close_world, init_world, load_sharded_model
 from prime_rl.trainer.loss import Objective
 from prime_rl.trainer.model import compute_dtype, head_is_plain, load_model
 from prime_rl.trainer.reference import Reference
 from prime_rl.trainer.step import make_optimizer, train_step
-from prime_rl.trainer.weights import export_merged, export_weights, prune_weights
+from prime_rl.trainer.weights import Weights, export_merged, prune_weights
 
 BATCH_POLL_S = 0.02  # multi-node: how often the shared run dir is looked at for the step's batch
 
@@ -46,8 +46,7 @@ def train(cfg: Config) -> None:
     if start:
         load_checkpoint(run_dir, start, model, optimizer, scheduler, world)
     export_dtype = getattr(torch, server_dtype(cfg, on_gpu(cfg)))  # what the student server computes in
-    push = weight_push(cfg, model, world, export_dtype)
-    weights = Weights(model, tokenizer, run_dir, world, export_dtype, push)
+    weights = Weights(cfg, model, tokenizer, world, export_dtype)
     weights.publish(start)
     # W&B after the export (the orchestrator samples meanwhile), and from rank 0 alone: one writer per run.
     wandb_run = WandbRun(cfg, resumed=start > 0) if world.main else None
@@ -108,45 +107,6 @@ def train(cfg: Config) -> None:
     if world.main:
         wandb_run.finish()
     close_world(world)
-
-
-def weight_push(cfg: Config, model, world: World, dtype: torch.dtype):
-    """The push of inference.weight_transfer=nccl|gloo (weight_transfer/push.py), None for files: only then does
-    the trainer import vLLM."""
-    if cfg.inference.weight_transfer == WeightTransfer.files:
-        return None
-    from prime_rl.weight_transfer.push import WeightPush
-
-    return WeightPush(cfg, model, world, dtype)
-
-
-class Weights:
-    """How each step's weights reach the student server: exported files it reloads, or a push when asked."""
-
-    def __init__(self, model, tokenizer, run_dir: RunDir, world: World, dtype: torch.dtype, push):
-        self.model, self.tokenizer, self.run_dir, self.world, self.dtype = model, tokenizer, run_dir, world, dtype
-        self.pusher = push
-
-    def publish(self, step: int) -> None:
-        """Weights `step` exist for the orchestrator: as files, or (pushed) as the promise of a push."""
-        if self.pusher:
-            self.pusher.publish(step)
-        else:
-            export_weights(self.model, self.tokenizer, self.run_dir, step, self.world, self.dtype)
-        if self.world.main:
-            announce(self.run_dir.handoff("weights"))
-
-    def push(self, step: int) -> None:
-        """Pushed: weights `step` go to the server once the orchestrator asks; files: nothing left to do."""
-        if self.pusher:
-            self.pusher.push_when_asked(step)
-
-    def take_times(self) -> dict[str, float]:
-        return self.pusher.take_times() if self.pusher else {}
-
-    def close(self) -> None:
-        if self.pusher:
-            self.pusher.close()
 
 
 class BatchWait:

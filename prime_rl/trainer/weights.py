@@ -1,13 +1,50 @@
-"""Weight export for the inference server: weights/step_N/ (safetensors, or a peft adapter dir), published whole."""
+"""How each step's weights reach the inference server: exported to weights/step_N/ (safetensors, or a peft adapter
+dir), published whole; or pushed (inference.weight_transfer=nccl|gloo, weight_transfer/push.py)."""
 
 import shutil
 from pathlib import Path
 
 import torch
 
+from prime_rl.config.schema import Config, WeightTransfer
 from prime_rl.protocol.atomic import publish_dir
+from prime_rl.protocol.handoff import announce
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.trainer.distributed import SINGLE, World, full_model_state
+
+
+class Weights:
+    """How each step's weights reach the student server: exported files it reloads, or a push when asked."""
+
+    def __init__(self, cfg: Config, model, tokenizer, world: World, dtype: torch.dtype):
+        self.model, self.tokenizer, self.world, self.dtype = model, tokenizer, world, dtype
+        self.run_dir = RunDir(cfg.run_dir)
+        self.pusher = None
+        if cfg.inference.weight_transfer != WeightTransfer.files:
+            from prime_rl.weight_transfer.push import WeightPush  # only a pushing trainer imports vLLM
+
+            self.pusher = WeightPush(cfg, model, world.rank, dtype)
+
+    def publish(self, step: int) -> None:
+        """Weights `step` exist for the orchestrator: as files, or (pushed) as the promise of a push."""
+        if self.pusher:
+            self.pusher.publish(step)
+        else:
+            export_weights(self.model, self.tokenizer, self.run_dir, step, self.world, self.dtype)
+        if self.world.main:
+            announce(self.run_dir.handoff("weights"))
+
+    def push(self, step: int) -> None:
+        """Pushed: weights `step` go to the server once the orchestrator asks; files: nothing left to do."""
+        if self.pusher:
+            self.pusher.push_when_asked(step)
+
+    def take_times(self) -> dict[str, float]:
+        return self.pusher.take_times() if self.pusher else {}
+
+    def close(self) -> None:
+        if self.pusher:
+            self.pusher.close()
 
 
 def export_weights(

@@ -1,7 +1,8 @@
 """inference.weight_transfer=gloo: vLLM's NCCL weight transfer protocol (its routes, its per-round update info,
 trainer rank 0 broadcasting to the server's workers) with gloo over TCP as the transport. The CPU build of vLLM
 ships no CPU transport; this one is registered with vLLM's factories on both sides, so the trainer and the server
-run the same code path as under nccl, only the broadcast differs."""
+run the same code path as under nccl, only the broadcast differs. BACKEND is its name there (inference/weight_reload.py
+registers the server's side by path)."""
 
 import contextlib
 from concurrent.futures import ThreadPoolExecutor
@@ -17,10 +18,12 @@ from vllm.distributed.weight_transfer.base import (
     WeightTransferEngine,
     WeightTransferInitInfo,
 )
-from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory, WeightTransferTrainerFactory
+from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 from vllm.distributed.weight_transfer.nccl_engine import NCCLWeightTransferUpdateInfo
 
-BACKEND = "gloo"  # the name both factories know it by (vLLM's --weight-transfer-config backend)
+from prime_rl.config.schema import WeightTransfer
+
+BACKEND = WeightTransfer.gloo.value  # the name both factories know it by (vLLM's --weight-transfer-config backend)
 SENDER = 0  # the trainer's rank in the group: the server's workers follow it
 
 
@@ -148,10 +151,7 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
 
 
 def register() -> None:
-    """Make `gloo` known to vLLM's factories in this process (the server's worker, the trainer)."""
-    for factory, engine in (
-        (WeightTransferEngineFactory, GlooWeightTransferEngine),
-        (WeightTransferTrainerFactory, GlooTrainerWeightTransferEngine),
-    ):
-        with contextlib.suppress(ValueError):  # registered already in this process
-            factory.register_engine(BACKEND, engine)
+    """Make `gloo` known to vLLM's trainer factory in this process (the server's side registers itself through
+    inference/weight_reload.py)."""
+    with contextlib.suppress(ValueError):  # registered already in this process
+        WeightTransferTrainerFactory.register_engine(BACKEND, GlooTrainerWeightTransferEngine)

@@ -17,7 +17,6 @@ from prime_rl.protocol.atomic import publish_dir, write_text
 from prime_rl.protocol.handoff import ANNOUNCED_FALLBACK_S, Listener, announce
 from prime_rl.protocol.polling import wait_until
 from prime_rl.protocol.run_dir import RunDir
-from prime_rl.trainer.distributed import World
 from prime_rl.weight_transfer import gloo
 from prime_rl.weight_transfer.client import ServerWeights
 from prime_rl.weight_transfer.source import ModelWeights, check_checkpoint_names
@@ -27,17 +26,17 @@ URL_POLL_S = 0.5
 
 
 class WeightPush:
-    def __init__(self, cfg: Config, model: torch.nn.Module, world: World, dtype: torch.dtype):
+    def __init__(self, cfg: Config, model: torch.nn.Module, rank: int, dtype: torch.dtype):
         from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
         check_checkpoint_names(model, student_dir(cfg))
         self.run_dir = RunDir(cfg.run_dir)
-        self.world = world
+        self.main = rank == 0  # the sender: the server's routes, the files of the protocol
         self.timeout_s = cfg.step_timeout_s
         self.listener = Listener(self.run_dir.handoff("push"))  # every rank: each joins the broadcast's gather
-        self.server = ServerWeights(student_root(cfg, self.run_dir), cfg.step_timeout_s) if world.main else None
-        group = 1 + self.server.workers() if world.main else 0  # the sender, then the server's workers
-        info = init_info(cfg.inference.weight_transfer, world.rank, group, cfg.step_timeout_s)
+        self.server = ServerWeights(student_root(cfg, self.run_dir), cfg.step_timeout_s) if self.main else None
+        group = 1 + self.server.workers() if self.main else 0  # the sender, then the server's workers
+        info = init_info(cfg.inference.weight_transfer, rank, group, cfg.step_timeout_s)
         source = ModelWeights(model, dtype)
         self.engine = WeightTransferTrainerFactory.trainer_init(info, client=self.server, source=source)
         self.wait_s = 0.0  # waiting for the orchestrator's request, for the step's metrics
@@ -45,7 +44,7 @@ class WeightPush:
 
     def publish(self, step: int) -> None:
         """weights/step_<step> without files: the orchestrator may ask for these weights now."""
-        if self.world.main:
+        if self.main:
             publish_dir(self.run_dir.weights(step), lambda _: None)
 
     def push_when_asked(self, step: int) -> None:
@@ -56,7 +55,7 @@ class WeightPush:
         sent = time.monotonic()
         self.wait_s += sent - start
         self.engine.send_weights()
-        if self.world.main:
+        if self.main:
             self.server.serve_update()
             write_text(self.run_dir.pushed(step), "")
             announce(self.run_dir.handoff("weights"))
