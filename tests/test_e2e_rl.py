@@ -119,16 +119,20 @@ def test_rl_improves_eval_reward_and_lr_zero_does_not(tmp_path):
 
 
 @pytest.mark.vllm
-def test_weights_pushed_over_gloo_keep_the_server_on_the_trainers_weights(tmp_path):
+@pytest.mark.parametrize("trainer", ["one_process_in_turns", "fsdp_two_processes"])
+def test_weights_pushed_over_gloo_keep_the_server_on_the_trainers_weights(tmp_path, trainer):
     """inference.weight_transfer=gloo, the CPU counterpart of nccl: no weight files; between two generations the
-    orchestrator asks for each version and the trainer pushes it through vLLM's weight-transfer routes. On policy,
-    mismatch_kl stays at float noise while the weights move (a push that left the server one step behind would
-    show 1e-4 or more, as the learning run's staleness-1 steps do), and the final weights reach the server for
-    the last evaluation."""
+    orchestrator asks for each version and the trainer pushes it through vLLM's weight-transfer routes (in turns
+    on the CPU, or from rank 0 of an FSDP trainer whose ranks gather each parameter). On policy, mismatch_kl stays
+    at float noise while the weights move (a push that left the server one step behind would show 1e-4 or more, as
+    the learning run's staleness-1 steps do), and the final weights reach the server for the last evaluation."""
     run_dir = tmp_path / "run"
     overrides = ["max_steps=3", "orchestrator.max_async_level=0", "orchestrator.eval.interval=3"]
+    overrides += ["trainer.num_procs=2"] if trainer == "fsdp_two_processes" else ["deployment=colocated"]
     proc = launch(run_dir, *overrides, "trainer.optim.lr=1e-3", "inference.weight_transfer=gloo", "monitor=off")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ("layout colocated" in proc.stderr) == (trainer == "one_process_in_turns")
+    assert "weights: pushed by the trainer over gloo when the orchestrator asks" in proc.stderr
     lines = rows(run_dir)
     train = [r for r in lines if "loss" in r]
     assert [r["step"] for r in train] == [0, 1, 2]

@@ -24,7 +24,7 @@ from prime_rl.config.timeouts import with_ready_timeout
 from prime_rl.config.user_error import UserError, run_or_exit
 from prime_rl.launcher.gpus import visible_gpus
 from prime_rl.launcher.multinode import build_node_plan, is_multi_node, job_nodes, lock_name
-from prime_rl.launcher.plan import Plan, build_plan, write_role_configs
+from prime_rl.launcher.plan import Plan, build_plan, pushes_weights, write_role_configs
 from prime_rl.launcher.preflight import check_at_job, check_with_student_tokenizer
 from prime_rl.launcher.resume import prepare_resume
 from prime_rl.launcher.run_lock import claim_run_dir
@@ -171,10 +171,20 @@ def print_plan(plan: Plan) -> None:
 
 
 def layout_lines(plan: Plan) -> list[str]:
-    """Who holds the device when: in turns (colocated), or every role at once on its own share."""
+    """Who holds the device when (in turns, or every role at once on its own share), and how weights move."""
     c = plan.config
-    if not is_colocated(c):
-        return ["[bold]layout[/bold] separate: every role on its own share of the devices, all at once"]
+    if is_colocated(c):
+        lines = colocated_lines(plan)
+    else:
+        lines = ["[bold]layout[/bold] separate: every role on its own share of the devices, all at once"]
+    if pushes_weights(c):
+        way = c.inference.weight_transfer.value
+        lines.append(f"  weights: pushed by the trainer over {way} when the orchestrator asks (no weight files)")
+    return lines
+
+
+def colocated_lines(plan: Plan) -> list[str]:
+    c = plan.config
     device = f"GPU {plan.roles[0].gpus[0]}" if on_gpu(c) else f"the CPU ({cores()} cores)"
     lag = c.orchestrator.max_async_level
     lines = [
