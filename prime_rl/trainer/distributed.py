@@ -14,7 +14,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 from accelerate import init_empty_weights
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -27,8 +27,6 @@ from prime_rl.protocol.batch import Sample
 from prime_rl.trainer.data import TokenBatch, collate_rows, rows_of
 from prime_rl.trainer.model import checkpoint_activations, model_config, pick_device
 
-# Gathered state is moved to CPU as it arrives: the full model never has to fit on one GPU next to its shard.
-FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 EXPORT_BYTES_PER_PARAM = 4  # the largest export rank 0 writes alone: float32 weights (checkpoints are sharded)
 
 
@@ -150,6 +148,14 @@ def full_tensor(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
-def full_model_state(model) -> dict[str, torch.Tensor]:
-    """The whole model's state on rank 0's CPU (empty elsewhere). Every rank must call it: it all-gathers."""
-    return get_model_state_dict(model, options=FULL)
+def gathered_parameters(model, dtype: torch.dtype, world: World) -> dict[str, torch.Tensor]:
+    """Every parameter whole, in `dtype`, on rank 0's CPU (empty elsewhere), gathered one at a time: rank 0's host
+    memory holds the model in the export's dtype alone (bf16: half its float32 state). Every rank must call it:
+    each gather is a collective."""
+    gathered = {}
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            whole = full_tensor(p).to(dtype)
+            if world.main:
+                gathered[name] = whole.cpu()
+    return gathered

@@ -10,7 +10,7 @@ from prime_rl.config.schema import Config, WeightTransfer
 from prime_rl.protocol.atomic import publish_dir
 from prime_rl.protocol.handoff import announce
 from prime_rl.protocol.run_dir import RunDir
-from prime_rl.trainer.distributed import SINGLE, World, full_model_state
+from prime_rl.trainer.distributed import SINGLE, World, gathered_parameters
 
 
 class Weights:
@@ -53,15 +53,17 @@ def export_weights(
     """weights/step_<step> in the server's `dtype` (the checkpoints keep the float32 master weights), published
     whole: a server never loads a half-written export."""
     lora = hasattr(model, "peft_config")
-    state = full_model_state(model) if world.size > 1 else None  # every rank gathers; rank 0 writes
-    if dtype != torch.float32 and not lora:  # an adapter is small, and the server casts it as it loads it
-        state = in_dtype(model.state_dict() if state is None else state, dtype)
+    state = None  # the model's own (unsharded) weights
+    if world.size > 1:  # every rank gathers; rank 0 writes
+        state = gathered_parameters(model, dtype, world)
+    elif dtype != torch.float32 and not lora:  # an adapter is small, and the server casts it as it loads it
+        state = in_dtype(model.state_dict(), dtype)
 
     # an adapter on the embedding or output layer: its A/B only; peft would add the frozen vocab x hidden matrix
     adapter = {"save_embedding_layers": False} if lora else {}
 
     def fill(out: Path) -> None:
-        model.save_pretrained(out, state_dict=state, **adapter)  # None: the model's own (unsharded) weights
+        model.save_pretrained(out, state_dict=state, **adapter)
         tokenizer.save_pretrained(out)
 
     if world.main:
