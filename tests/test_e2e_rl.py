@@ -81,9 +81,12 @@ def test_rl_improves_eval_reward_and_lr_zero_does_not(tmp_path):
         "orchestrator.eval.temperature=0",
         "deployment=colocated",
         "orchestrator.max_async_level=0",
+        f"launcher.weights_dir={tmp_path / 'scratch'}",  # the exports elsewhere, as on a GPU node's own disk
     )
     assert frozen.returncode == 0, frozen.stderr[-3000:]
     assert "layout colocated on the CPU" in frozen.stderr
+    assert f"weights: exported to {tmp_path / 'scratch'}/" in frozen.stderr.replace("\n", "")
+    assert not os.listdir(tmp_path / "scratch") and not (tmp_path / "frozen" / "weights").exists()  # gone with it
     f = summary(tmp_path / "frozen")
     assert abs(f["eval/reward_final"] - f["eval/reward_first"]) < 0.02, f
     frozen_train = [r for r in rows(tmp_path / "frozen") if "loss" in r]

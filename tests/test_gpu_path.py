@@ -29,6 +29,7 @@ from prime_rl.launcher.job import server_model_dirs
 from prime_rl.launcher.plan import build_plan
 from prime_rl.launcher.preflight import check_at_job, check_with_student_tokenizer
 from prime_rl.launcher.resume import prepare_resume
+from prime_rl.launcher.weights_dir import link_weights, unlink_weights, weights_home
 from prime_rl.models.chat import PINNED_DATE, prompt_ids, student_tokenizer
 from prime_rl.models.hub import MISTRAL_FORMAT, MODEL_FILES
 from prime_rl.models.tiny import build_tiny_model
@@ -117,6 +118,30 @@ def test_nccl_weight_transfer_is_opt_in_and_refused_where_it_cannot_run(tmp_path
     for overrides, problem in refused:
         with pytest.raises(ConfigError, match=problem):
             check_rules(compose_config(overrides), 8)
+
+
+def test_a_one_node_gpu_job_exports_weights_to_the_nodes_scratch(tmp_path):
+    """Auto: SLURM's (or the job's) node-local scratch on a one-node GPU job, the run dir otherwise; the run dir's
+    weights/ then links there, so every process reads the usual path, and the run's dir goes with the run."""
+    gpu = compose_config(["deployment=gpu"])
+    scratch = {"SLURM_TMPDIR": "/local/job", "TMPDIR": "/tmp/job"}
+    assert weights_home(gpu, scratch) == Path("/local/job/prime_rl_weights")
+    assert weights_home(gpu, {"TMPDIR": "/tmp/job"}) == Path("/tmp/job/prime_rl_weights")
+    assert weights_home(gpu, {}) is None
+    assert weights_home(compose_config(), scratch) is None  # CPU: the run dir
+    nodes = compose_config(["deployment=gpu", "deployment.num_infer_nodes=1", "deployment.num_train_nodes=1"])
+    assert weights_home(nodes, scratch) is None  # the other nodes cannot see this one's disk
+    assert weights_home(compose_config([f"launcher.weights_dir={tmp_path}"]), {}) == tmp_path
+
+    run_dir = RunDir(tmp_path / "run")
+    (run_dir.root / "weights").mkdir(parents=True)  # a resumed run's, trimmed
+    target = link_weights(run_dir, tmp_path / "scratch")
+    assert (run_dir.root / "weights").resolve() == target.resolve() and target.parent.parent == tmp_path / "scratch"
+    export_weights(*tied_model(), run_dir, 1)
+    assert run_dir.weights_ready(1) and (target / "step_1" / "model.safetensors").is_file()
+    assert link_weights(run_dir, tmp_path / "scratch") == target  # a requeued attempt links the same dir
+    unlink_weights(run_dir, target)
+    assert not target.parent.exists() and not (run_dir.root / "weights").exists()
 
 
 def test_the_teachers_batched_tokens_stay_between_vllms_defaults(tmp_path):

@@ -408,6 +408,7 @@ class LauncherConfig:
     ready_timeout_s: float = 0.0  # give up on a server not ready by then; 0 = auto: 300 s + weights at 100 MB/s
     stop_grace_s: float = 5.0  # between SIGTERM and SIGKILL of a process group
     tcmalloc: bool = True  # preload the system's libtcmalloc_minimal (if installed) into every process without a GPU
+    weights_dir: str | None = None  # where weight exports go (linked from the run dir); None = auto: GPU node scratch
 
 
 @dataclass

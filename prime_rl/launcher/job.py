@@ -6,6 +6,7 @@ those that depend on where the job runs (launcher/preflight.py `check_at_job`). 
 `error:` line and exit code 2 (config/user_error.py `run_or_exit`).
 """
 
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +30,7 @@ from prime_rl.launcher.preflight import check_at_job, check_with_student_tokeniz
 from prime_rl.launcher.resume import prepare_resume
 from prime_rl.launcher.run_lock import claim_run_dir
 from prime_rl.launcher.slurm import requeued
+from prime_rl.launcher.weights_dir import link_weights, unlink_weights, weights_home
 from prime_rl.models import student_dir, teacher_dir
 from prime_rl.models.hub import HubModelError, resolve_hub_models
 from prime_rl.protocol.run_dir import RunDir
@@ -139,9 +141,18 @@ def run(plan: Plan) -> int:
         check_colocated_gpu(cfg, trainer_gpus[0], student_dir(cfg))
     elif trainer_gpus:
         check_trainer_gpus(cfg, trainer_gpus[0], student_dir(cfg))
+    run_dir = RunDir(plan.run_dir)
     if cfg.ckpt.resume and plan.node.head:  # multi-node: the head alone trims the run dir
-        console.print(f"resuming from step {prepare_resume(RunDir(plan.run_dir))}")
-    return run_plan(plan)
+        console.print(f"resuming from step {prepare_resume(run_dir)}")
+    home = weights_home(cfg, os.environ) if plan.node.head else None
+    exports = link_weights(run_dir, home) if home else None
+    if exports:
+        console.print(f"weights: exported to {exports} (launcher.weights_dir), linked from the run dir")
+    try:
+        return run_plan(plan)
+    finally:
+        if exports:
+            unlink_weights(run_dir, exports)
 
 
 def print_plan(plan: Plan) -> None:
