@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 
 from prime_rl.config.modes import RolloutSource, uses
-from prime_rl.config.schema import Config, Layout, num_nodes
+from prime_rl.config.schema import Config, Layout, WeightTransfer, num_nodes
 from prime_rl.config.teachers import local_teachers, teacher_key, teacher_view
 
 GIB = 1 << 30
@@ -30,6 +30,12 @@ def is_colocated(cfg: Config) -> bool:
 
 def on_gpu(cfg: Config) -> bool:
     return cfg.deployment.num_infer_gpus > 0
+
+
+def pushes_weights(cfg: Config) -> bool:
+    """inference.weight_transfer=nccl|gloo: the trainer pushes each version to the student server when the
+    orchestrator asks (weight_transfer/), instead of files the server reloads."""
+    return cfg.inference.weight_transfer != WeightTransfer.files
 
 
 def server_dtype(cfg: Config, on_gpu: bool) -> str:

@@ -8,6 +8,7 @@ broken rule raises ConfigError, whose one-line message names the offending keys 
 
 from urllib.parse import urlparse
 
+from prime_rl.config.layout import pushes_weights
 from prime_rl.config.modes import MODES, RolloutSource, run_modes, source_modes, uses
 from prime_rl.config.schema import (
     EPISODIC,
@@ -763,9 +764,9 @@ def _colocated(cfg: Config, _: int) -> None:
 def _weight_transfer(cfg: Config, _: int) -> None:
     """A push (nccl, gloo) hands the trainer's full weights to the student server of this node, device to device:
     an adapter, another node, or one GPU shared in turns go through files."""
-    way = cfg.inference.weight_transfer
-    if way == WeightTransfer.files:
+    if not pushes_weights(cfg):
         return
+    way = cfg.inference.weight_transfer
     d, key = cfg.deployment, f"inference.weight_transfer={way.value}"
     check(
         not cfg.trainer.lora.enabled,

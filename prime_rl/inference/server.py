@@ -5,9 +5,9 @@ import os
 import sys
 from pathlib import Path
 
-from prime_rl.config.layout import TEACHER_LOGITS_BYTES, is_colocated, server_dtype, teacher_gpu_share
+from prime_rl.config.layout import TEACHER_LOGITS_BYTES, is_colocated, pushes_weights, server_dtype, teacher_gpu_share
 from prime_rl.config.modes import RolloutSource, context_margin, distill_top_k, source_modes
-from prime_rl.config.schema import EPISODIC, Config, WeightTransfer
+from prime_rl.config.schema import EPISODIC, Config
 from prime_rl.inference.server_auth import MIDDLEWARE
 
 # vLLM's --worker-extension-cls: a path, so that the launcher does not import vLLM to name it
@@ -57,7 +57,7 @@ def vllm_command(
     argv += ["--load-format", "safetensors", "--config-format", "hf", "--tokenizer-mode", "hf"]
     # Sampled tokens' logprobs as the sampler saw them (after temperature), the policy the trainer computes.
     argv += ["--logprobs-mode", "processed_logprobs"]
-    if student and inf.weight_transfer != WeightTransfer.files:
+    if student and pushes_weights(cfg):
         # the trainer pushes each step's weights (weight_transfer/): vLLM's receiving engine, "gloo" ours
         argv += ["--weight-transfer-config", json.dumps({"backend": inf.weight_transfer.value})]
     if student:

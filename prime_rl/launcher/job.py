@@ -18,14 +18,14 @@ from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 
 from prime_rl.config import Config, ConfigError, to_config
-from prime_rl.config.layout import cores, gpu_shares, is_colocated, on_gpu, turns
+from prime_rl.config.layout import cores, gpu_shares, is_colocated, on_gpu, pushes_weights, turns
 from prime_rl.config.modes import run_modes
 from prime_rl.config.teachers import local_teachers, teacher_key, teacher_view
 from prime_rl.config.timeouts import with_ready_timeout
 from prime_rl.config.user_error import UserError, run_or_exit
 from prime_rl.launcher.gpus import visible_gpus
 from prime_rl.launcher.multinode import build_node_plan, is_multi_node, job_nodes, lock_name
-from prime_rl.launcher.plan import Plan, build_plan, pushes_weights, write_role_configs
+from prime_rl.launcher.plan import Plan, build_plan, write_role_configs
 from prime_rl.launcher.preflight import check_at_job, check_with_student_tokenizer
 from prime_rl.launcher.resume import prepare_resume
 from prime_rl.launcher.run_lock import claim_run_dir

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from prime_rl.config.layout import is_colocated, on_gpu
-from prime_rl.config.schema import Config, TeacherKind, WeightTransfer
+from prime_rl.config.layout import is_colocated, on_gpu, pushes_weights
+from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.config.teachers import (
     SERVER_ROLE,
     local_teachers,
@@ -149,11 +149,6 @@ def build_plan(cfg: Config, run_dir: Path, visible: list[str], node: Node = LOCA
         if not role.gpus:
             role.env.update(preload_env(cfg.launcher.tcmalloc))
     return plan
-
-
-def pushes_weights(cfg: Config) -> bool:
-    """inference.weight_transfer=nccl|gloo: the trainer drives the student server's weight-transfer routes."""
-    return cfg.inference.weight_transfer != WeightTransfer.files
 
 
 def teacher_secrets(cfg: Config) -> tuple[str, ...]:

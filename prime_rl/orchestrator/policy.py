@@ -2,7 +2,8 @@
 
 import time
 
-from prime_rl.config.schema import Config, WeightTransfer, num_nodes
+from prime_rl.config.layout import pushes_weights
+from prime_rl.config.schema import Config, num_nodes
 from prime_rl.inference.client import InferenceClient
 from prime_rl.protocol.atomic import write_text
 from prime_rl.protocol.handoff import Listener, announce, fallback_s
@@ -16,7 +17,7 @@ class PolicySync:
         self.run_dir = run_dir
         self.client = client
         self.lora_name = lora_name  # reload the adapter under this name instead of full weights
-        self.pushed = cfg.inference.weight_transfer != WeightTransfer.files  # the trainer pushes them when asked
+        self.pushed = pushes_weights(cfg)  # the trainer pushes them when asked
         self.wait_timeout_s = cfg.step_timeout_s
         self.fallback_s = fallback_s(num_nodes(cfg.deployment) > 1, WEIGHTS_POLL_S)  # the trainer announces exports
         self.listener = Listener(run_dir.handoff("weights"))

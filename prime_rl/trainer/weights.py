@@ -6,7 +6,8 @@ from pathlib import Path
 
 import torch
 
-from prime_rl.config.schema import Config, WeightTransfer
+from prime_rl.config.layout import pushes_weights
+from prime_rl.config.schema import Config
 from prime_rl.protocol.atomic import publish_dir
 from prime_rl.protocol.handoff import announce
 from prime_rl.protocol.run_dir import RunDir
@@ -20,7 +21,7 @@ class Weights:
         self.model, self.tokenizer, self.world, self.dtype = model, tokenizer, world, dtype
         self.run_dir = RunDir(cfg.run_dir)
         self.pusher = None
-        if cfg.inference.weight_transfer != WeightTransfer.files:
+        if pushes_weights(cfg):
             from prime_rl.weight_transfer.push import WeightPush  # only a pushing trainer imports vLLM
 
             self.pusher = WeightPush(cfg, model, world.rank, dtype)
