@@ -10,7 +10,7 @@ import pytest
 from hydra.errors import ConfigCompositionException, HydraException
 from omegaconf import OmegaConf
 
-from prime_rl.config import ConfigError, TeacherKind, TrainingMode, compose_config, load_config
+from prime_rl.config import ConfigError, TeacherKind, compose_config, load_config
 from prime_rl.config.teachers import DEFAULT, REFERENCE, local_teachers, teacher_names, teacher_view
 from prime_rl.launcher.plan import build_plan
 from prime_rl.launcher.preflight import check_at_job, check_at_launch
@@ -47,7 +47,7 @@ def test_cfg_job_prints_the_propagated_opd_config():
 
 def test_sft_defaults_to_a_local_teacher():
     cfg = compose_config(["training_mode=sft"])
-    assert cfg.training_mode == TrainingMode.sft
+    assert cfg.training_mode == "sft"
     assert cfg.teacher.kind == TeacherKind.local_vllm
 
 
@@ -70,6 +70,7 @@ def test_wrong_type_is_an_error():
 
 VALID = {
     ("rl", "none"),
+    ("opsd", "none"),
     ("opd", "local_vllm"),
     ("opd", "external"),
     ("sft", "local_vllm"),
@@ -79,13 +80,13 @@ VALID = {
 
 @pytest.mark.parametrize(
     "mode,teacher,lora",
-    list(itertools.product(["rl", "opd", "sft"], ["none", "local_vllm", "external"], ["on", "off"])),
+    list(itertools.product(["rl", "opd", "sft", "opsd"], ["none", "local_vllm", "external"], ["on", "off"])),
 )
 def test_every_mode_teacher_lora_combination(mode, teacher, lora):
     overrides = [f"training_mode={mode}", f"teacher={teacher}", f"lora={lora}"]
     cfg = compose_config(overrides)
     assert cfg.trainer.lora.enabled is (lora == "on")
-    assert cfg.training_mode == TrainingMode(mode)
+    assert cfg.training_mode == mode
     if (mode, teacher) in VALID:
         check_at_launch(cfg, 0)
     else:
@@ -97,7 +98,7 @@ def test_every_mode_teacher_lora_combination(mode, teacher, lora):
 def test_every_experiment_composes_and_validates(name):
     cfg = compose_config([f"experiment={name}"])
     check_at_launch(cfg, 0)
-    assert cfg.training_mode.value == name.split("_")[0]
+    assert cfg.training_mode == name.split("_")[0]
     assert cfg.trainer.lora.enabled is name.endswith("_lora")
     expected_teacher = {"rl": "none", "sft_external": "external"}.get(name, "local_vllm")
     assert cfg.teacher.kind.value == expected_teacher
@@ -144,6 +145,36 @@ RULES = {
         "trainer.loss.teacher_tau",
     ),
     "sft needs a teacher": (["training_mode=sft"], ["training_mode=sft", "teacher=none"], "teacher"),
+    "opsd is its own scorer: no teacher": (
+        ["training_mode=opsd"],
+        ["training_mode=opsd", "teacher=external"],
+        "teacher",
+    ),
+    "opsd needs teacher_tau > 0": (
+        ["training_mode=opsd", "trainer.loss.teacher_tau=0.3"],
+        ["training_mode=opsd", "trainer.loss.teacher_tau=0"],
+        "trainer.loss.teacher_tau",
+    ),
+    "an opsd source of a mix takes a teacher_tau of its own": (
+        ["task=mix", "task.mix=[{name:reverse},{name:sort,mode:opsd,teacher_tau:0.5}]"],
+        ["task=mix", "task.mix=[{name:reverse,teacher_tau:0.5},{name:sort,mode:opsd}]", "trainer.loss.teacher_tau=1"],
+        "task.mix[0].teacher_tau",
+    ),
+    "opsd's knobs are typed and checked": (
+        ["training_mode=opsd", "modes.opsd.context='Answer: {answer}'"],
+        ["training_mode=opsd", "modes.opsd.context='Answer: none'"],
+        "modes.opsd",
+    ),
+    "a mode's own knobs only in a run with it": (
+        ["training_mode=opsd"],
+        ["training_mode=rl", "+modes.opsd.context='{answer}'"],
+        "modes.opsd",
+    ),
+    "a mode by import path that is no Mode": (
+        [],
+        ["task=mix", "task.mix=[{name:reverse,mode:'prime_rl.config.modes:MODES'}]"],
+        "task.mix[0].mode",
+    ),
     "a sequence-level ratio weighs the student's samples": (
         ["training_mode=opd", "trainer.loss.ratio_level=sequence"],
         ["training_mode=sft", "trainer.loss.ratio_level=sequence"],

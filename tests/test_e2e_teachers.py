@@ -88,16 +88,18 @@ def test_sft_from_the_local_teacher_learns(tmp_path, teacher_dir):
 MIXED_MODES = (
     "task.mix=[{name:reverse,label:rl_part},"
     "{name:reverse,label:opd_part,mode:opd,adv_tau:0,teacher:scorer,rollouts_per_example:1},"
-    "{name:reverse,label:sft_part,mode:sft,teacher:api}]"
+    "{name:reverse,label:sft_part,mode:sft,teacher:api},"
+    "{name:reverse,label:opsd_part,mode:opsd,teacher_tau:0.5}]"
 )
 API_KEY_ENV, API_KEY = "PRIME_RL_TEST_NAMED_TEACHER_KEY", "sk-named-teacher-test"
 
 
 @pytest.mark.vllm
 def test_a_mix_trains_each_source_with_its_own_mode_and_teacher_in_the_same_steps(tmp_path, monkeypatch):
-    """task.mix[i].mode and .teacher: every step holds rl, opd and sft samples, each with its source's mode; the
-    student samples the rl and opd prompts, the named local teacher (a vLLM server of its own) scores the opd ones,
-    the named external one writes the sft ones with its key; the trainer takes the policy loss on the student's
+    """task.mix[i].mode and .teacher: every step holds rl, opd, sft and opsd samples, each with its source's mode; the
+    student samples the rl, opd and opsd prompts, the named local teacher (a vLLM server of its own) scores the opd
+    ones, the student's own server (its adapter) the opsd ones, the named external one writes the sft ones with its
+    key; the trainer takes the policy loss on the student's
     samples at their sampling temperature (on policy at 0.8: mismatch_kl ~0, which the sft samples, with no sampler
     logprobs, would ruin) and the NLL on the teacher's. With LoRA and the reference KL (the adapter off) on every
     mode's samples: the LoRA reference experiment of rl."""
@@ -118,6 +120,7 @@ def test_a_mix_trains_each_source_with_its_own_mode_and_teacher_in_the_same_step
             "model.warm_start.task=reverse",  # the built-in reverse student: no build for the mix
             "orchestrator.sampling.temperature=0.8",
             "max_steps=3",
+            "seed=3",  # the prompts' draw is seeded: with this seed each step draws every source of the four
             "orchestrator.eval.interval=3",
             "orchestrator.log_samples=128",  # the whole step: 16 prompts x 8 at most
             "lora=on",
@@ -132,7 +135,8 @@ def test_a_mix_trains_each_source_with_its_own_mode_and_teacher_in_the_same_step
     for r in train:
         assert r["teacher_kl"] != 0 and "teacher/truncated" in r and "seq_len/truncated" in r, r
         assert r["teacher/api/completion_tokens"] > 0 and "teacher/completion_tokens" not in r, r
-        assert all(f"reward/{mode}_part" in r for mode in ("rl", "opd", "sft")), r
+        assert all(f"reward/{mode}_part" in r for mode in ("rl", "opd", "sft", "opsd")), r
+        assert r["time/self_score"] > 0 and r["self_score/too_long"] == 0, r
     assert max(abs(r["mismatch_kl"]) for r in train) < 1e-6, [r["mismatch_kl"] for r in train]
     # step 0 trains the starting weights: KL 0 to the reference
     assert train[0]["kl_ref"] == 0.0 and all(r["kl_ref"] >= 0 for r in train), train
@@ -145,11 +149,13 @@ def test_a_mix_trains_each_source_with_its_own_mode_and_teacher_in_the_same_step
         ("rl_part", 8),
         ("opd_part", 1),
         ("sft_part", 8),
+        ("opsd_part", 8),
     }
     assert {(s["source"], s["mode"], s["teacher"]) for s in samples} == {
         ("rl_part", "rl", None),
         ("opd_part", "opd", "teachers.scorer"),
         ("sft_part", "sft", "teachers.api"),
+        ("opsd_part", "opsd", "self"),  # scored by the student's own server (its LoRA adapter)
     }
     assert all(s["completion"].startswith("OK.") for s in samples if s["source"] == "sft_part")
     first = next(r for r in rows(run_dir) if "eval/teacher_reward" in r)

@@ -119,6 +119,37 @@ CASES = [
     Case("mode conflict", "rl with a teacher", ("teacher=local_vllm",), "[training_mode, teacher]"),
     Case(
         "mode conflict",
+        "opsd with a teacher (the student scores itself)",
+        ("training_mode=opsd", "teacher=local_vllm"),
+        "[training_mode, teacher]",
+    ),
+    Case(
+        "mode conflict",
+        "opsd on multi-turn episodes",
+        (
+            "training_mode=opsd",
+            "task=gym",
+            "task.env=prime_rl.tasks.retry_env:ReverseRetry",
+            "model.warm_start.task=reverse",
+        ),
+        "[training_mode, task.name]",
+    ),
+    Case(
+        "mode conflict",
+        "opsd's context without the answer",
+        ("training_mode=opsd", "modes.opsd.context=nothing"),
+        "[modes.opsd]",
+    ),
+    Case("mode conflict", "a mode's knobs in a run without it", ("+modes.opsd.context='{answer}'",), "[modes.opsd]"),
+    Case("unknown key", "a mode's knob misspelt", ("training_mode=opsd", "modes.opsd.contxt=x"), "[modes.opsd.contxt]"),
+    Case(
+        "unknown choice",
+        "a mode of one's own that does not import",
+        ("task=mix", "task.mix=[{name:reverse,mode:'my_modes:MINE'}]"),
+        "[task.mix[0].mode]",
+    ),
+    Case(
+        "mode conflict",
         "LoRA dropout in rl",
         ("lora=on", "trainer.lora.dropout=0.1"),
         "[trainer.lora.dropout, training_mode]",

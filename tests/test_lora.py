@@ -9,7 +9,6 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from prime_rl.config import compose_config
-from prime_rl.config.schema import TrainingMode
 from prime_rl.inference.client import InferenceClient, Sampling
 from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.prepare import prepare_student
@@ -30,7 +29,7 @@ def trained(tmp_path_factory, request):
     also adapts the input embedding and the (tied) output layer, which vLLM serves through its own LoRA layers."""
     torch.set_num_threads(1)
     cfg = compose_config([*request.param, "trainer.optim.lr=1e-2", "trainer.optim.warmup_steps=0"])
-    cfg = replace(cfg, training_mode=TrainingMode.sft)  # NLL, as the trainer trains in sft mode
+    cfg = replace(cfg, training_mode="sft")  # NLL, as the trainer trains in sft mode
     prepare_student(cfg)
     model, tok = load_model(cfg, torch.device("cpu"))
     before = {n: p.detach().clone() for n, p in model.named_parameters()}

@@ -1,5 +1,5 @@
 from prime_rl.config.rules import check_rules
-from prime_rl.config.schema import Config, TeacherKind, TrainingMode, WandbMode
+from prime_rl.config.schema import Config, TeacherKind, WandbMode
 from prime_rl.config.store import compose_config, load_config, register_configs, to_config
 from prime_rl.config.user_error import ConfigError
 
@@ -7,7 +7,6 @@ __all__ = [
     "Config",
     "ConfigError",
     "TeacherKind",
-    "TrainingMode",
     "WandbMode",
     "check_rules",
     "compose_config",

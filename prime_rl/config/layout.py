@@ -5,7 +5,7 @@ does in its turn all come from here."""
 import os
 from dataclasses import dataclass
 
-from prime_rl.config.modes import RolloutSource, uses
+from prime_rl.config.modes import RolloutSource, Scorer, uses
 from prime_rl.config.schema import Config, Layout, WeightTransfer, num_nodes
 from prime_rl.config.teachers import local_teachers, teacher_key, teacher_view
 
@@ -73,7 +73,8 @@ def turns(cfg: Config) -> list[Turn]:
         "reload the newest weights",
         "student generates" if uses(cfg, lambda m: m.rollouts == RolloutSource.student) else "",
         "teacher writes the rollouts" if uses(cfg, lambda m: m.rollouts == RolloutSource.teacher) else "",
-        "teacher scores the rollouts" if uses(cfg, lambda m: m.teacher_term) else "",
+        "teacher scores the rollouts" if uses(cfg, lambda m: m.scorer == Scorer.teacher) else "",
+        "student scores its rollouts" if uses(cfg, lambda m: m.scorer == Scorer.self) else "",
         "rewards, advantages, evaluation when due",
         *([f"{servers} sleep"] if gpu else []),
         "write the batch",

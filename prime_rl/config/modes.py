@@ -1,19 +1,26 @@
-"""What a training mode is, in one place: who writes the rollouts, whether a teacher takes part and how, whether
-rewards are needed, which loss trains the student.
+"""What a training mode is, in one object: who writes the rollouts, who scores the sampled tokens, whether rewards
+and advantages are needed, its orchestrator part, its loss and its own knobs (docs/modes.md).
 
 Every process reads these facts instead of branching on the mode's name: validation states its rules from them
-(config/rules.py), the orchestrator picks the mode's step (orchestrator/algo/), the trainer its loss
-(trainer/loss.py Objective), the launcher the servers' settings. A new mode is one `Mode` here plus one file in
-orchestrator/algo/ (docs/architecture.md, "Adding a mode"). A mix's sources may each set their own mode
-(task.mix[i].mode): what a mode needs is then looked up per source (`source_modes`, `example_mode`), and what the
-run's processes need is what any of its modes needs (`run_modes`).
+(config/rules.py), the orchestrator runs the mode's part (`Mode.algorithm`, orchestrator/algo/), the trainer its
+loss (`Mode.loss`, trainer/loss.py), the launcher the servers' settings (inference/server.py). A built-in mode is one
+entry of MODES plus its part in orchestrator/algo/; a researcher's own is a `Mode` in their own module, named by
+import path (training_mode=<module>:<name> in a config file, task.mix[i].mode=<module>:<name>). A mix's sources may
+each set their own mode: what a mode needs is then looked up per source (`source_modes`, `example_mode`), and what
+the run's processes need is what any of its modes needs (`run_modes`).
 """
 
+import functools
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from prime_rl.config.schema import MIX, Config, DistillSignal, TaskSourceConfig, TrainingMode
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from prime_rl.config.schema import MIX, Config, DistillSignal, TaskSourceConfig
+from prime_rl.config.user_error import ConfigError, first_line
 
 
 class RolloutSource(str, Enum):
@@ -21,19 +28,33 @@ class RolloutSource(str, Enum):
     teacher = "teacher"  # the teacher's chat endpoint writes them (the student's tokenizer re-tokenizes them)
 
 
-class Loss(str, Enum):
-    policy = "policy"  # importance-weighted policy gradient on the per-token advantage (trainer/loss.py rl_loss)
-    nll = "nll"  # negative log-likelihood of the completion tokens (trainer/loss.py sft_loss)
+class Scorer(str, Enum):
+    none = "none"  # nobody: the rewards (or the teacher's answers) are the whole signal
+    teacher = "teacher"  # the source's teacher server, from its prompt logprobs of the student's tokens
+    self = "self"  # the student's own server (the weights that sampled), shown the example's reference answer
 
 
 @dataclass(frozen=True)
 class Mode:
-    name: TrainingMode  # the user-facing training_mode
+    name: str  # what samples, metrics and modes.<name> call it (training_mode's value for a built-in one)
     rollouts: RolloutSource  # who writes the rollouts
-    teacher: bool  # a teacher is required (True) or refused (False)
+    scorer: Scorer  # who scores each sampled token for the term teacher_tau * (log p_scorer - log pi)
     needs_rewards: bool  # the loss learns from task rewards: verification must be on
-    teacher_term: bool  # per-token teacher advantage teacher_tau * (log p_T - log pi): teacher_tau > 0 exactly here
-    loss: Loss  # what the trainer minimises
+    advantages: bool  # GRPO advantages (weighted by adv_tau) enter the loss
+    algorithm: str  # <module>:<class> of its orchestrator part (an orchestrator.algo.base.Algorithm)
+    loss: str  # <module>:<class> of its loss (trainer/loss.py ModeLoss: built with (cfg, mode, loss config))
+    config: type | None = None  # the dataclass of its own knobs, set under modes.<name> (None: it has none)
+    needs_answers: bool = False  # its signal reads each prompt's reference answer: single-turn prompts with one
+
+    @property
+    def teacher(self) -> bool:
+        """A teacher is required (it writes or scores), else refused."""
+        return self.rollouts == RolloutSource.teacher or self.scorer == Scorer.teacher
+
+    @property
+    def scores_tokens(self) -> bool:
+        """A per-token distillation term (trainer.loss.teacher_tau and the distill knobs apply)."""
+        return self.scorer != Scorer.none
 
     @property
     def trains_sampled_policy(self) -> bool:
@@ -42,52 +63,76 @@ class Mode:
         return self.rollouts == RolloutSource.student
 
     @property
-    def uses_advantages(self) -> bool:
-        """GRPO advantages (weighted by adv_tau) enter the loss."""
-        return self.loss == Loss.policy
-
-    @property
     def context_margin(self) -> int:
-        """Tokens the student's server keeps free of its max_model_len: opd's teacher scores a whole student
-        sequence in a request for one more token, which must still fit the teacher's context."""
-        return 1 if self.teacher_term else 0
+        """Tokens the student's server keeps free of its max_model_len: a teacher scores a whole student sequence in
+        a request for one more token, which must still fit the teacher's context."""
+        return 1 if self.scorer == Scorer.teacher else 0
 
 
-MODES: dict[TrainingMode, Mode] = {
-    TrainingMode.rl: Mode(
-        TrainingMode.rl,
-        RolloutSource.student,
-        teacher=False,
-        needs_rewards=True,
-        teacher_term=False,
-        loss=Loss.policy,
-    ),
-    TrainingMode.opd: Mode(
-        TrainingMode.opd,
-        RolloutSource.student,
-        teacher=True,
-        needs_rewards=False,
-        teacher_term=True,
-        loss=Loss.policy,
-    ),
-    TrainingMode.sft: Mode(
-        TrainingMode.sft,
-        RolloutSource.teacher,
-        teacher=True,
-        needs_rewards=False,
-        teacher_term=False,
-        loss=Loss.nll,
-    ),
+@dataclass
+class OpsdConfig:
+    context: str = "The reference answer: {answer}"  # system message of self-scoring: {answer} is the example's
+
+    def __post_init__(self):
+        if "{answer}" not in self.context:
+            raise ValueError("modes.opsd.context must show the reference answer: put {answer} in it")
+
+
+ALGO, LOSS = "prime_rl.orchestrator.algo", "prime_rl.trainer.loss"
+MODES: dict[str, Mode] = {
+    m.name: m
+    for m in (
+        Mode("rl", RolloutSource.student, Scorer.none, True, True, f"{ALGO}.rl:RL", f"{LOSS}:PolicyLoss"),
+        Mode("opd", RolloutSource.student, Scorer.teacher, False, True, f"{ALGO}.opd:OPD", f"{LOSS}:PolicyLoss"),
+        Mode("sft", RolloutSource.teacher, Scorer.none, False, False, f"{ALGO}.sft:SFT", f"{LOSS}:NllLoss"),
+        Mode(
+            "opsd",
+            RolloutSource.student,
+            Scorer.self,
+            False,
+            True,
+            f"{ALGO}.opsd:OPSD",
+            f"{LOSS}:PolicyLoss",
+            config=OpsdConfig,
+            needs_answers=True,
+        ),
+    )
 }
+
+
+def import_object(path: str, key: str, what: str) -> object:
+    """The object `<module>:<name>` names, or a ConfigError on `key` saying why there is none."""
+    module_name, _, name = path.partition(":")
+    if not (module_name and name):
+        raise ConfigError([key], f"{path!r} is no {what} and not <module>:<name>", f"name a {what} as <module>:<name>")
+    try:
+        return getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError([key], f"cannot import {path!r}: {first_line(e)}", "make the module importable") from e
+
+
+@functools.cache
+def mode_named(spec: str, key: str = "training_mode") -> Mode:
+    """A built-in mode by name, or a researcher's own `Mode` by import path."""
+    if spec in MODES:
+        return MODES[spec]
+    if ":" not in spec:
+        raise ConfigError([key], f"unknown mode {spec!r}", f"use one of {' | '.join(MODES)}, or <module>:<Mode>")
+    mode = import_object(spec, key, "mode")
+    if not isinstance(mode, Mode):
+        raise ConfigError([key], f"{spec} is a {type(mode).__name__}, not a Mode", "name a prime_rl Mode object")
+    return mode
 
 
 def source_modes(cfg: Config) -> list[tuple[str, TaskSourceConfig, Mode]]:
     """(the key that sets its mode, the source, its mode) of each task source: a mix source's own mode or else
     training_mode's; the task itself with training_mode's where it is no mix."""
     if cfg.task.name != MIX:
-        return [("training_mode", cfg.task, MODES[cfg.training_mode])]
+        return [("training_mode", cfg.task, mode_named(cfg.training_mode))]
     return [
-        (f"task.mix[{i}].mode", src, MODES[src.mode]) if src.mode else ("training_mode", src, MODES[cfg.training_mode])
+        (f"task.mix[{i}].mode", src, mode_named(src.mode, f"task.mix[{i}].mode"))
+        if src.mode
+        else ("training_mode", src, mode_named(cfg.training_mode))
         for i, src in enumerate(cfg.task.mix)
     ]
 
@@ -98,13 +143,27 @@ def run_modes(cfg: Config) -> list[Mode]:
 
 
 def uses(cfg: Config, fact: Callable[[Mode], bool]) -> bool:
-    """Whether any of the run's modes has `fact` (a teacher term, teacher-written rollouts, ...)."""
+    """Whether any of the run's modes has `fact` (a scorer, teacher-written rollouts, ...)."""
     return any(fact(mode) for mode in run_modes(cfg))
+
+
+def modes_with(fact: Callable[[Mode], bool]) -> str:
+    """The built-in modes that have `fact`, as a message names them: rl|opd."""
+    return "|".join(m.name for m in MODES.values() if fact(m))
 
 
 def example_mode(cfg: Config, example) -> Mode:
     """The mode a prompt trains with: its source's (an Example's `mode`, set in a mix), else the run's."""
-    return MODES[TrainingMode(example.mode) if example.mode else cfg.training_mode]
+    return mode_named(example.mode or cfg.training_mode)
+
+
+def mode_config(cfg: Config, mode: Mode):
+    """The mode's own knobs: modes.<name> over its dataclass's defaults, typed and checked (its __post_init__)."""
+    key = f"modes.{mode.name}"
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(mode.config), cfg.modes.get(mode.name, {})))
+    except (OmegaConfBaseException, ValueError, TypeError) as e:
+        raise ConfigError([key], first_line(e), f"see the knobs of {mode.name} in docs/modes.md") from e
 
 
 def context_margin(cfg: Config) -> int:
@@ -113,6 +172,6 @@ def context_margin(cfg: Config) -> int:
 
 
 def distill_top_k(cfg: Config) -> int:
-    """The teacher logprobs per position the run distils from (trainer.loss.distill=topk); 0: the sampled token's."""
-    distills = uses(cfg, lambda m: m.teacher_term) and cfg.trainer.loss.distill == DistillSignal.topk
+    """The scorer's logprobs per position the run distils from (trainer.loss.distill=topk); 0: the sampled token's."""
+    distills = uses(cfg, lambda m: m.scores_tokens) and cfg.trainer.loss.distill == DistillSignal.topk
     return cfg.trainer.loss.distill_top_k if distills else 0

@@ -19,8 +19,9 @@ from enum import Enum
 from pathlib import Path
 from types import ModuleType
 
-from prime_rl.config import schema
-from prime_rl.config.schema import Config, TrainingMode
+from prime_rl.config import modes, schema
+from prime_rl.config.modes import MODES
+from prime_rl.config.schema import Config
 from prime_rl.config.store import compose_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,6 +31,7 @@ COMMAND = "python -m prime_rl.config.reference"
 BEGIN = f"<!-- parameters: generated from prime_rl/config/schema.py by `{COMMAND}`, do not edit -->"
 END = "<!-- /parameters -->"
 MODE_KEY = "training_mode"  # the mode itself: noting that `training_mode=opd` sets it to opd says nothing
+MODE_SET = (MODE_KEY, "modes")  # what a mode's group sets by definition (modes.<name>: its own section below)
 README_KEYS = (
     "training_mode",
     "max_steps",
@@ -106,7 +108,7 @@ def leaves(cls: type = Config, prefix: str = "") -> Iterator[tuple[str, tuple[st
 @functools.cache  # every key's default reads it
 def composed() -> dict[str, Config]:
     """The config `python launch.py` composes (under "") and the one `training_mode=<mode>` composes, per mode."""
-    return {"": compose_config()} | {m.value: compose_config([f"{MODE_KEY}={m.value}"]) for m in TrainingMode}
+    return {"": compose_config()} | {m: compose_config([f"{MODE_KEY}={m}"]) for m in MODES}
 
 
 def literal(value) -> str:
@@ -119,14 +121,14 @@ def literal(value) -> str:
         return "[" + ", ".join(map(literal, value)) + "]"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k}: {literal(v)}" for k, v in value.items()) + "}"
-    return str(value) if value != "" else '""'
+    return str(value).replace("\n", "\\n") if value != "" else '""'
 
 
 def default(key: str) -> str:
     """`a`, or `a` (opd: `b`) where a training mode's group changes it."""
     values = {mode: literal(functools.reduce(getattr, key.split("."), cfg)) for mode, cfg in composed().items()}
     base = values.pop("")
-    changed = [f"{mode}: `{v}`" for mode, v in values.items() if v != base and key != MODE_KEY]
+    changed = [f"{mode}: `{v}`" for mode, v in values.items() if v != base and key not in MODE_SET]
     return f"`{base}`" + (f" ({', '.join(changed)})" if changed else "")
 
 
@@ -163,7 +165,22 @@ def parameters_md() -> str:
         " do not edit.",
     ]
     body = [line for heading, keys in sections().items() for line in ["", f"## {heading}", "", *table(keys)]]
-    return "\n".join(header + body) + "\n"
+    return "\n".join(header + body + mode_tables()) + "\n"
+
+
+def mode_tables() -> list[str]:
+    """A section per built-in mode with knobs of its own (modes.<name>.*, from its dataclass in config/modes.py)."""
+    comments = field_comments(inspect.getsource(modes))
+    lines = []
+    for mode in (m for m in MODES.values() if m.config is not None):
+        rows = [
+            f"| `modes.{mode.name}.{f.name}` | {cell(f'`{literal(f.default)}`')} | "
+            f"{cell(comments[(mode.config.__name__, f.name)])} |"
+            for f in dataclasses.fields(mode.config)
+        ]
+        heading = f"## `modes.{mode.name}`: the knobs of training_mode={mode.name} (docs/modes.md)"
+        lines += ["", heading, "", "| parameter | default | meaning |", "|---|---|---|", *rows]
+    return lines
 
 
 def readme_block() -> str:

@@ -9,7 +9,7 @@ broken rule raises ConfigError, whose one-line message names the offending keys 
 from urllib.parse import urlparse
 
 from prime_rl.config.layout import pushes_weights
-from prime_rl.config.modes import MODES, RolloutSource, run_modes, source_modes, uses
+from prime_rl.config.modes import RolloutSource, mode_config, mode_named, modes_with, run_modes, source_modes, uses
 from prime_rl.config.schema import (
     EPISODIC,
     MIX,
@@ -46,6 +46,7 @@ CHAT_FIELDS = ("model", "messages", "n", "max_tokens", "max_completion_tokens", 
 def check_rules(cfg: Config, visible_gpus: int) -> None:
     """Raise ConfigError on the first broken rule. `visible_gpus`: GPUs the job will see."""
     rules = (
+        _modes,
         _ranges,
         _pairs,
         _source_weights,
@@ -61,6 +62,25 @@ def check_rules(cfg: Config, visible_gpus: int) -> None:
     )
     for rule in (*rules, _gpus, _parallel):
         rule(cfg, visible_gpus)
+
+
+def _modes(cfg: Config, _: int) -> None:
+    """Every mode the run names exists (a built-in name, or a Mode at an import path), and modes.<name> holds the
+    knobs of the run's own modes only, each of the mode's type and range."""
+    modes = {mode.name: mode for mode in run_modes(cfg)}
+    for name in cfg.modes:
+        mode = modes.get(name)
+        check(
+            mode is not None and mode.config is not None,
+            [f"modes.{name}"],
+            f"{name} is none of this run's modes with knobs of their own ({', '.join(modes)})"
+            if mode is None
+            else f"{name} has no knobs of its own",
+            f"drop modes.{name}" + ("" if mode else ", or train with it (training_mode or task.mix[i].mode)"),
+        )
+    for mode in modes.values():
+        if mode.config is not None:
+            mode_config(cfg, mode)
 
 
 def _ranges(cfg: Config, _: int) -> None:
@@ -155,7 +175,12 @@ def _knobs(cfg: Config) -> list[tuple[str, bool, str, str]]:
             "use auto, float32 or bfloat16",
         ),
         ("trainer.loss.adv_tau", t.loss.adv_tau >= 0, "must be >= 0", "use 1.0, or 0 for pure distillation"),
-        ("trainer.loss.teacher_tau", t.loss.teacher_tau >= 0, "must be >= 0", "use a value > 0 in opd, 0 else"),
+        (
+            "trainer.loss.teacher_tau",
+            t.loss.teacher_tau >= 0,
+            "must be >= 0",
+            "use a value > 0 where a mode scores tokens, 0 else",
+        ),
         ("trainer.loss.kl_tau", t.loss.kl_tau >= 0, "must be >= 0", "use 0 to disable"),
         ("trainer.loss.kl_ref_tau", t.loss.kl_ref_tau >= 0, "must be >= 0", "use 0 to disable, or e.g. 1e-3"),
         ("trainer.loss.entropy_tau", t.loss.entropy_tau >= 0, "must be >= 0", "use 0 to disable, or e.g. 1e-3"),
@@ -343,12 +368,11 @@ def _mode(cfg: Config, _: int) -> None:
     check(
         cfg.task.mode is None,
         ["task.mode"],
-        f"task.mode={cfg.task.mode and cfg.task.mode.value} sets the mode of a source of task.mix, and this task is "
-        f"{cfg.task.name}",
-        f"set training_mode={cfg.task.mode and cfg.task.mode.value} instead",
+        f"task.mode={cfg.task.mode} sets the mode of a source of task.mix, and this task is {cfg.task.name}",
+        f"set training_mode={cfg.task.mode} instead",
     )
     for key, src, mode in sources:
-        name = mode.name.value
+        name = mode.name
         check(
             teacher != TeacherKind.none or not mode.teacher or src.teacher is not None,
             [key, "teacher"],
@@ -358,14 +382,14 @@ def _mode(cfg: Config, _: int) -> None:
     modes = run_modes(cfg)
     student = [m for m in modes if m.trains_sampled_policy]
     keys = sorted({key for key, _, _ in sources})
-    names = "|".join(m.name.value for m in modes)
+    names = "|".join(m.name for m in modes)
     if student:
-        _sampling_policy(cfg, student[0].name.value)
+        _sampling_policy(cfg, student[0].name)
     check(
         teacher == TeacherKind.none or any(m.teacher for m in modes),
         [*keys, "teacher"],
         f"{names} takes no teacher, got teacher={teacher.value}",
-        "use teacher=none, or training_mode=opd|sft to learn from a teacher",
+        f"use teacher=none, or training_mode={modes_with(lambda m: m.teacher)} to learn from a teacher",
     )
     check(
         teacher == TeacherKind.none or any(mode.teacher and src.teacher is None for _, src, mode in sources),
@@ -373,33 +397,35 @@ def _mode(cfg: Config, _: int) -> None:
         f"every source that learns from a teacher names one of `teachers`, so teacher={teacher.value} teaches none",
         "use teacher=none, or let a source learn from it (drop its task.mix[i].teacher)",
     )
-    # the opd sources that take trainer.loss.teacher_tau (a source's own: _source_weights)
-    if any(mode.teacher_term and src.teacher_tau is None for _, src, mode in sources):
+    # the sources whose tokens are scored that take trainer.loss.teacher_tau (a source's own: _source_weights)
+    scored = [mode for _, src, mode in sources if mode.scores_tokens and src.teacher_tau is None]
+    if scored:
         check(
             loss.teacher_tau > 0,
             ["trainer.loss.teacher_tau"],
-            "opd needs teacher_tau > 0",
+            f"{scored[0].name} scores the student's tokens, so it needs teacher_tau > 0",
             "set trainer.loss.teacher_tau=1.0",
         )
-    if not any(m.teacher_term for m in modes):
+    if not any(m.scores_tokens for m in modes):
+        scorers = modes_with(lambda m: m.scores_tokens)
         check(
             loss.teacher_tau == 0,
             ["trainer.loss.teacher_tau", *keys],
-            f"teacher_tau={loss.teacher_tau} only applies in opd",
-            "set trainer.loss.teacher_tau=0 or training_mode=opd",
+            f"teacher_tau={loss.teacher_tau} weighs the scorer's term of {scorers}, and this run trains with {names}",
+            f"set trainer.loss.teacher_tau=0 or training_mode={scorers}",
         )
         check(
             loss.distill == DistillSignal.sampled,
             ["trainer.loss.distill", *keys],
-            f"distill={loss.distill.value} only applies in opd, where a teacher scores the student's tokens",
-            "set trainer.loss.distill=sampled or training_mode=opd",
+            f"distill={loss.distill.value} only applies in {scorers}, where the student's tokens are scored",
+            f"set trainer.loss.distill=sampled or training_mode={scorers}",
         )
     verification = cfg.orchestrator.verification.enabled
     for key, _, mode in sources:
         check(
             verification or not mode.needs_rewards,
             ["orchestrator.verification.enabled", key],
-            f"{mode.name.value} learns from rewards, so verification must be on",
+            f"{mode.name} learns from rewards, so verification must be on",
             "set orchestrator.verification.enabled=true",
         )
     check(
@@ -417,7 +443,7 @@ def _mode(cfg: Config, _: int) -> None:
     )
     # the prompt filters act on whole steps: every source's groups must be ones they can judge
     for i, (key, src, mode) in enumerate(sources):
-        name = mode.name.value
+        name = mode.name
         n_key = rollouts_key(cfg, i, src)
         check(
             not cfg.orchestrator.difficulty.enabled or rollouts_of(cfg, src) > 1,
@@ -427,17 +453,19 @@ def _mode(cfg: Config, _: int) -> None:
             f"set {n_key}=2 or more, or orchestrator.difficulty.enabled=false",
         )
         check(
-            not cfg.orchestrator.dynamic_sampling.enabled or (mode.uses_advantages and not mode.teacher_term),
+            not cfg.orchestrator.dynamic_sampling.enabled or (mode.advantages and not mode.scores_tokens),
             ["orchestrator.dynamic_sampling.enabled", key],
             f"dynamic sampling drops groups without a signal, and every {name} group has one"
-            + (" (the teacher's, per token)" if mode.teacher_term else " (the teacher's answers)"),
-            f"use it with {key}=rl, or set orchestrator.dynamic_sampling.enabled=false",
+            + (f" (its {mode.scorer.value} scores each token)" if mode.scores_tokens else " (the teacher's answers)"),
+            f"use it with {key}={modes_with(lambda m: m.advantages and not m.scores_tokens)}, "
+            "or set orchestrator.dynamic_sampling.enabled=false",
         )
         check(
             not cfg.orchestrator.difficulty.enabled or mode.trains_sampled_policy,
             ["orchestrator.difficulty.enabled", key],
             f"the difficulty filter judges prompts by the student's own rewards, and {name} trains on the teacher's",
-            f"use it with {key}=rl|opd, or set orchestrator.difficulty.enabled=false",
+            f"use it with {key}={modes_with(lambda m: m.trains_sampled_policy)}, "
+            "or set orchestrator.difficulty.enabled=false",
         )
     check(
         verification or not cfg.orchestrator.difficulty.enabled,
@@ -446,8 +474,8 @@ def _mode(cfg: Config, _: int) -> None:
         "set orchestrator.verification.enabled=true, or orchestrator.difficulty.enabled=false",
     )
     # the largest adv_tau a sample with advantages trains with (a mix source's own, or trainer.loss's)
-    adv_tau = max((source_loss(loss, src).adv_tau for _, src, mode in sources if mode.uses_advantages), default=0)
-    if any(m.uses_advantages for m in modes):
+    adv_tau = max((source_loss(loss, src).adv_tau for _, src, mode in sources if mode.advantages), default=0)
+    if any(m.advantages for m in modes):
         check(
             verification or adv_tau == 0,
             ["trainer.loss.adv_tau", "orchestrator.verification.enabled"],
@@ -455,7 +483,7 @@ def _mode(cfg: Config, _: int) -> None:
             "set trainer.loss.adv_tau=0 (pure distillation) or orchestrator.verification.enabled=true",
         )
     for i, (_, src, mode) in enumerate(sources):
-        if not mode.uses_advantages:
+        if not mode.advantages:
             continue
         at = f"task.mix[{i}]" if cfg.task.name == MIX else "task"  # where the source sets its own
         tau, n = source_loss(loss, src).adv_tau, rollouts_of(cfg, src)
@@ -486,7 +514,8 @@ def _source_weights(cfg: Config, _: int) -> None:
         "set orchestrator.rollouts_per_example instead",
     )
     for i, src in enumerate(task.mix if task.name == MIX else []):
-        at, mode = f"task.mix[{i}]", MODES[src.mode or cfg.training_mode]
+        at = f"task.mix[{i}]"
+        mode = mode_named(src.mode, f"{at}.mode") if src.mode else mode_named(cfg.training_mode)
         check(
             src.rollouts_per_example is None or src.rollouts_per_example >= 1,
             [f"{at}.rollouts_per_example"],
@@ -494,19 +523,26 @@ def _source_weights(cfg: Config, _: int) -> None:
             f"set {at}.rollouts_per_example=1 or more, or drop it (orchestrator.rollouts_per_example)",
         )
         if src.teacher_tau is not None:
+            scorers = modes_with(lambda m: m.scores_tokens)
             check(
-                mode.teacher_term,
+                mode.scores_tokens,
                 [f"{at}.teacher_tau", f"{at}.mode"],
-                f"teacher_tau weighs the teacher's term of opd samples, and this source trains in {mode.name.value}",
-                f"drop {at}.teacher_tau, or set {at}.mode=opd",
+                f"teacher_tau weighs the scorer's term of {scorers} samples, and this source trains in {mode.name}",
+                f"drop {at}.teacher_tau, or set {at}.mode={scorers}",
             )
-            check(src.teacher_tau > 0, [f"{at}.teacher_tau"], "opd needs teacher_tau > 0", f"set {at}.teacher_tau=1.0")
-        if src.adv_tau is not None:
             check(
-                mode.uses_advantages,
+                src.teacher_tau > 0,
+                [f"{at}.teacher_tau"],
+                f"{mode.name} scores the student's tokens, so it needs teacher_tau > 0",
+                f"set {at}.teacher_tau=1.0",
+            )
+        if src.adv_tau is not None:
+            advantaged = modes_with(lambda m: m.advantages)
+            check(
+                mode.advantages,
                 [f"{at}.adv_tau", f"{at}.mode"],
-                f"adv_tau weighs the advantages of rl and opd samples, and this source trains in {mode.name.value}",
-                f"drop {at}.adv_tau, or set {at}.mode=rl|opd",
+                f"adv_tau weighs the advantages of {advantaged} samples, and this source trains in {mode.name}",
+                f"drop {at}.adv_tau, or set {at}.mode={advantaged}",
             )
             check(src.adv_tau >= 0, [f"{at}.adv_tau"], "must be >= 0", "use 1.0, or 0 for pure distillation")
 
@@ -534,8 +570,8 @@ def _teachers(cfg: Config, _: int) -> None:
         check(
             mode.teacher,
             [f"{at}.teacher", f"{at}.mode"],
-            f"this source trains in {mode.name.value}, which takes no teacher",
-            f"drop {at}.teacher, or set {at}.mode=opd|sft",
+            f"this source trains in {mode.name}, which takes no teacher",
+            f"drop {at}.teacher, or set {at}.mode={modes_with(lambda m: m.teacher)}",
         )
     taught = {src.teacher for _, src, mode in sources if mode.teacher}
     named_local = [name for name in local_teachers(cfg) if name != DEFAULT]
@@ -566,7 +602,8 @@ def _teachers(cfg: Config, _: int) -> None:
 
 
 def _episodes(cfg: Config, _: int) -> None:
-    """A local teacher that plays episodes (sft) reads every episode source's tool calls with one parser."""
+    """A local teacher that plays episodes (writes the rollouts) reads every episode source's tool calls with one
+    parser."""
     played = [src for _, src, mode in source_modes(cfg) if mode.rollouts == RolloutSource.teacher]
     parsers = {src.tool_parser for src in played if src.name in EPISODIC}
     check(
@@ -578,7 +615,8 @@ def _episodes(cfg: Config, _: int) -> None:
 
 
 def _sampling_policy(cfg: Config, mode: str) -> None:
-    """rl and opd train the policy that sampled: the trainer reproduces its temperature, not a truncation."""
+    """A mode trained on the student's samples trains the policy that sampled: the trainer reproduces its temperature,
+    not a truncation."""
     s = cfg.orchestrator.sampling
     check(
         s.temperature > 0,
@@ -681,8 +719,9 @@ def _lora(cfg: Config, _: int) -> None:
         check(
             lora.dropout == 0 or not uses(cfg, lambda m: m.trains_sampled_policy),
             ["trainer.lora.dropout", "training_mode"],
-            "must be 0 in rl and opd: with dropout the trainer's policy is not the one vLLM sampled from",
-            "set trainer.lora.dropout=0 (dropout regularises sft only)",
+            f"must be 0 in {modes_with(lambda m: m.trains_sampled_policy)}: with dropout the trainer's policy is not "
+            "the one vLLM sampled from",
+            f"set trainer.lora.dropout=0 (it regularises {modes_with(lambda m: not m.trains_sampled_policy)} only)",
         )
 
 

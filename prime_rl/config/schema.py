@@ -9,12 +9,6 @@ from enum import Enum
 from typing import Any
 
 
-class TrainingMode(str, Enum):
-    rl = "rl"  # student rollouts, task rewards, GRPO advantages
-    opd = "opd"  # student rollouts scored token by token by a teacher (on-policy distillation)
-    sft = "sft"  # teacher rollouts, NLL on the student
-
-
 class TeacherKind(str, Enum):
     none = "none"  # no teacher (rl)
     local_vllm = "local_vllm"  # the launcher starts a vLLM server for teacher.model
@@ -145,9 +139,9 @@ class TaskSourceConfig:
     seed: int = 0  # examples' seed (built-in: eval is one list's tail; reasoning_gym: eval seed+1; verifiers: shuffle)
     weight: float = 1.0  # in task.mix: this source's share of each step's prompts
     label: str | None = None  # in task.mix: its metrics' name, reward/<label> (None: dataset, taskset, file, task)
-    mode: TrainingMode | None = None  # in task.mix: the mode its prompts train with (None: training_mode)
+    mode: str | None = None  # in task.mix: the mode its prompts train with, a name or <module>:<Mode> (None: the run's)
     adv_tau: float | None = None  # in task.mix: its samples' trainer.loss.adv_tau (None: the run's)
-    teacher_tau: float | None = None  # in task.mix: its opd samples' trainer.loss.teacher_tau (None: the run's)
+    teacher_tau: float | None = None  # in task.mix: its scored samples' trainer.loss.teacher_tau (None: the run's)
     teacher: str | None = None  # in task.mix: the name of the `teachers` entry that teaches it (None: `teacher`)
     rollouts_per_example: int | None = None  # in task.mix: samples of each of its prompts (None: the orchestrator's)
 
@@ -226,7 +220,7 @@ class OrchestratorConfig:
 @dataclass
 class LossConfig:
     adv_tau: float = 1.0  # weight of the reward advantage; 0 = pure distillation
-    teacher_tau: float = 0.0  # weight of the per-token distillation advantage log p_T - log pi; > 0 in opd
+    teacher_tau: float = 0.0  # weight of the per-token distillation term log p_T - log pi; > 0 in opd and opsd
     kl_tau: float = 0.0  # weight of the (log ratio)^2 penalty against the inference policy
     kl_ref_tau: float = 0.0  # weight of the KL to the frozen starting policy (k3 estimator, over the trained tokens)
     kl_ref_from: ReferenceSource = ReferenceSource.trainer  # where the reference's logprobs come from: trainer | vllm
@@ -413,7 +407,8 @@ class LauncherConfig:
 
 @dataclass
 class Config:
-    training_mode: TrainingMode = TrainingMode.rl  # rl | opd | sft (picked by the training_mode group)
+    training_mode: str = "rl"  # rl | opd | sft | opsd (the training_mode group), or <module>:<Mode> (docs/modes.md)
+    modes: dict[str, Any] = field(default_factory=dict)  # each mode's own knobs, by its name (modes.opsd.context)
     max_steps: int = 250  # optimizer steps
     step_timeout_s: float = 3600.0  # longest wait for one step: the trainer for its batch, the orchestrator for weights
     seed: int = 0  # seed of sampling order, rollouts and training

@@ -9,6 +9,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
+from prime_rl.config.modes import MODES
 from prime_rl.config.schema import Config, node_cpus, node_gpus, node_mem_gb, num_nodes
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -24,11 +25,17 @@ def compose_config(overrides: Sequence[str] = ()) -> Config:
 
 
 def register_configs() -> None:
-    """Make `base_config` (the whole schema) available to `conf/config.yaml`'s defaults list, and the resolvers
+    """Make `base_config` (the whole schema) available to `conf/config.yaml`'s defaults list, each built-in mode's
+    own knobs to its training_mode group (`/mode@modes.<name>: <name>`: typed, so a misspelt knob is refused), and the
+    resolvers
     the SLURM presets use: `${deployment_gpus:${deployment}}`, the GPUs one node of a job uses,
     `${deployment_nodes:${deployment}}`, its nodes, and `deployment_cpus` / `deployment_mem_gb`, the CPUs and
     host memory a node of a GPU job asks for (conf/hydra/launcher/slurm*.yaml)."""
-    ConfigStore.instance().store(name="base_config", node=Config)
+    store = ConfigStore.instance()
+    store.store(name="base_config", node=Config)
+    for mode in MODES.values():
+        if mode.config is not None:
+            store.store(group="mode", name=mode.name, node=mode.config)
     OmegaConf.register_new_resolver("deployment_gpus", node_gpus, replace=True)
     OmegaConf.register_new_resolver("deployment_nodes", num_nodes, replace=True)
     OmegaConf.register_new_resolver("deployment_cpus", node_cpus, replace=True)

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from prime_rl.config.layout import TEACHER_LOGITS_BYTES, is_colocated, pushes_weights, server_dtype, teacher_gpu_share
-from prime_rl.config.modes import RolloutSource, context_margin, distill_top_k, source_modes
+from prime_rl.config.modes import RolloutSource, Scorer, context_margin, distill_top_k, source_modes, uses
 from prime_rl.config.schema import EPISODIC, Config
 from prime_rl.inference.server_auth import MIDDLEWARE
 
@@ -23,7 +23,7 @@ def vllm_command(
     """(argv, env additions) of one vLLM server, the student's or a teacher's; `gpus` empty means the CPU build."""
     inf = cfg.inference
     on_gpu = bool(gpus)
-    # the mode may keep the student's sequences shorter than the context (opd: the teacher scores one more token)
+    # the modes may keep the student's sequences shorter than the context (a teacher scores one more token)
     margin = context_margin(cfg) if student else 0
     argv = [
         sys.executable,
@@ -96,8 +96,9 @@ def vllm_command(
             # engine off its OpenMP threads, for processes that are idle here (one engine process, no scheduler).
             # A value exported to the launcher wins.
             env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-    if not student and distill_top_k(cfg):
-        # vLLM returns at most --max-logprobs per position (20 by default)
+    scorer = Scorer.self if student else Scorer.teacher
+    if distill_top_k(cfg) and uses(cfg, lambda m: m.scorer == scorer):
+        # the run's modes ask this server for its top k: vLLM returns at most --max-logprobs (20 by default)
         argv += ["--max-logprobs", str(distill_top_k(cfg))]
     parser = None if student else teacher_tool_parser(cfg)
     if parser:

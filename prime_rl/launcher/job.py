@@ -158,7 +158,7 @@ def run(plan: Plan) -> int:
 def print_plan(plan: Plan) -> None:
     c = plan.config
     teacher = f", teacher={c.teacher.kind.value}" if c.teacher.kind.value != "none" else ""
-    modes = "|".join(mode.name.value for mode in run_modes(c))  # a mix's sources may train with several
+    modes = "|".join(mode.name for mode in run_modes(c))  # a mix's sources may train with several
     console.print(
         f"[bold]plan[/bold] training_mode={modes}{teacher}, "
         f"lora={'on' if c.trainer.lora.enabled else 'off'}, "

@@ -25,9 +25,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from prime_rl.config.layout import on_gpu
-from prime_rl.config.modes import RolloutSource, context_margin, example_mode, source_modes
+from prime_rl.config.modes import RolloutSource, Scorer, context_margin, example_mode, modes_with, source_modes, uses
 from prime_rl.config.rules import check_gpu_count, check_rules
 from prime_rl.config.schema import Config, TaskSourceConfig, TeacherKind
+from prime_rl.config.sources import mix_sources
 from prime_rl.config.teachers import DEFAULT, named_errors, named_views, teaches, with_teacher
 from prime_rl.config.user_error import UserError, check
 from prime_rl.launcher.gpus import has_cuda_vllm, visible_gpus
@@ -73,6 +74,8 @@ def check_at_launch(cfg: Config, gpus: int) -> None:
             _teacher_model(view)
             check_top_k_vocab(view)
     _task(cfg)
+    if uses(cfg, lambda m: m.needs_answers):
+        _answers(cfg, load_task(cfg.task))
 
 
 def check_at_job(cfg: Config, run_dir: Path, warn: Callable[[str], None]) -> Config:
@@ -124,7 +127,7 @@ def _opd_teachers(cfg: Config, task: Task, tokenizer: Callable) -> None:
     student's tokenizer, an external one tokenizes like the student and returns prompt logprobs. The orchestrator
     checks again (it may run alone), with a local teacher's server up."""
     for name, view in [(DEFAULT, cfg), *named_views(cfg)]:
-        if not teaches(cfg, name, lambda m: m.teacher_term):
+        if not teaches(cfg, name, lambda m: m.scorer == Scorer.teacher):
             continue
         if view.teacher.kind == TeacherKind.local_vllm:
             check_same_tokenizer(tokenizer, student_dir(cfg), teacher_dir(view))
@@ -159,6 +162,24 @@ def _prompt_lengths(cfg: Config, task: Task, tokenizer: Callable) -> None:
             f"{sum(lengths[n] for n in long)} of {lengths.total()} {split} prompts (the longest {max(long, default=0)} "
             f"tokens) leave no room for an answer in the student's {cfg.inference.max_model_len}-token context",
             "raise inference.max_model_len, or drop the long prompts from the task's data",
+        )
+
+
+def _answers(cfg: Config, task: Task) -> None:
+    """A mode whose signal reads each prompt's reference answer (Mode.needs_answers) trains on single-turn prompts
+    that have one."""
+    labels = [label for label, _ in mix_sources(cfg.task)] if cfg.task.name == MIX else [""]
+    for i, (label, (key, src, mode)) in enumerate(zip(labels, source_modes(cfg))):
+        examples, at = (task.by_source[label], f"task.mix[{i}]") if label else (task.train, "task")
+        episodes = any(ex.env is not None for ex in examples)
+        unanswered = sum(not ex.answer for ex in examples)
+        check(
+            not mode.needs_answers or not (episodes or unanswered),
+            [key, f"{at}.name"],
+            f"{mode.name} shows each prompt's reference answer to its scorer, and {src.name} "
+            + ("has multi-turn episodes" if episodes else f"has {unanswered} prompts without one"),
+            f"train it with {modes_with(lambda m: m.trains_sampled_policy and not m.needs_answers)}"
+            + ("" if episodes else ", or give its prompts reference answers"),
         )
 
 

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from prime_rl.config import ConfigError, to_config
+from prime_rl.config.modes import modes_with
 from prime_rl.config.user_error import exit_with, first_line
 from prime_rl.launcher.gpus import visible_gpus
 from prime_rl.launcher.preflight import check_at_launch
@@ -82,6 +83,10 @@ def task_overrides(overrides: list[str]) -> list[str]:
     return [o.input_line for o in OverridesParser.create().parse_overrides(overrides) if not o.is_hydra_override()]
 
 
+# where other launchers set the mode (PRIME-RL's docs name these two as what its training_mode propagates to)
+MODE_KEYS_ELSEWHERE = ("orchestrator.training_mode", "trainer.loss.type")
+
+
 def compose_point(config_loader, master: DictConfig, overrides: list[str], num: int, gpus: int):
     """(the job's composed config with its hydra node, None) or (None, the one-line error)."""
     try:
@@ -113,6 +118,11 @@ def hydra_error(e: Exception) -> str:
     if isinstance(e, MissingConfigException) and e.options:
         group = (e.missing_cfg_file or "").split("/")[0]
         return f"invalid choice [{group}]: {first_line(e)}; fix: use one of {', '.join(sorted(e.options))}"
+    if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and key in MODE_KEYS_ELSEWHERE:
+        return (
+            f"unknown key [{key}]: the mode is set in one place, training_mode, which picks the orchestrator's part "
+            f"and the trainer's loss together; fix: use training_mode={modes_with(lambda m: True)} instead"
+        )
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and key:
         return f"unknown key [{key}]: {first_line(cause)}; fix: check the spelling ({LIST_KEYS})"
     if key:

@@ -12,6 +12,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from prime_rl.config.evaluation import due_for_eval
+from prime_rl.config.modes import mode_named
 from prime_rl.config.schema import Config
 from prime_rl.monitor.wandb_mode import wandb_mode
 from prime_rl.protocol.batch import TEACHER_LOGPROBS, Sample
@@ -27,7 +28,7 @@ ROW_POLL_S = 0.5  # how often metrics.jsonl is read while waiting for the final 
 def run_tags(cfg: Config) -> list[str]:
     lora = "on" if cfg.trainer.lora.enabled else "off"
     return [
-        f"mode:{cfg.training_mode.value}",
+        f"mode:{mode_named(cfg.training_mode).name}",
         f"teacher:{cfg.teacher.kind.value}",
         f"lora:{lora}",
         *cfg.monitor.wandb.tags,

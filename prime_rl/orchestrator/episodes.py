@@ -112,7 +112,7 @@ def finished(ctx: Context, groups: list[list[Episode]], teachers: list[str] | No
             metrics.update({f"env/{label}/{k.removeprefix('env/')}": v for k, v in episode_metrics(mine).items()})
     played_by = teachers or [None] * len(groups)
     samples = [
-        [e.sample(example_mode(ctx.cfg, e.example).name.value, teacher) for e in group]
+        [e.sample(example_mode(ctx.cfg, e.example).name, teacher) for e in group]
         for group, teacher in zip(groups, played_by)
     ]
     return samples, metrics

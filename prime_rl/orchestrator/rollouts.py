@@ -78,7 +78,7 @@ async def single_turn(ctx: Context, examples: list[Example], n: int, sampling: S
     groups = await sample_groups(
         ctx.student, ctx.student_model, prompts, n, sampling, ctx.cfg.orchestrator.requests_per_step
     )
-    modes = [example_mode(ctx.cfg, ex).name.value for ex in examples]
+    modes = [example_mode(ctx.cfg, ex).name for ex in examples]
     samples = [
         [Sample(p, c.token_ids, c.logprobs, mode=mode, truncated=c.finish_reason == "length") for c in group]
         for p, mode, group in zip(prompts, modes, groups)

@@ -61,6 +61,19 @@ class StudentServers:
         ]
         return [group for part in await asyncio.gather(*jobs) for group in part]
 
+    async def prompt_logprobs(self, model: str, sequences: list[list[int]]) -> list[list[float | None]]:
+        return await self.split(lambda c, share: c.prompt_logprobs(model, share), sequences)
+
+    async def prompt_top_logprobs(self, model: str, sequences: list[list[int]], k: int) -> list:
+        return await self.split(lambda c, share: c.prompt_top_logprobs(model, share, k), sequences)
+
+    async def split(self, ask, items: list) -> list:
+        """`ask(client, share)` of each server for its share of `items`, the answers in the items' order."""
+        parts = await asyncio.gather(
+            *(ask(c, share) for c, share in zip(self.clients, even_shares(items, len(self.clients))))
+        )
+        return [one for part in parts for one in part]
+
     async def wait_ready(self, timeout_s: float) -> None:
         await asyncio.gather(*(c.wait_ready(timeout_s) for c in self.clients))
 

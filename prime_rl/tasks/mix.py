@@ -22,7 +22,7 @@ def load_mix(cfg: TaskConfig, load_source: Callable[[TaskSourceConfig], Task]) -
             parts.append((label, src.weight, load_source(src)))
         except ConfigError as e:
             raise ConfigError([k.replace("task.", f"task.mix[{i}].", 1) for k in e.keys], e.problem, e.fix) from e
-    modes = {label: src.mode.value if src.mode else None for label, src in mix_sources(cfg)}
+    modes = {label: src.mode for label, src in mix_sources(cfg)}
     train = [replace(ex, source=label, mode=modes[label]) for label, _, part in parts for ex in part.train]
     # interleaved, so the first orchestrator.eval.num_examples cover every source alike
     labelled_evals = [[replace(ex, source=label, mode=modes[label]) for ex in part.eval] for label, _, part in parts]

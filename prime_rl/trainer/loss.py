@@ -1,19 +1,20 @@
-"""Losses over the completion tokens of one micro-batch (docs/architecture.md, "The maths"), and the one a run's
-mode trains with (`Objective`, from config/modes.py): the importance-weighted policy loss, with the teacher term
-where the mode has one (a per-token advantage from the sampled token, or a KL over the teacher's top k:
+"""Losses over the completion tokens of one micro-batch (docs/architecture.md, "The maths"), and the one each of a
+run's modes trains with (`Objective`; `Mode.loss` names a `ModeLoss`): the importance-weighted policy loss, with the
+scorer's term where the mode has one (a per-token advantage from the sampled token, or a KL over the scorer's top k:
 trainer.loss.distill), or the NLL of teacher-written tokens.
 
 Sums are divided by the token count of the whole step (`total_tokens`), not the micro-batch, so
 gradient accumulation over micro-batches gives the same gradient as one big batch.
 """
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import replace
 
 import torch
 
-from prime_rl.config.modes import MODES, Loss, Mode, distill_top_k
-from prime_rl.config.schema import Config, KlDirection, LossConfig, RatioLevel, TrainingMode
+from prime_rl.config.modes import Mode, distill_top_k, import_object, mode_named, run_modes
+from prime_rl.config.schema import Config, KlDirection, LossConfig, RatioLevel
 from prime_rl.config.sources import source_losses
 from prime_rl.protocol.batch import TEACHER_LOGPROBS, Sample
 from prime_rl.trainer.data import TokenBatch
@@ -188,11 +189,13 @@ StepLoss = Callable[[Logprobs, TokenBatch, int], tuple[torch.Tensor, dict[str, f
 
 
 class Objective:
-    """The run's loss: each sample trains with its mode's (`ModeLoss`) and its source's loss weights (a mix's sources
+    """The run's loss: each sample trains with its mode's (`Mode.loss`) and its source's loss weights (a mix's sources
     may set their own mode, adv_tau and teacher_tau); the step's samples go to micro-batches of one such part each."""
 
     def __init__(self, cfg: Config):
-        self.cfg, self.loss_cfg, self.default = cfg, cfg.trainer.loss, cfg.training_mode.value
+        self.cfg, self.loss_cfg = cfg, cfg.trainer.loss
+        self.modes = {mode.name: mode for mode in run_modes(cfg)}
+        self.default = mode_named(cfg.training_mode).name
         self.source_losses = source_losses(cfg)
         self.made: dict[tuple[str, float, float], ModeLoss] = {}
 
@@ -209,27 +212,41 @@ class Objective:
         key = (mode, adv_tau, teacher_tau)
         if key not in self.made:
             loss = replace(self.loss_cfg, adv_tau=adv_tau, teacher_tau=teacher_tau)
-            self.made[key] = ModeLoss(self.cfg, MODES[TrainingMode(mode)], loss)
+            made = self.modes.get(mode) or mode_named(mode)  # a built-in mode's name is its spec
+            self.made[key] = import_object(made.loss, "training_mode", "loss")(self.cfg, made, loss)
         return self.made[key]
 
 
-class ModeLoss:
-    """One mode's loss: which formula, with which teacher signal and centre, at which temperature the policy is
-    computed."""
+class ModeLoss(ABC):
+    """One mode's loss (`Mode.loss` names a subclass): at which temperature the trainer computes the policy, and the
+    loss of each micro-batch of the mode's share of a step."""
 
     def __init__(self, cfg: Config, mode: Mode, loss: LossConfig):
-        self.mode, self.loss_cfg = mode, loss
+        self.cfg, self.mode, self.loss_cfg = cfg, mode, loss
         # pi is the policy that sampled, at its temperature (vLLM reports mu the same way, --logprobs-mode
         # processed_logprobs); teacher-written tokens are plain targets: NLL at temperature 1
         self.temperature = cfg.orchestrator.sampling.temperature if mode.trains_sampled_policy else 1.0
-        self.top_k = mode.teacher_term and bool(distill_top_k(cfg))
+        self.top_k = mode.scores_tokens and bool(distill_top_k(cfg))  # the trainer computes log pi at the top k ids
 
+    @abstractmethod
     def for_step(self, mbs: list[TokenBatch]) -> StepLoss:
         """The loss of every micro-batch of the mode's share of a step, given all of its micro-batches (before any
-        rank split): the sampled teacher term is centred on their mean."""
-        if self.mode.loss == Loss.nll:
-            return lambda out, mb, total_tokens: sft_loss(out.token, mb, total_tokens)
-        sampled = self.mode.teacher_term and not self.top_k
+        rank split): a loss may need the whole step (a mean to centre on)."""
+
+
+class NllLoss(ModeLoss):
+    """sft: the NLL of the completion tokens."""
+
+    def for_step(self, mbs: list[TokenBatch]) -> StepLoss:
+        return lambda out, mb, total_tokens: sft_loss(out.token, mb, total_tokens)
+
+
+class PolicyLoss(ModeLoss):
+    """rl, opd, opsd: the importance-weighted policy loss, with the scorer's term where the mode has one (the sampled
+    token's, centred on the step's mean, or the KL over the scorer's top k)."""
+
+    def for_step(self, mbs: list[TokenBatch]) -> StepLoss:
+        sampled = self.mode.scores_tokens and not self.top_k
         center = distill_center(mbs, self.loss_cfg) if sampled else None
 
         def step_loss(out: Logprobs, mb: TokenBatch, total_tokens: int):

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from prime_rl.config.schema import Config, OptimConfig, TrainerConfig, TrainingMode, WarmStartConfig
+from prime_rl.config.schema import Config, OptimConfig, TrainerConfig, WarmStartConfig
 from prime_rl.models.chat import answer_ids, padding_id, prompt_ids, transcript_ids
 from prime_rl.models.tiny import save_model
 from prime_rl.protocol.batch import Batch, Sample
@@ -31,7 +31,7 @@ def supervised_config(ws: WarmStartConfig) -> Config:
     in one micro-batch."""
     optim = OptimConfig(lr=ws.lr, warmup_steps=ws.warmup_steps, schedule=ws.schedule)
     trainer = TrainerConfig(optim=optim, micro_batch_size=ws.batch_size)
-    return Config(training_mode=TrainingMode.sft, max_steps=ws.steps, seed=ws.seed, trainer=trainer)
+    return Config(training_mode="sft", max_steps=ws.steps, seed=ws.seed, trainer=trainer)
 
 
 def supervised_samples(tokenizer, examples: list[Example]) -> list[Sample]:

@@ -4,21 +4,18 @@ the trainer turns into the per-token advantage teacher_tau * (log p_T - log pi).
 import asyncio
 import time
 
-import torch
-
-from prime_rl.config.modes import distill_top_k
+from prime_rl.config.modes import Scorer, distill_top_k
 from prime_rl.config.teachers import teaches
 from prime_rl.models import student_dir, teacher_dir
 from prime_rl.orchestrator.algo.rl import RL
 from prime_rl.orchestrator.context import Context, Teacher
-from prime_rl.orchestrator.students import even_shares
-from prime_rl.protocol.batch import TEACHER_LOGPROBS, Sample
+from prime_rl.orchestrator.scoring import keep_scores, scored
+from prime_rl.protocol.batch import Sample
 from prime_rl.teacher.scoring import (
     check_remote_scorer,
     check_same_tokenizer,
     probe_ids,
     probe_prompt_logprobs,
-    teacher_logprobs,
 )
 
 
@@ -27,7 +24,7 @@ class OPD(RL):
         """Each teacher of an opd source tokenizes like the student, and its endpoint returns prompt logprobs."""
         probe = probe_ids(ctx.tokenizer, ctx.task.train[0], ctx.cfg.inference.max_model_len)
         for t in ctx.teachers.values():
-            if not teaches(ctx.cfg, t.name, lambda m: m.teacher_term):
+            if not teaches(ctx.cfg, t.name, lambda m: m.scorer == Scorer.teacher):
                 continue
             if t.local:  # its files are the launcher's check too; its server's logprobs only this one's
                 check_same_tokenizer(lambda: ctx.tokenizer, student_dir(ctx.cfg), teacher_dir(t.cfg))
@@ -50,17 +47,6 @@ class OPD(RL):
 async def score(ctx: Context, teacher: Teacher, samples: list[Sample]) -> None:
     """The teacher's logprobs of each sample's tokens (and its top k where the run distils from them)."""
     k = distill_top_k(ctx.cfg)
-    for s, (logprobs, top) in zip(samples, await scored(ctx, teacher, samples, k)):
-        s.streams[TEACHER_LOGPROBS] = logprobs
-        s.teacher = teacher.label
-        if top is not None:
-            s.teacher_top_ids = torch.tensor(top.ids, dtype=torch.int32).view(-1, k)
-            s.teacher_top_logprobs = torch.tensor(top.logprobs, dtype=torch.float32).view(-1, k)
-
-
-async def scored(ctx: Context, teacher: Teacher, samples: list[Sample], k: int = 0) -> list:
-    """(logprobs, top k or None) of each sample's completion tokens under a local or external server, in
-    orchestrator.requests_per_step concurrent requests."""
-    shares = even_shares([(s.prompt_ids, s.completion_ids) for s in samples], ctx.cfg.orchestrator.requests_per_step)
-    replies = await asyncio.gather(*(teacher_logprobs(teacher.client, teacher.model, s, k) for s in shares))
-    return [one for reply in replies for one in reply]
+    pairs = [(s.prompt_ids, s.completion_ids) for s in samples]
+    for s, (logprobs, top) in zip(samples, await scored(ctx, teacher.client, teacher.model, pairs, k)):
+        keep_scores(s, logprobs, top, k, teacher.label)

@@ -22,7 +22,7 @@ class PerSource(Algorithm):
             await algo.preflight(ctx)
 
     async def rollouts(self, ctx: Context, examples: list[Example]) -> tuple[list[list[Sample]], dict[str, float]]:
-        modes = [example_mode(ctx.cfg, ex).name.value for ex in examples]
+        modes = [example_mode(ctx.cfg, ex).name for ex in examples]
         shares = {mode: [ex for ex, m in zip(examples, modes) if m == mode] for mode in dict.fromkeys(modes)}
         made = await asyncio.gather(*(self.parts[mode].rollouts(ctx, share) for mode, share in shares.items()))
         each = {mode: iter(groups) for mode, (groups, _) in zip(shares, made)}

@@ -58,5 +58,5 @@ def teacher_sample(ctx: Context, teacher: Teacher, ex: Example, answer: ChatAnsw
     """The teacher's answer in the student's tokens; one cut off by max_tokens is not taught as finished."""
     text = trained_text(answer, teacher.cfg.teacher.reasoning)
     completion = answer_ids(ctx.tokenizer, ex.messages, text, finished=answer.finish_reason != "length")
-    mode = example_mode(ctx.cfg, ex).name.value
+    mode = example_mode(ctx.cfg, ex).name
     return Sample(prompt_ids(ctx.tokenizer, ex.messages), completion, [], mode=mode, teacher=teacher.label)

@@ -1,0 +1,52 @@
+"""opsd (on-policy self-distillation): the student samples the rollouts as in rl; then the student's own server, with
+the weights that sampled, scores every sampled token once more with privileged context, a system message showing
+the example's reference answer (modes.opsd.context). The trainer turns that score into the per-token advantage
+teacher_tau * (log p_privileged - log pi), or the top-k KL, exactly as opd's teacher's."""
+
+import time
+
+from prime_rl.config.modes import MODES, distill_top_k, mode_config
+from prime_rl.models.chat import prompt_ids
+from prime_rl.orchestrator.algo.rl import RL
+from prime_rl.orchestrator.context import Context
+from prime_rl.orchestrator.scoring import keep_scores, scored
+from prime_rl.protocol.batch import Sample
+from prime_rl.tasks import Example
+
+MODE = MODES["opsd"]
+SCORER = "self"  # what a sample it scored records as its teacher
+
+
+class OPSD(RL):
+    def __init__(self):
+        self.contexts: dict[int, list[int]] = {}  # by id() of a sample made this step: its privileged prompt
+
+    async def rollouts(self, ctx: Context, examples: list[Example]) -> tuple[list[list[Sample]], dict[str, float]]:
+        groups, metrics = await super().rollouts(ctx, examples)
+        context = mode_config(ctx.cfg, MODE).context
+        for ex, group in zip(examples, groups):
+            ids = prompt_ids(ctx.tokenizer, privileged(ex, context))
+            self.contexts.update((id(s), ids) for s in group)
+        return groups, metrics
+
+    async def teacher_signal(self, ctx: Context, samples: list[Sample]) -> dict[str, float]:
+        """Each sample scored by the student's server under its privileged prompt; one that would not fit the
+        server's context with it is not scored (its tokens train on the rewards' advantage alone)."""
+        start, k = time.monotonic(), distill_top_k(ctx.cfg)
+        room = ctx.cfg.inference.max_model_len - 1
+        pairs = [(self.contexts[id(s)], s.completion_ids) for s in samples if s.trained_tokens]
+        fits = [len(c) + len(ids) <= room for c, ids in pairs]
+        scoring = [s for s, fit in zip((s for s in samples if s.trained_tokens), fits) if fit]
+        scores = await scored(ctx, ctx.student, ctx.student_model, [p for p, fit in zip(pairs, fits) if fit], k)
+        for s, (logprobs, top) in zip(scoring, scores):
+            keep_scores(s, logprobs, top, k, SCORER)
+        self.contexts.clear()
+        return {"time/self_score": time.monotonic() - start, "self_score/too_long": 1 - sum(fits) / max(len(fits), 1)}
+
+
+def privileged(ex: Example, context: str) -> list[dict]:
+    """The example's conversation with the reference answer shown in a system message (after its own system
+    message, if it has one)."""
+    shown = context.format(answer=ex.answer)
+    system = shown if ex.system is None else f"{ex.system}\n\n{shown}"
+    return [{"role": "system", "content": system}, {"role": "user", "content": ex.prompt}]

@@ -1,0 +1,136 @@
+"""A mode is one object (config/modes.py): opsd, the student as its own scorer, and a researcher's own mode from a
+file outside the package, for real; and what the facts decide (servers, refusals, where the name appears)."""
+
+import io
+import json
+import re
+import shutil
+import subprocess
+import tokenize
+from pathlib import Path
+
+import pytest
+import yaml
+
+from prime_rl.config import ConfigError, compose_config
+from prime_rl.config.modes import Scorer, mode_config, mode_named
+from prime_rl.inference.server import vllm_command
+from prime_rl.orchestrator.algo.opsd import privileged
+from prime_rl.tasks import Example
+from tests.conftest import ROOT
+from tests.test_e2e_rl import launch, rows
+from tests.test_episodes import ON_POLICY
+
+STRING_PARTS = (tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING))  # f-strings' text on 3.12
+FEW_STEPS = ["max_steps=3", "orchestrator.eval.interval=3", "orchestrator.batch_size=32"]
+
+
+def student_argv(*overrides: str) -> list[str]:
+    cfg = compose_config(list(overrides))
+    return vllm_command(cfg, Path("/m"), "student", 0, [], 0, student=True)[0]
+
+
+def test_the_server_that_scores_is_asked_for_the_top_k_and_a_teacher_scoring_keeps_a_token_free():
+    """What a run's modes ask of a server follows from their scorer: opsd's top k from the student's server, opd's
+    from the teacher's (and one token of the student's context for it)."""
+    topk = ["trainer.loss.distill=topk", "trainer.loss.distill_top_k=8"]
+    opsd = student_argv("training_mode=opsd", *topk)
+    assert opsd[opsd.index("--max-logprobs") + 1] == "8" and opsd[opsd.index("--max-model-len") + 1] == "512"
+    opd = student_argv("training_mode=opd", *topk)
+    assert "--max-logprobs" not in opd and opd[opd.index("--max-model-len") + 1] == "511"
+    teacher_cfg = compose_config(["training_mode=opd", *topk])
+    teacher = vllm_command(teacher_cfg, Path("/t"), "teacher", 0, [], 0, student=False)[0]
+    assert teacher[teacher.index("--max-logprobs") + 1] == "8"
+
+
+def test_opsd_shows_the_reference_answer_after_the_prompts_own_system_message():
+    ex = Example("reverse: abc", "cba", system="Be brief.")
+    assert privileged(ex, "Answer: {answer}") == [
+        {"role": "system", "content": "Be brief.\n\nAnswer: cba"},
+        {"role": "user", "content": "reverse: abc"},
+    ]
+    assert privileged(Example("q", "a"), "{answer}!")[0] == {"role": "system", "content": "a!"}
+
+
+def test_a_mode_is_named_by_import_path_and_its_knobs_are_typed():
+    mode = mode_named("examples.reward_weighted_sft:MODE")
+    assert mode.name == "reward_weighted_sft" and mode.scorer == Scorer.none and not mode.teacher
+    cfg = compose_config(["task=mix", "task.mix=[{name:reverse,mode:'examples.reward_weighted_sft:MODE'}]"])
+    assert mode_config(cfg, mode).beta == 0.5  # its dataclass's default: no node set
+    with pytest.raises(ConfigError, match=r"\[training_mode\].*unknown mode 'ppo'"):
+        mode_named("ppo")
+
+
+def test_opsd_is_named_in_at_most_five_files_and_no_rule_names_a_mode():
+    """The extension point: opsd is its Mode (config/modes.py), its part (orchestrator/algo/opsd.py) and the schema's
+    one-line docs; a rule's message names modes only through their facts (modes_with), never as a literal."""
+    named = subprocess.run(["grep", "-rliw", "opsd", "prime_rl"], capture_output=True, text=True, cwd=ROOT)
+    assert 0 < len(named.stdout.split()) <= 5, named.stdout
+    source = (ROOT / "prime_rl" / "config" / "rules.py").read_text()
+    strings = [t.string for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type in STRING_PARTS]
+    assert not [s for s in strings if re.search(r"\b(rl|opd|sft|opsd)\b", s)]
+
+
+@pytest.mark.vllm
+def test_opsd_scores_the_students_tokens_with_its_own_server_and_the_reference_answer(tmp_path):
+    """training_mode=opsd with the top-k KL: one vLLM server (the student's) samples and scores, every sample is
+    scored under its privileged prompt, and the trainer's top-k term sees the scores."""
+    run_dir = tmp_path / "run"
+    run = launch(
+        run_dir,
+        "training_mode=opsd",
+        "trainer.loss.distill=topk",
+        "trainer.loss.distill_top_k=8",
+        "orchestrator.log_samples=4",
+        *FEW_STEPS,
+        *ON_POLICY,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    train = [r for r in rows(run_dir) if "loss" in r]
+    assert [r["step"] for r in train] == [0, 1, 2]
+    for r in train:
+        assert r["time/self_score"] > 0 and r["self_score/too_long"] == 0, r
+        # the privileged prompt moves the distribution: a KL over the top 8 that is not 0, and finite
+        assert 0 < r["distill/topk_kl"] < 1e3 and r["distill/teacher_tail"] >= 0, r
+    assert sorted(p.name for p in (run_dir / "logs").iterdir()) == [
+        "inference.log",
+        "launcher.log",
+        "orchestrator.log",
+        "trainer.log",
+    ]  # no teacher server
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert {(s["mode"], s["teacher"]) for s in samples} == {("opsd", "self")}
+    # the student's server answered a scoring request (prompt logprobs) after each step's sampling
+    assert (run_dir / "logs" / "inference.log").read_text().count("POST /v1/completions") >= 2 * 3
+
+
+@pytest.mark.vllm
+def test_a_mode_of_ones_own_runs_from_a_file_outside_the_package(tmp_path, monkeypatch):
+    """examples/reward_weighted_sft.py copied to a folder of the user's, with its config group: chosen with
+    training_mode=<its option> on Hydra's search path, its knob set on the command line, its loss trains."""
+    lab = tmp_path / "lab"
+    (lab / "conf" / "training_mode").mkdir(parents=True)
+    shutil.copy(ROOT / "examples" / "reward_weighted_sft.py", lab / "my_awr.py")
+    option = yaml.safe_load((ROOT / "examples" / "conf" / "training_mode" / "reward_weighted_sft.yaml").read_text())
+    option["training_mode"] = "my_awr:MODE"
+    (lab / "conf" / "training_mode" / "awr.yaml").write_text("# @package _global_\n" + yaml.safe_dump(option))
+    monkeypatch.setenv("PYTHONPATH", str(lab))
+    run_dir = tmp_path / "run"
+    run = launch(
+        run_dir,
+        f"hydra.searchpath=[file://{lab / 'conf'}]",
+        "training_mode=awr",
+        "modes.reward_weighted_sft.beta=0.25",
+        "orchestrator.log_samples=2",
+        *FEW_STEPS,
+        *ON_POLICY,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    train = [r for r in rows(run_dir) if "loss" in r]
+    assert [r["step"] for r in train] == [0, 1, 2]
+    # its loss's own metric: the mean of exp(A / 0.25) capped at 20 over the trained tokens, above 0 and at most 20
+    assert all(0 < r["rwsft/weight"] <= 20 for r in train), train
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert {s["mode"] for s in samples} == {"reward_weighted_sft"}
+    trainer = yaml.safe_load((run_dir / "configs" / "trainer.yaml").read_text())
+    assert trainer["training_mode"] == "my_awr:MODE" and trainer["modes"]["reward_weighted_sft"]["beta"] == 0.25
