@@ -2,7 +2,7 @@
 and advantages are needed, its orchestrator part, its loss and its own knobs (docs/modes.md).
 
 Every process reads these facts instead of branching on the mode's name: validation states its rules from them
-(config/rules.py), the orchestrator runs the mode's part (`Mode.algorithm`, orchestrator/algo/), the trainer its
+(config/rules/), the orchestrator runs the mode's part (`Mode.algorithm`, orchestrator/algo/), the trainer its
 loss (`Mode.loss`, trainer/loss.py), the launcher the servers' settings (inference/server.py). A built-in mode is one
 entry of MODES plus its part in orchestrator/algo/; a researcher's own is a `Mode` in their own module, named by
 import path (training_mode=<module>:<name> in a config file, task.mix[i].mode=<module>:<name>). A mix's sources may

@@ -142,8 +142,21 @@ def table(keys: list[str]) -> list[str]:
     missing = [k for k in keys if k not in where]
     if missing:
         raise ValueError(f"not parameters of prime_rl/config/schema.py: {', '.join(missing)}")
-    rows = [f"| `{k}` | {cell(default(k))} | {cell(meanings[where[k]])} |" for k in keys]
-    return ["| parameter | default | meaning |", "|---|---|---|", *rows]
+    rows = [f"| `{k}` | {cell(default(k))} | {bounds(*where[k])} | {cell(meanings[where[k]])} |" for k in keys]
+    return ["| parameter | default | range | meaning |", "|---|---|---|---|", *rows]
+
+
+def bounds(owner_name: str, name: str) -> str:
+    """A field's range as its type declares it (schema.py's Count, Share, ...: config/ranges.py checks them)."""
+    hint = typing.get_type_hints(getattr(schema, owner_name), include_extras=True)[name]
+    annotated = [a for a in (hint, *typing.get_args(hint)) if typing.get_origin(a) is typing.Annotated]
+    limits = [
+        f"{op} {getattr(bound, attr)}"
+        for bound in (annotated[0].__metadata__ if annotated else ())
+        for attr, op in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+        if getattr(bound, attr, None) is not None
+    ]
+    return ", ".join(limits)
 
 
 def sections() -> dict[str, list[str]]:
@@ -174,12 +187,12 @@ def mode_tables() -> list[str]:
     lines = []
     for mode in (m for m in MODES.values() if m.config is not None):
         rows = [
-            f"| `modes.{mode.name}.{f.name}` | {cell(f'`{literal(f.default)}`')} | "
+            f"| `modes.{mode.name}.{f.name}` | {cell(f'`{literal(f.default)}`')} |  | "
             f"{cell(comments[(mode.config.__name__, f.name)])} |"
             for f in dataclasses.fields(mode.config)
         ]
         heading = f"## `modes.{mode.name}`: the knobs of training_mode={mode.name} (docs/modes.md)"
-        lines += ["", heading, "", "| parameter | default | meaning |", "|---|---|---|", *rows]
+        lines += ["", heading, "", "| parameter | default | range | meaning |", "|---|---|---|---|", *rows]
     return lines
 
 

@@ -6,7 +6,18 @@ unknown key (`trainer.loss.teacher_ta=1`) or a wrong type is an error, never a s
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Annotated, Any
+
+from annotated_types import Ge, Gt, Interval
+
+# A knob's own range, on its field: config/ranges.py checks every field against it, docs/parameters.md shows it.
+Count = Annotated[int, Ge(1)]  # 1, 2, ...
+NonNegInt = Annotated[int, Ge(0)]  # 0, 1, ... (0 often means off or auto)
+NonNeg = Annotated[float, Ge(0)]  # >= 0
+Positive = Annotated[float, Gt(0)]  # > 0
+Share = Annotated[float, Interval(gt=0, le=1)]  # (0, 1]
+Fraction = Annotated[float, Interval(ge=0, lt=1)]  # [0, 1)
+Port = Annotated[int, Interval(ge=0, le=65535)]  # a TCP port (0: the kernel picks one)
 
 
 class TeacherKind(str, Enum):
@@ -85,21 +96,21 @@ class TinyModelConfig:
     architecture: TinyArchitecture = TinyArchitecture.qwen2  # qwen2 | qwen3 (q/k norm, as Qwen3 models)
     tokenizer: TinyTokenizer = TinyTokenizer.char  # char (one token per byte) | bpe (trained on the task's chat text)
     tie_embeddings: bool = False  # the output layer shares the input embedding (as small Qwen and Llama models)
-    hidden_size: int = 128  # model width
-    num_layers: int = 2  # transformer blocks
-    num_heads: int = 4  # attention heads (head_dim = hidden/heads must be >= 32 for vLLM's CPU backend)
-    num_kv_heads: int = 2  # grouped-query KV heads
-    intermediate_size: int = 256  # MLP width
+    hidden_size: Count = 128  # model width
+    num_layers: Count = 2  # transformer blocks
+    num_heads: Count = 4  # attention heads (head_dim = hidden/heads must be >= 32 for vLLM's CPU backend)
+    num_kv_heads: Count = 2  # grouped-query KV heads
+    intermediate_size: Count = 256  # MLP width
     vocab_size: int = 320  # char: the byte vocab padded to this size; bpe: the trained vocab's size
     init_seed: int = 0  # seed of the random init
 
 
 @dataclass
 class WarmStartConfig:
-    steps: int = 80  # SFT steps on the task's train split before anything else (0 = random init)
-    batch_size: int = 64  # examples per SFT step
+    steps: NonNegInt = 80  # SFT steps on the task's train split before anything else (0 = random init)
+    batch_size: Count = 64  # examples per SFT step
     lr: float = 1e-3  # peak learning rate
-    warmup_steps: int = 20  # linear warmup steps
+    warmup_steps: NonNegInt = 20  # linear warmup steps
     schedule: LrSchedule = LrSchedule.constant  # lr after warmup: constant | cosine (to 0 at the last step)
     seed: int = 0  # data order seed
     task: str | None = None  # a built-in task (reverse, sort, lookup) to learn instead of the run's (episodes')
@@ -157,30 +168,30 @@ class TaskConfig(TaskSourceConfig):
 
 @dataclass
 class SamplingConfig:
-    temperature: float = 1.0  # rollout sampling temperature
-    top_p: float = 1.0  # nucleus sampling
+    temperature: NonNeg = 1.0  # rollout sampling temperature
+    top_p: Share = 1.0  # nucleus sampling
     max_tokens: int = 16  # completion length cap
 
 
 @dataclass
 class VerificationConfig:
     enabled: bool = True  # compute rewards with the verifier; on in rl; in opd off only with trainer.loss.adv_tau=0
-    workers: int = 2  # verifier processes: rewards are computed off the orchestrator's event loop
-    timeout_s: float = 10.0  # one reward call's limit: a slower or hanging verifier gives reward 0 (verifier/timeouts)
+    workers: Count = 2  # verifier processes: rewards are computed off the orchestrator's event loop
+    timeout_s: Positive = 10.0  # a reward call's limit: a slower or hanging verifier gives reward 0 (verifier/timeouts)
 
 
 @dataclass
 class EvalConfig:
-    interval: int = 10  # evaluate every N steps (and at the first and last step); 0 = never
-    num_examples: int = 128  # eval prompts (from the task's eval split)
-    temperature: float = 1.0  # eval sampling temperature (0 = greedy)
-    samples_per_prompt: int = 1  # k samples per eval prompt: eval/avg@k and eval/pass@j for j = 1, 2, 4, …, k
+    interval: NonNegInt = 10  # evaluate every N steps (and at the first and last step); 0 = never
+    num_examples: Count = 128  # eval prompts (from the task's eval split)
+    temperature: NonNeg = 1.0  # eval sampling temperature (0 = greedy)
+    samples_per_prompt: Count = 1  # k samples per eval prompt: eval/avg@k and eval/pass@j for j = 1, 2, 4, …, k
 
 
 @dataclass
 class DynamicSamplingConfig:
     enabled: bool = False  # rl: drop groups whose rewards are all equal (no advantage) and refill with new prompts
-    max_refills: int = 3  # rounds of new prompts a step may sample to refill its batch (then uniform groups fill it)
+    max_refills: NonNegInt = 3  # rounds of new prompts a step may sample to refill its batch (then uniform groups)
 
 
 @dataclass
@@ -189,21 +200,21 @@ class DifficultyConfig:
     min_pass_rate: float = 0.0  # a prompt whose pass rate is at or below this is too hard (< 0: none is)
     max_pass_rate: float = 1.0  # a prompt whose pass rate is at or above this is too easy (> 1: none is)
     pass_reward: float = 1.0  # a sample passes when its reward is at least this (1.0: exact)
-    skip_steps: int = 50  # steps a prompt outside the band is not drawn, counted from the step that judged it
+    skip_steps: Count = 50  # steps a prompt outside the band is not drawn, counted from the step that judged it
 
 
 @dataclass
 class LengthConfig:
-    overlong_buffer: int = 0  # DAPO's soft overlong penalty over a reply's last N tokens before max_tokens (0 = off)
-    overlong_penalty: float = 1.0  # what a reply of max_tokens tokens loses of its reward (linear over the buffer)
+    overlong_buffer: NonNegInt = 0  # DAPO's soft overlong penalty over the last N tokens before max_tokens (0 = off)
+    overlong_penalty: NonNeg = 1.0  # what a reply of max_tokens tokens loses of its reward (linear over the buffer)
     mask_truncated: bool = False  # replies cut by max_tokens train on none of their tokens (DAPO's overlong filter)
 
 
 @dataclass
 class OrchestratorConfig:
     batch_size: int = 128  # rollouts per step (= prompts x rollouts_per_example)
-    rollouts_per_example: int = 8  # rollouts per prompt (GRPO group size)
-    max_async_level: int = 1  # rollouts of step n may come from a policy at most this many steps old
+    rollouts_per_example: Count = 8  # rollouts per prompt (GRPO group size)
+    max_async_level: NonNegInt = 1  # rollouts of step n may come from a policy at most this many steps old
     std_normalize: bool = True  # divide GRPO advantages by the group's reward std (GRPO); false = mean-centred only
     sampling: SamplingConfig = field(default_factory=SamplingConfig)  # rollout sampling
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)  # DAPO's, with refill
@@ -211,49 +222,49 @@ class OrchestratorConfig:
     length: LengthConfig = field(default_factory=LengthConfig)  # length shaping of single-turn replies (rl, opd)
     verification: VerificationConfig = field(default_factory=VerificationConfig)  # reward computation
     eval: EvalConfig = field(default_factory=EvalConfig)  # periodic evaluation
-    requests_per_step: int = 8  # concurrent requests a step's rollouts (and opd's teacher scoring) are split into
-    request_timeout_s: float = 0.0  # per request to a student server; 0 = auto: 120 s + max_tokens / 10 tokens/s
-    max_retries: int = 3  # retries (with backoff) of a failed request (each request alone) before the run fails
-    log_samples: int = 2  # each step's first N samples (text, ids, loss mask, reward, mode, source) to samples.jsonl
+    requests_per_step: Count = 8  # concurrent requests a step's rollouts (and opd's teacher scoring) are split into
+    request_timeout_s: NonNeg = 0.0  # per request to a student server; 0 = auto: 120 s + max_tokens / 10 tokens/s
+    max_retries: NonNegInt = 3  # retries (with backoff) of a failed request (each request alone) before the run fails
+    log_samples: NonNegInt = 2  # each step's first N samples (text, ids, loss mask, reward, mode, ...) to samples.jsonl
 
 
 @dataclass
 class LossConfig:
-    adv_tau: float = 1.0  # weight of the reward advantage; 0 = pure distillation
-    teacher_tau: float = 0.0  # weight of the per-token distillation term log p_T - log pi; > 0 in opd and opsd
-    kl_tau: float = 0.0  # weight of the (log ratio)^2 penalty against the inference policy
-    kl_ref_tau: float = 0.0  # weight of the KL to the frozen starting policy (k3 estimator, over the trained tokens)
+    adv_tau: NonNeg = 1.0  # weight of the reward advantage; 0 = pure distillation
+    teacher_tau: NonNeg = 0.0  # weight of the per-token distillation term log p_T - log pi; > 0 in opd and opsd
+    kl_tau: NonNeg = 0.0  # weight of the (log ratio)^2 penalty against the inference policy
+    kl_ref_tau: NonNeg = 0.0  # weight of the KL to the frozen starting policy (k3 estimator, over the trained tokens)
     kl_ref_from: ReferenceSource = ReferenceSource.trainer  # where the reference's logprobs come from: trainer | vllm
-    entropy_tau: float = 0.0  # weight of an entropy bonus: minus this times the mean entropy of the trained tokens
-    mask_band: float = 0.2  # drop tokens whose |pi - mu| (probabilities, trainer vs inference) exceeds this
+    entropy_tau: NonNeg = 0.0  # weight of an entropy bonus: minus this times the mean entropy of the trained tokens
+    mask_band: Positive = 0.2  # drop tokens whose |pi - mu| (probabilities, trainer vs inference) exceeds this
     ratio_low: float = 0.5  # drop tokens whose importance ratio pi/mu is below this (0 = no lower bound)
     ratio_high: float = 5.0  # drop tokens whose importance ratio pi/mu is above this
     ratio_level: RatioLevel = RatioLevel.token  # importance ratio: token | sequence (GSPO; the token masks still apply)
-    seq_clip_low: float = 3e-4  # sequence level: clip each sample's ratio at 1 - this (GSPO's value)
-    seq_clip_high: float = 4e-4  # sequence level: clip each sample's ratio at 1 + this (GSPO's value)
+    seq_clip_low: Fraction = 3e-4  # sequence level: clip each sample's ratio at 1 - this (GSPO's value)
+    seq_clip_high: NonNeg = 4e-4  # sequence level: clip each sample's ratio at 1 + this (GSPO's value)
     teacher_adv_clip: float = 2.0  # clamp the per-token distillation advantage to +-this (0 = no clamp)
     teacher_adv_center: bool = True  # subtract the batch mean of the distillation advantage
     distill: DistillSignal = DistillSignal.sampled  # opd's teacher signal: sampled (one token) | topk (a KL)
-    distill_top_k: int = 32  # distill=topk: teacher logprobs per position (the vocabulary size: the exact KL)
+    distill_top_k: Count = 32  # distill=topk: teacher logprobs per position (the vocabulary size: the exact KL)
     distill_kl: KlDirection = KlDirection.reverse  # distill=topk: reverse KL(pi || p_T) | forward KL(p_T || pi)
 
 
 @dataclass
 class OptimConfig:
-    lr: float = 3e-4  # AdamW peak learning rate
-    beta1: float = 0.9  # AdamW beta1
-    beta2: float = 0.98  # AdamW beta2
+    lr: NonNeg = 3e-4  # AdamW peak learning rate
+    beta1: Fraction = 0.9  # AdamW beta1
+    beta2: Fraction = 0.98  # AdamW beta2
     weight_decay: float = 0.0  # AdamW weight decay
-    warmup_steps: int = 10  # linear lr warmup
+    warmup_steps: NonNegInt = 10  # linear lr warmup
     schedule: LrSchedule = LrSchedule.constant  # lr after warmup: constant | cosine (to 0 at max_steps)
-    max_grad_norm: float = 1.0  # gradient clipping
+    max_grad_norm: Positive = 1.0  # gradient clipping
 
 
 @dataclass
 class LoraConfig:
     enabled: bool = False  # train a peft LoRA adapter instead of all weights
-    rank: int = 8  # adapter rank (also vLLM's --max-lora-rank)
-    alpha: int = 16  # LoRA scaling numerator
+    rank: Count = 8  # adapter rank (also vLLM's --max-lora-rank)
+    alpha: Count = 16  # LoRA scaling numerator
     dropout: float = 0.0  # dropout on the adapter input (sft only: rl and opd must train the policy vLLM samples)
     target_modules: list[str] = field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -266,27 +277,27 @@ class TrainerConfig:
     loss: LossConfig = field(default_factory=LossConfig)  # loss and advantage shaping
     optim: OptimConfig = field(default_factory=OptimConfig)  # optimizer
     lora: LoraConfig = field(default_factory=LoraConfig)  # set by the lora group
-    micro_batch_size: int = 0  # rows per forward/backward; 0 = auto: 64 samples' tokens, fewer if logits are whole
-    pack_tokens: int = 0  # sequence packing: samples share rows of up to this many tokens; 0 = a sample per row
+    micro_batch_size: NonNegInt = 0  # rows per forward/backward; 0 = auto: 64 samples' tokens, fewer if logits whole
+    pack_tokens: NonNegInt = 0  # sequence packing: samples share rows of up to this many tokens; 0 = a sample per row
     dtype: str = "auto"  # compute dtype: auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16; weights, AdamW stay fp32
     activation_checkpointing: bool = False  # recompute layer activations in the backward pass: less memory, more time
     device: str = "auto"  # auto (cuda when visible) | cpu | cuda
-    num_threads: int = 0  # torch CPU threads; 0 = auto: every core colocated, cores / GPUs on GPUs, else 1
-    num_procs: int = 1  # trainer processes on CPU (gloo); on GPUs one per deployment.num_train_gpus
-    collective_timeout_s: float = 0.0  # NCCL/gloo timeout; 0 = auto: 30 min + rank 0 writing fp32 weights at 100 MB/s
+    num_threads: NonNegInt = 0  # torch CPU threads; 0 = auto: every core colocated, cores / GPUs on GPUs, else 1
+    num_procs: Count = 1  # trainer processes on CPU (gloo); on GPUs one per deployment.num_train_gpus
+    collective_timeout_s: NonNeg = 0.0  # NCCL/gloo timeout; 0 = auto: 30 min + rank 0 writing fp32 weights at 100 MB/s
 
 
 @dataclass
 class InferenceConfig:
     host: str = "127.0.0.1"  # bind address of the vLLM servers
-    port: int = 0  # student server port; 0 = one the kernel picks when the server binds (no races)
+    port: Port = 0  # student server port; 0 = one the kernel picks when the server binds (no races)
     dtype: str = "auto"  # vLLM --dtype; auto = float32 on CPU, bfloat16 on GPU
     max_model_len: int = 512  # vLLM --max-model-len (opd: the student server one less, so the teacher can score)
-    kv_cache_bytes: int = 67108864  # CPU: vLLM --kv-cache-memory-bytes
-    gpu_memory_utilization: float = 0.9  # GPU: vLLM --gpu-memory-utilization
+    kv_cache_bytes: Count = 67108864  # CPU: vLLM --kv-cache-memory-bytes
+    gpu_memory_utilization: Share = 0.9  # GPU: vLLM --gpu-memory-utilization
     enforce_eager: bool | None = None  # vLLM --enforce-eager (no CUDA graphs); None = auto: on CPU, not on GPU
-    tp: int = 1  # GPU: vLLM --tensor-parallel-size of the student server (tp * dp = deployment.num_infer_gpus)
-    dp: int = 1  # GPU: vLLM --data-parallel-size of the student server (replicas, each over tp GPUs)
+    tp: Count = 1  # GPU: vLLM --tensor-parallel-size of the student server (tp * dp = deployment.num_infer_gpus)
+    dp: Count = 1  # GPU: vLLM --data-parallel-size of the student server (replicas, each over tp GPUs)
     extra_args: list[str] = field(default_factory=list)  # more vLLM CLI arguments of the student server, as given
     weight_transfer: WeightTransfer = WeightTransfer.files  # files | nccl | gloo: how each step's weights reach it
     urls: list[str] = field(default_factory=list)  # student server URLs, from the multi-node plan (empty: this node's)
@@ -312,18 +323,18 @@ class TeacherConfig:
     api_key_env: str | None = None  # name of the env var holding the API key (the key never enters the config)
     headers: dict[str, str] = field(default_factory=dict)  # extra HTTP headers (no secrets: use header_envs)
     header_envs: dict[str, str] = field(default_factory=dict)  # header name -> env var holding its (secret) value
-    port: int = 0  # local_vllm: teacher server port; 0 = one the kernel picks when the server binds
-    gpu_memory_utilization: float | None = None  # local_vllm on a GPU: its server's share (None: inference's)
-    max_num_batched_tokens: int = 0  # local_vllm on a GPU: tokens per forward; 0 = auto: ~2 GiB of prompt logits
+    port: Port = 0  # local_vllm: teacher server port; 0 = one the kernel picks when the server binds
+    gpu_memory_utilization: Share | None = None  # local_vllm on a GPU: its server's share (None: inference's)
+    max_num_batched_tokens: NonNegInt = 0  # local_vllm on a GPU: tokens per forward; 0 = auto: ~2 GiB of prompt logits
     extra_args: list[str] = field(default_factory=list)  # local_vllm: more vLLM CLI arguments of its server
-    max_retries: int = 5  # retries (with backoff and jitter) of a failed teacher request
-    request_timeout_s: float = 0.0  # per teacher request; 0 = auto: 120 s + its max_tokens / 10 tokens/s
-    max_concurrency: int = 32  # teacher requests in flight at once
-    rate_limit_wait_s: float = 600.0  # longest a request waits out 429/Retry-After answers in all, then fails
+    max_retries: NonNegInt = 5  # retries (with backoff and jitter) of a failed teacher request
+    request_timeout_s: NonNeg = 0.0  # per teacher request; 0 = auto: 120 s + its max_tokens / 10 tokens/s
+    max_concurrency: Count = 32  # teacher requests in flight at once
+    rate_limit_wait_s: NonNeg = 600.0  # longest a request waits out 429/Retry-After answers in all, then fails
     api: TeacherApiConfig = field(default_factory=TeacherApiConfig)  # what the chat endpoint accepts
     extra_body: dict[str, Any] = field(default_factory=dict)  # provider fields added to each chat request (no secrets)
     reasoning: ReasoningMode = ReasoningMode.drop  # sft: drop | keep the teacher's reasoning in what the student learns
-    max_tokens: int | None = None  # length cap of the teacher's chat answers, thinking included (None: sampling's)
+    max_tokens: Count | None = None  # length cap of the teacher's chat answers, thinking included (None: sampling's)
     price_per_mtok_in: float = 0.0  # USD per million prompt tokens (with _out: logs teacher/cost_usd)
     price_per_mtok_out: float = 0.0  # USD per million completion tokens, reasoning tokens included
     cache_dir: str | None = None  # store teacher answers here and reuse them across runs (None: no cache)
@@ -332,11 +343,11 @@ class TeacherConfig:
 @dataclass
 class DeploymentConfig:
     layout: Layout = Layout.auto  # auto | separate | colocated (one device shared in turns; README "One device")
-    num_infer_gpus: int = 0  # GPUs of the student vLLM server (per inference node when multi-node); 0 = CPU
-    num_train_gpus: int = 0  # GPUs of the trainer (per trainer node when multi-node); 0 = CPU
-    num_teacher_gpus: int | None = None  # GPUs of the local teachers' vLLM servers, split evenly; None = no GPUs
-    num_infer_nodes: int = 0  # multi-node SLURM job: nodes running a student server each (0 = one node for everything)
-    num_train_nodes: int = 0  # multi-node SLURM job: trainer nodes after the inference nodes (0 = one node)
+    num_infer_gpus: NonNegInt = 0  # GPUs of the student vLLM server (per inference node when multi-node); 0 = CPU
+    num_train_gpus: NonNegInt = 0  # GPUs of the trainer (per trainer node when multi-node); 0 = CPU
+    num_teacher_gpus: NonNegInt | None = None  # GPUs of the local teachers' vLLM servers, split evenly; None = no GPUs
+    num_infer_nodes: NonNegInt = 0  # multi-node SLURM job: nodes with a student server each (0 = one node for all)
+    num_train_nodes: NonNegInt = 0  # multi-node SLURM job: trainer nodes after the inference nodes (0 = one node)
 
 
 # what one node of a GPU job asks SLURM for besides its GPUs (conf/hydra/launcher/slurm_gpu.yaml)
@@ -384,23 +395,23 @@ class WandbConfig:
 @dataclass
 class MonitorConfig:
     wandb: WandbConfig = field(default_factory=WandbConfig)  # Weights & Biases
-    samples_interval: int = 10  # log a table of rollout samples every N steps; 0 = never
-    num_samples: int = 16  # rollouts per samples table: the batch's first, so whole groups of one prompt
+    samples_interval: NonNegInt = 10  # log a table of rollout samples every N steps; 0 = never
+    num_samples: NonNegInt = 16  # rollouts per samples table: the batch's first, so whole groups of one prompt
 
 
 @dataclass
 class CkptConfig:
-    interval: int = 50  # checkpoint trainer + orchestrator every N steps; 0 = only at the end
+    interval: NonNegInt = 50  # checkpoint trainer + orchestrator every N steps; 0 = only at the end
     resume: bool = False  # continue from the latest checkpoint in the run dir
-    keep: int = 2  # checkpoints kept on disk (oldest deleted first)
+    keep: Count = 2  # checkpoints kept on disk (oldest deleted first)
 
 
 @dataclass
 class LauncherConfig:
     dry_run: bool = False  # print the process plan, write configs/, start nothing
     prepare_only: bool = False  # build (SFT warm-start) the student and local teacher, print their dirs, start nothing
-    ready_timeout_s: float = 0.0  # give up on a server not ready by then; 0 = auto: 300 s + weights at 100 MB/s
-    stop_grace_s: float = 5.0  # between SIGTERM and SIGKILL of a process group
+    ready_timeout_s: NonNeg = 0.0  # give up on a server not ready by then; 0 = auto: 300 s + weights at 100 MB/s
+    stop_grace_s: NonNeg = 5.0  # between SIGTERM and SIGKILL of a process group
     tcmalloc: bool = True  # preload the system's libtcmalloc_minimal (if installed) into every process without a GPU
     weights_dir: str | None = None  # where weight exports go (linked from the run dir); None = auto: GPU node scratch
 
@@ -409,8 +420,8 @@ class LauncherConfig:
 class Config:
     training_mode: str = "rl"  # rl | opd | sft | opsd (the training_mode group), or <module>:<Mode> (docs/modes.md)
     modes: dict[str, Any] = field(default_factory=dict)  # each mode's own knobs, by its name (modes.opsd.context)
-    max_steps: int = 250  # optimizer steps
-    step_timeout_s: float = 3600.0  # longest wait for one step: the trainer for its batch, the orchestrator for weights
+    max_steps: Count = 250  # optimizer steps
+    step_timeout_s: Positive = 3600.0  # longest wait for a step: the trainer for a batch, the orchestrator for weights
     seed: int = 0  # seed of sampling order, rollouts and training
     run_dir: str | None = None  # set by the launcher to the Hydra run dir
     model: ModelConfig = field(default_factory=ModelConfig)  # the student

@@ -77,8 +77,8 @@ def teaches(cfg: Config, name: str, fact: Callable[[Mode], bool]) -> bool:
 
 def teacher_view(cfg: Config, name: str) -> Config:
     """The run's config as a named teacher sees it: its TeacherConfig as `teacher` and the mix of the sources it
-    teaches as `task`; the teachers' GPUs are checked once for all of them (rules._gpus), not in a view. The default
-    teacher sees the run's config itself (it may teach every source)."""
+    teaches as `task`; the teachers' GPUs are checked once for all of them (rules/deployment.py gpu_counts), not
+    in a view. The default teacher sees the run's config itself (it may teach every source)."""
     if name == DEFAULT:
         return cfg
     no_gpus = replace(cfg.deployment, num_teacher_gpus=None)

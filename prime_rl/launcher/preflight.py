@@ -2,7 +2,7 @@
 teacher's endpoint), and when each runs (docs/architecture.md, "Validation"):
 
 - at launch (`check_at_launch`), once per run and once per sweep point, before any process starts or job is
-  submitted: the config's rules (config/rules.py), then the external teacher's env vars, a writable
+  submitted: the config's rules (config/rules/), then the external teacher's env vars, a writable
   teacher.cache_dir, the model dirs and Hub ids (and a local teacher's vocabulary against a top-k), and the task,
   built as configured. Called by the `ValidateRun`
   callback and the validating sweeper (launcher/validation.py).

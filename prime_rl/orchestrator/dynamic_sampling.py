@@ -7,7 +7,7 @@ filter). With the filter on, the step drops them and samples new prompts for the
 `max_refills` rounds (each of the prompts the step still misses, scaled by the share of groups kept so far), then
 fills what is still missing with the dropped groups, so every batch has its configured size. The refill prompts are
 a function of (seed, step, round), like the step's own (orchestrator/prompts.py). Only rl filters: in opd a group
-of equal rewards still carries the teacher's per-token signal (config/rules.py refuses the filter elsewhere).
+of equal rewards still carries the teacher's per-token signal (config/rules/ refuses the filter elsewhere).
 """
 
 import math

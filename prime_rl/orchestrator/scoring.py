@@ -1,6 +1,6 @@
 """Who scores a sample's tokens, in one place: a server asked for its prompt logprobs of a context followed by the
 sample's completion. The scorer is the mode's (config/modes.py Scorer): a teacher's server (opd) or the student's
-own, shown the example's answer (opsd); the served reference of trainer.loss.kl_ref_from=vllm scores the same way."""
+own, shown the example's answer; the served reference of trainer.loss.kl_ref_from=vllm scores the same way."""
 
 import asyncio
 

@@ -242,8 +242,8 @@ class NllLoss(ModeLoss):
 
 
 class PolicyLoss(ModeLoss):
-    """rl, opd, opsd: the importance-weighted policy loss, with the scorer's term where the mode has one (the sampled
-    token's, centred on the step's mean, or the KL over the scorer's top k)."""
+    """The modes that train on the student's samples: the importance-weighted policy loss, with the scorer's term
+    where the mode has one (the sampled token's, centred on the step's mean, or the KL over the scorer's top k)."""
 
     def for_step(self, mbs: list[TokenBatch]) -> StepLoss:
         sampled = self.mode.scores_tokens and not self.top_k

@@ -21,7 +21,7 @@ from prime_rl.weight_transfer import gloo
 from prime_rl.weight_transfer.client import ServerWeights
 from prime_rl.weight_transfer.source import ModelWeights, check_checkpoint_names
 
-HOST = "127.0.0.1"  # the trainer and the student server share a node (config/rules.py _weight_transfer)
+HOST = "127.0.0.1"  # the trainer and the student server share a node (config/rules/deployment.py weight_transfer)
 URL_POLL_S = 0.5
 
 

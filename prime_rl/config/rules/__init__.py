@@ -1,0 +1,48 @@
+"""Every cross-field rule of a run that reads nothing but the config: no env var, file, network or task build
+(those are prime_rl/launcher/preflight.py, which runs these first). README "Modes and their rules";
+docs/architecture.md, "Validation". One module per concern: the knobs' values, the training modes, the teachers,
+the deployment. A knob's own range is a bound on its field in schema.py (config/ranges.py checks them all); a rule
+over several knobs is a check() of its own. A broken rule raises ConfigError, whose one-line message names the
+offending keys and the fix.
+"""
+
+from prime_rl.config.rules.deployment import (
+    check_gpu_count,
+    colocated,
+    gpu_counts,
+    lora_dropout,
+    node_ports,
+    parallelism,
+    weight_transfer,
+)
+from prime_rl.config.rules.teachers import named_teachers, served_reference, teacher_settings, teacher_tool_parser
+from prime_rl.config.rules.training_modes import mode_knobs, mode_needs, source_weights
+from prime_rl.config.rules.values import pairs, ranges
+from prime_rl.config.schema import Config
+
+__all__ = ["check_gpu_count", "check_rules"]
+
+# in this order: the first broken rule is the one reported
+RULES = (
+    mode_knobs,
+    ranges,
+    pairs,
+    source_weights,
+    named_teachers,
+    mode_needs,
+    teacher_tool_parser,
+    teacher_settings,
+    lora_dropout,
+    served_reference,
+    node_ports,
+    colocated,
+    weight_transfer,
+    gpu_counts,
+    parallelism,
+)
+
+
+def check_rules(cfg: Config, visible_gpus: int) -> None:
+    """Raise ConfigError on the first broken rule. `visible_gpus`: GPUs the job will see."""
+    for rule in RULES:
+        rule(cfg, visible_gpus)

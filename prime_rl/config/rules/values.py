@@ -1,0 +1,75 @@
+"""The values of knobs: each one's range (bounds on its field in schema.py, config/ranges.py), then the knobs
+that must fit one another."""
+
+from prime_rl.config.ranges import check_ranges
+from prime_rl.config.schema import (
+    Config,
+    TeacherKind,
+)
+from prime_rl.config.user_error import check
+
+
+def ranges(cfg: Config, _: int) -> None:
+    """Each knob's own range (on its field in schema.py), then the values no bound expresses."""
+    check_ranges(cfg)
+    t = cfg.trainer
+    check(
+        t.dtype in ("auto", "float32", "bfloat16"),
+        ["trainer.dtype"],
+        f"unknown compute dtype {t.dtype!r}",
+        "use auto, float32 or bfloat16",
+    )
+    check(
+        not t.lora.enabled or bool(t.lora.target_modules),
+        ["trainer.lora.target_modules"],
+        "is empty",
+        "list modules, e.g. [q_proj,v_proj]",
+    )
+
+
+def pairs(cfg: Config, _: int) -> None:
+    """Knobs that must fit one another."""
+    o, loss, tiny = cfg.orchestrator, cfg.trainer.loss, cfg.model.tiny
+    check(
+        o.batch_size >= 1 and o.batch_size % o.rollouts_per_example == 0,
+        ["orchestrator.batch_size", "orchestrator.rollouts_per_example"],
+        f"batch_size {o.batch_size} is not a positive multiple of rollouts_per_example {o.rollouts_per_example}",
+        "make batch_size a multiple of rollouts_per_example",
+    )
+    check(
+        0 < o.sampling.max_tokens < cfg.inference.max_model_len,
+        ["orchestrator.sampling.max_tokens", "inference.max_model_len"],
+        "max_tokens must be positive and below max_model_len",
+        "lower max_tokens or raise inference.max_model_len",
+    )
+    check(
+        cfg.teacher.kind != TeacherKind.local_vllm or (cfg.teacher.max_tokens or 1) < cfg.inference.max_model_len,
+        ["teacher.max_tokens", "inference.max_model_len"],
+        "a local teacher's answers must fit its context: max_tokens must be below max_model_len",
+        "lower teacher.max_tokens or raise inference.max_model_len",
+    )
+    check(
+        o.length.overlong_buffer < o.sampling.max_tokens,
+        ["orchestrator.length.overlong_buffer", "orchestrator.sampling.max_tokens"],
+        f"the overlong buffer {o.length.overlong_buffer} must be below max_tokens={o.sampling.max_tokens}",
+        "use e.g. a quarter of orchestrator.sampling.max_tokens, or 0 (off)",
+    )
+    band = o.difficulty
+    check(
+        band.min_pass_rate < band.max_pass_rate,
+        ["orchestrator.difficulty.max_pass_rate", "orchestrator.difficulty.min_pass_rate"],
+        f"the band [{band.min_pass_rate}, {band.max_pass_rate}] is empty",
+        "keep min_pass_rate below max_pass_rate, e.g. 0.0 and 1.0 (skip what always fails or always passes)",
+    )
+    check(
+        0 <= loss.ratio_low <= 1 <= loss.ratio_high,
+        ["trainer.loss.ratio_low", "trainer.loss.ratio_high"],
+        f"the ratio band [{loss.ratio_low}, {loss.ratio_high}] must contain 1 (an on-policy token)",
+        "use e.g. ratio_low=0.5 ratio_high=5",
+    )
+    check(
+        tiny.hidden_size % tiny.num_heads == 0 and tiny.num_heads % tiny.num_kv_heads == 0,
+        ["model.tiny.hidden_size", "model.tiny.num_heads", "model.tiny.num_kv_heads"],
+        "hidden_size must be a multiple of num_heads, and num_heads of num_kv_heads",
+        "use e.g. hidden_size=128 num_heads=4 num_kv_heads=2",
+    )
