@@ -150,6 +150,11 @@ RULES = {
         ["training_mode=opsd", "teacher=external"],
         "teacher",
     ),
+    "the scorer's term's knobs only where a mode scores tokens": (
+        ["training_mode=opsd", "trainer.loss.teacher_adv_clip=0"],
+        ["trainer.loss.teacher_adv_clip=0"],
+        "trainer.loss.teacher_adv_clip",
+    ),
     "opsd needs teacher_tau > 0": (
         ["training_mode=opsd", "trainer.loss.teacher_tau=0.3"],
         ["training_mode=opsd", "trainer.loss.teacher_tau=0"],

@@ -78,6 +78,9 @@ class OpsdConfig:
             raise ValueError("modes.opsd.context must show the reference answer: put {answer} in it")
 
 
+# trainer.loss's knobs of the scorer's term: they apply only where a mode scores the student's tokens
+SCORER_KNOBS = ("teacher_tau", "distill", "distill_top_k", "distill_kl", "teacher_adv_clip", "teacher_adv_center")
+
 ALGO, LOSS = "prime_rl.orchestrator.algo", "prime_rl.trainer.loss"
 MODES: dict[str, Mode] = {
     m.name: m

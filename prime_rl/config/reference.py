@@ -15,7 +15,6 @@ import inspect
 import sys
 import typing
 from collections.abc import Iterator
-from enum import Enum
 from pathlib import Path
 from types import ModuleType
 
@@ -23,6 +22,7 @@ from prime_rl.config import modes, schema
 from prime_rl.config.modes import MODES
 from prime_rl.config.schema import Config
 from prime_rl.config.store import compose_config
+from prime_rl.config.user_error import literal
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -109,19 +109,6 @@ def leaves(cls: type = Config, prefix: str = "") -> Iterator[tuple[str, tuple[st
 def composed() -> dict[str, Config]:
     """The config `python launch.py` composes (under "") and the one `training_mode=<mode>` composes, per mode."""
     return {"": compose_config()} | {m: compose_config([f"{MODE_KEY}={m}"]) for m in MODES}
-
-
-def literal(value) -> str:
-    """A value as YAML or the command line writes it."""
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, bool) or value is None:
-        return {True: "true", False: "false", None: "null"}[value]
-    if isinstance(value, list):
-        return "[" + ", ".join(map(literal, value)) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {literal(v)}" for k, v in value.items()) + "}"
-    return str(value).replace("\n", "\\n") if value != "" else '""'
 
 
 def default(key: str) -> str:

@@ -2,6 +2,7 @@
 
 import sys
 from collections.abc import Callable, Sequence
+from enum import Enum
 
 
 class UserError(Exception):
@@ -38,3 +39,16 @@ def run_or_exit(main: Callable[[], None]) -> None:
         main()
     except UserError as e:
         exit_with(str(e))
+
+
+def literal(value) -> str:
+    """A value as YAML or the command line writes it (a message's fix is typed back there)."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, list):
+        return "[" + ", ".join(map(literal, value)) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {literal(v)}" for k, v in value.items()) + "}"
+    return str(value).replace("\n", "\\n") if value != "" else '""'

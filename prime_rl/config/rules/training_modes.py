@@ -1,16 +1,16 @@
 """What each source's mode implies for the rest of the config, stated from the modes' facts (config/modes.py),
 never from their names: a message names the modes that have the fact it needs (`modes_with`)."""
 
-from prime_rl.config.modes import mode_config, mode_named, modes_with, run_modes, source_modes
+from prime_rl.config.modes import SCORER_KNOBS, mode_config, mode_named, modes_with, run_modes, source_modes
 from prime_rl.config.schema import (
     MIX,
     Config,
-    DistillSignal,
+    LossConfig,
     RatioLevel,
     TeacherKind,
 )
 from prime_rl.config.sources import rollouts_key, rollouts_of, source_loss
-from prime_rl.config.user_error import check
+from prime_rl.config.user_error import check, literal
 
 
 def mode_knobs(cfg: Config, _: int) -> None:
@@ -78,19 +78,15 @@ def mode_needs(cfg: Config, _: int) -> None:
             "set trainer.loss.teacher_tau=1.0",
         )
     if not any(m.scores_tokens for m in modes):
-        scorers = modes_with(lambda m: m.scores_tokens)
-        check(
-            loss.teacher_tau == 0,
-            ["trainer.loss.teacher_tau", *keys],
-            f"teacher_tau={loss.teacher_tau} weighs the scorer's term of {scorers}, and this run trains with {names}",
-            f"set trainer.loss.teacher_tau=0 or training_mode={scorers}",
-        )
-        check(
-            loss.distill == DistillSignal.sampled,
-            ["trainer.loss.distill", *keys],
-            f"distill={loss.distill.value} only applies in {scorers}, where the student's tokens are scored",
-            f"set trainer.loss.distill=sampled or training_mode={scorers}",
-        )
+        scorers, defaults = modes_with(lambda m: m.scores_tokens), LossConfig()
+        for knob in SCORER_KNOBS:  # they shape a term this run has not: a value set there would do nothing
+            value, default = getattr(loss, knob), getattr(defaults, knob)
+            check(
+                value == default,
+                [f"trainer.loss.{knob}", *keys],
+                f"{knob}={literal(value)} shapes the scorer's term of {scorers}, and this run trains with {names}",
+                f"drop it (its default: {literal(default)}), or train with training_mode={scorers}",
+            )
     verification = cfg.orchestrator.verification.enabled
     for key, _, mode in sources:
         check(

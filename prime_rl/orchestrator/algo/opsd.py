@@ -5,7 +5,7 @@ teacher_tau * (log p_privileged - log pi), or the top-k KL, exactly as opd's tea
 
 import time
 
-from prime_rl.config.modes import MODES, distill_top_k, mode_config
+from prime_rl.config.modes import MODES, context_margin, distill_top_k, mode_config
 from prime_rl.models.chat import prompt_ids
 from prime_rl.orchestrator.algo.rl import RL
 from prime_rl.orchestrator.context import Context
@@ -33,15 +33,15 @@ class OPSD(RL):
         """Each sample scored by the student's server under its privileged prompt; one that would not fit the
         server's context with it is not scored (its tokens train on the rewards' advantage alone)."""
         start, k = time.monotonic(), distill_top_k(ctx.cfg)
-        room = ctx.cfg.inference.max_model_len - 1
-        pairs = [(self.contexts[id(s)], s.completion_ids) for s in samples if s.trained_tokens]
-        fits = [len(c) + len(ids) <= room for c, ids in pairs]
-        scoring = [s for s, fit in zip((s for s in samples if s.trained_tokens), fits) if fit]
-        scores = await scored(ctx, ctx.student, ctx.student_model, [p for p, fit in zip(pairs, fits) if fit], k)
-        for s, (logprobs, top) in zip(scoring, scores):
+        room = ctx.cfg.inference.max_model_len - context_margin(ctx.cfg) - 1  # the server's, and a token to score
+        trained = [(s, (self.contexts[id(s)], s.completion_ids)) for s in samples if s.trained_tokens]
+        fit = [(s, pair) for s, pair in trained if len(pair[0]) + len(pair[1]) <= room]
+        scores = await scored(ctx, ctx.student, ctx.student_model, [pair for _, pair in fit], k)
+        for (s, _), (logprobs, top) in zip(fit, scores):
             keep_scores(s, logprobs, top, k, SCORER)
         self.contexts.clear()
-        return {"time/self_score": time.monotonic() - start, "self_score/too_long": 1 - sum(fits) / max(len(fits), 1)}
+        too_long = 1 - len(fit) / max(len(trained), 1)
+        return {"time/self_score": time.monotonic() - start, "self_score/too_long": too_long}
 
 
 def privileged(ex: Example, context: str) -> list[dict]:

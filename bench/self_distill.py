@@ -1,0 +1,84 @@
+"""opsd (on-policy self-distillation) against rl and opd, from the same warm start with the same steps and batch:
+the eval reward against steps and against wall-clock, the completion tokens each run generated until its eval
+first reached rl's final eval reward (same seed), and the price of a step (the self-scoring's share of it).
+
+Every variant runs the default rl shape (orchestrator.batch_size=128 of 16 prompts x 8, max_async_level=1); opd's
+teacher is the built-in local one (trained longer), opsd scores with the student's own server under the reference
+answer (modes.opsd.context's default). teacher_tau is 1.0 in both, adv_tau 1.0 in all three.
+
+    .venv/bin/python bench/self_distill.py --runs 3                       # ~20 min on the 2-core machine
+    .venv/bin/python bench/self_distill.py --runs 3 --model tiny_qwen3
+    .venv/bin/python bench/self_distill.py --runs 1 --steps 4 --eval-interval 2 --smoke
+"""
+
+import argparse
+from pathlib import Path
+
+from common import add_runs_arg, bench_dir, compare_variants, finish, median, print_table, run_launcher, run_outcome
+
+NAME = "self_distill"
+VARIANTS = {
+    "rl": [],
+    "opd": ["training_mode=opd", "teacher=local_vllm"],
+    "opsd": ["training_mode=opsd"],
+}
+
+
+def run_variant(args, variant: str, seed: int, out: Path) -> dict:
+    overrides = [
+        f"model={args.model}",
+        f"max_steps={args.steps}",
+        f"orchestrator.eval.interval={args.eval_interval}",
+        "monitor=off",
+        f"seed={seed}",
+        *VARIANTS[variant],
+    ]
+    launch = run_launcher(overrides, out / f"{args.model}-{variant}-{seed}", timeout_s=args.timeout)
+    train = launch.train_rows()
+    batch = 128  # orchestrator.batch_size's default: samples per step
+    tokens, total = {}, 0.0
+    for _, row in train:
+        total += row.get("seq_len/completion", 0.0) * batch
+        tokens[row["step"]] = total
+    steady = [r for _, r in train if r["step"] >= 1]
+    return run_outcome(launch) | {
+        "step_s": median(r.get("time/step") for r in steady),
+        "score_s": median(r.get("time/self_score", r.get("time/teacher")) for r in steady),
+        "curve": [(t, r["step"], r["eval/reward"], tokens.get(r["step"] - 1, 0.0)) for t, r in launch.eval_rows()],
+    }
+
+
+def tokens_to_reach(run: dict, target: float | None) -> float | None:
+    """Completion tokens generated before the run's first eval at or above `target` (None: it never got there)."""
+    if target is None:
+        return None
+    return next((tokens for _, _, reward, tokens in run["curve"] if reward >= target), None)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_runs_arg(parser)
+    parser.add_argument("--model", default="tiny", help="the model group: tiny | tiny_qwen3")
+    parser.add_argument("--steps", type=int, default=100, help="optimizer steps of every run")
+    parser.add_argument("--eval-interval", type=int, default=20, help="evaluate every N steps (the curve's points)")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
+    args = parser.parse_args()
+    out = bench_dir(NAME)
+    per_run, medians = compare_variants(args.runs, list(VARIANTS), lambda v, seed: run_variant(args, v, seed, out))
+    for runs in per_run:  # each run held to the final eval of rl with the same seed
+        target = runs["rl"]["eval_last"]
+        for run in runs.values():
+            run["tokens_to_rl_final"] = tokens_to_reach(run, target)
+    for variant in VARIANTS:
+        medians[variant]["tokens_to_rl_final"] = median(r[variant]["tokens_to_rl_final"] for r in per_run)
+    headers = ["mode", "eval step 0", f"eval step {args.steps}", "tokens to rl's final", "s/step", "scoring s/step"]
+    rows = [
+        [v, m["eval_first"], m["eval_last"], m["tokens_to_rl_final"], m["step_s"], m["score_s"]]
+        for v, m in medians.items()
+    ]
+    print_table(f"opsd vs rl and opd ({args.model}, medians of {args.runs})", headers, rows)
+    finish(NAME, {"model": args.model, "steps": args.steps, "runs": per_run, "medians": medians}, args.smoke)
+
+
+if __name__ == "__main__":
+    main()
