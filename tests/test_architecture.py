@@ -21,6 +21,7 @@ LAYERS = [
     ["orchestrator", "trainer", "report"],  # the processes (and the sweep report): never each other
     ["prepare", "finetune"],  # model building before a run, and fine-tuning in one process, on the trainer's step
     ["launcher"],  # validates, plans, prepares and supervises everything below
+    ["devstep"],  # one orchestrator step and one trainer step in one process, around the launcher's student server
 ]
 LAYER = {f"prime_rl.{package}": level for level, packages in enumerate(LAYERS) for package in packages}
 

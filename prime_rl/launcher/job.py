@@ -66,13 +66,7 @@ def job(cfg: DictConfig) -> None:
         )
     if requeued(run_dir):  # a SLURM job's next attempt continues from the latest checkpoint in its run dir
         typed.ckpt.resume = True
-    typed = check_at_job(typed, run_dir.resolve(), warn)
-    try:  # once, here: every process then loads the same snapshot and none downloads
-        typed = resolve_hub_models(typed, download=not typed.launcher.dry_run)
-    except HubModelError as e:
-        raise UserError(
-            f"model unavailable [model.name, teacher.model]: {e}; fix: download it where the cache is shared"
-        ) from e
+    typed = with_hub_snapshots(check_at_job(typed, run_dir.resolve(), warn))
     if not typed.launcher.dry_run:
         prepare_models(typed)
         if not typed.launcher.prepare_only:
@@ -86,6 +80,17 @@ def job(cfg: DictConfig) -> None:
     code = run(plans[0])
     if code:  # only on failure: a finished job returns, so a local multirun goes on to its next job
         sys.exit(code)
+
+
+def with_hub_snapshots(cfg: Config) -> Config:
+    """`cfg` with each Hub model resolved to its snapshot, once, here: every process then loads the same snapshot and
+    none downloads (a dry run downloads nothing)."""
+    try:
+        return resolve_hub_models(cfg, download=not cfg.launcher.dry_run)
+    except HubModelError as e:
+        raise UserError(
+            f"model unavailable [model.name, teacher.model]: {e}; fix: download it where the cache is shared"
+        ) from e
 
 
 def plans_of_job(cfg: Config, run_dir: Path) -> list[Plan]:
@@ -132,15 +137,10 @@ def prepare_models(cfg: Config) -> None:
 
 def run(plan: Plan) -> int:
     """Check the plan's GPUs, start everything, and summarise a finished run."""
-    from prime_rl.launcher.gpu_memory import check_colocated_gpu, check_trainer_gpus
     from prime_rl.launcher.supervisor import run_plan
 
+    check_gpus(plan)
     cfg = plan.config
-    trainer_gpus = next((r.gpus for r in plan.roles if r.name == "trainer"), [])
-    if plan.one_by_one:
-        check_colocated_gpu(cfg, trainer_gpus[0], student_dir(cfg))
-    elif trainer_gpus:
-        check_trainer_gpus(cfg, trainer_gpus[0], student_dir(cfg))
     run_dir = RunDir(plan.run_dir)
     if cfg.ckpt.resume and plan.node.head:  # multi-node: the head alone trims the run dir
         console.print(f"resuming from step {prepare_resume(run_dir)}")
@@ -153,6 +153,19 @@ def run(plan: Plan) -> int:
     finally:
         if exports:
             unlink_weights(run_dir, exports)
+
+
+def check_gpus(plan: Plan) -> None:
+    """Whether the trainer's GPUs hold what it keeps resident (colocated: beside the servers' shares), before any
+    server starts."""
+    from prime_rl.launcher.gpu_memory import check_colocated_gpu, check_trainer_gpus
+
+    cfg = plan.config
+    trainer_gpus = next((r.gpus for r in plan.roles if r.name == "trainer"), [])
+    if plan.one_by_one:
+        check_colocated_gpu(cfg, trainer_gpus[0], student_dir(cfg))
+    elif trainer_gpus:
+        check_trainer_gpus(cfg, trainer_gpus[0], student_dir(cfg))
 
 
 def print_plan(plan: Plan) -> None:

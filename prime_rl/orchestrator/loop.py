@@ -4,6 +4,9 @@ trainer. Evaluation rides along every few steps. Nothing here depends on the mod
 
 import json
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 from prime_rl.config.evaluation import due_for_eval
 from prime_rl.config.schema import Config
@@ -24,15 +27,28 @@ from prime_rl.protocol.batch import Batch, Sample, write_batch
 from prime_rl.protocol.handoff import announce
 from prime_rl.protocol.metrics import append_row, read_rows
 from prime_rl.protocol.policy import policy_window
+from prime_rl.protocol.run_dir import RunDir
 from prime_rl.tasks import Example
 from prime_rl.teacher.answers import TeacherAnswers
 from prime_rl.teacher.chat_api import resolved_api
 from prime_rl.teacher.usage import TOTALS
 
 
-async def run(cfg: Config) -> None:
+@dataclass
+class Session:
+    """What an orchestrator works with from its first step to its last."""
+
+    ctx: Context
+    algo: Algorithm  # the run's modes' part of a step
+    policy: PolicySync  # the weights the student's server holds
+    device: OrchestratorTurn  # its turn on a shared device (colocated)
+
+
+@asynccontextmanager
+async def session(cfg: Config, start: int) -> AsyncIterator[Session]:
+    """The orchestrator set up for steps from `start` on (the servers found and ready, the mode's preflight passed),
+    and everything it opened closed when it ends: the loop's, and a single step's (prime_rl/devstep)."""
     ctx = make_context(await locate_servers(cfg))
-    start = (ctx.run_dir.latest_checkpoint() or 0) if cfg.ckpt.resume else 0
     for t in ctx.teachers.values():
         # the launcher has probed an external endpoint already; run alone, the orchestrator probes it here
         t.answers = TeacherAnswers(t.cfg, t.client, t.model, await resolved_api(t.cfg))
@@ -40,18 +56,27 @@ async def run(cfg: Config) -> None:
     resume_counts(ctx, algo, start)
     lora = cfg.trainer.lora
     policy = PolicySync(ctx.run_dir, ctx.student, lora.name if lora.enabled else None, cfg)
-    device = OrchestratorTurn(ctx)
     try:
         await wait_for_servers(ctx)
         await algo.preflight(ctx)
+        yield Session(ctx, algo, policy, OrchestratorTurn(ctx))
+    finally:
+        policy.listener.close()
+        ctx.verification.close()
+        await ctx.student.close()
+        for t in ctx.teachers.values():
+            await t.client.close()
+
+
+async def run(cfg: Config) -> None:
+    start = (RunDir(cfg.run_dir).latest_checkpoint() or 0) if cfg.ckpt.resume else 0
+    async with session(cfg, start) as s:
+        ctx, policy, device = s.ctx, s.policy, s.device
         for step in range(start, cfg.max_steps):
             # outside the turn: the trainer makes these weights in its own
             await policy.wait_for(policy_window(step, cfg.orchestrator.max_async_level, start))
             async with device:
-                version = await policy.load_newest()
-                batch = await make_batch(ctx, algo, step, version)
-                await add_step_metrics(ctx, batch, step, start)
-                batch.metrics.update({**policy.take_times(), **device.take_times()})
+                batch = await step_batch(s, step, start)
                 write_batch(batch, ctx.run_dir.rollouts(step))
                 log_samples(ctx, batch)
             announce(ctx.run_dir.handoff("batch"))
@@ -63,12 +88,15 @@ async def run(cfg: Config) -> None:
                 final = {"step": cfg.max_steps, **await evaluate(ctx)}
                 append_row(ctx.run_dir.metrics, final)
                 print(json.dumps(final), flush=True)
-    finally:
-        policy.listener.close()
-        ctx.verification.close()
-        await ctx.student.close()
-        for t in ctx.teachers.values():
-            await t.client.close()
+
+
+async def step_batch(s: Session, step: int, start: int) -> Batch:
+    """One step's batch from the newest weights the step may use, with its metrics (in the orchestrator's turn)."""
+    version = await s.policy.load_newest()
+    batch = await make_batch(s.ctx, s.algo, step, version)
+    await add_step_metrics(s.ctx, batch, step, start)
+    batch.metrics.update({**s.policy.take_times(), **s.device.take_times()})
+    return batch
 
 
 async def add_step_metrics(ctx: Context, batch: Batch, step: int, start: int) -> None:
