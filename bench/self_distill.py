@@ -21,6 +21,7 @@ VARIANTS = {
     "rl": [],
     "opd": ["training_mode=opd", "teacher=local_vllm"],
     "opsd": ["training_mode=opsd"],
+    "opsd_tau0.1": ["training_mode=opsd", "trainer.loss.teacher_tau=0.1"],  # the rewards' advantage dominates
 }
 
 
@@ -61,15 +62,17 @@ def main() -> None:
     parser.add_argument("--model", default="tiny", help="the model group: tiny | tiny_qwen3")
     parser.add_argument("--steps", type=int, default=100, help="optimizer steps of every run")
     parser.add_argument("--eval-interval", type=int, default=20, help="evaluate every N steps (the curve's points)")
+    parser.add_argument("--variants", default="rl,opd,opsd", help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     args = parser.parse_args()
     out = bench_dir(NAME)
-    per_run, medians = compare_variants(args.runs, list(VARIANTS), lambda v, seed: run_variant(args, v, seed, out))
-    for runs in per_run:  # each run held to the final eval of rl with the same seed
-        target = runs["rl"]["eval_last"]
+    variants = args.variants.split(",")
+    per_run, medians = compare_variants(args.runs, variants, lambda v, seed: run_variant(args, v, seed, out))
+    for runs in per_run:  # each run held to the final eval of rl with the same seed (where rl ran)
+        target = runs["rl"]["eval_last"] if "rl" in runs else None
         for run in runs.values():
             run["tokens_to_rl_final"] = tokens_to_reach(run, target)
-    for variant in VARIANTS:
+    for variant in variants:
         medians[variant]["tokens_to_rl_final"] = median(r[variant]["tokens_to_rl_final"] for r in per_run)
     headers = ["mode", "eval step 0", f"eval step {args.steps}", "tokens to rl's final", "s/step", "scoring s/step"]
     rows = [

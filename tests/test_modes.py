@@ -45,11 +45,11 @@ def test_the_server_that_scores_is_asked_for_the_top_k_and_a_teacher_scoring_kee
 
 def test_opsd_shows_the_reference_answer_after_the_prompts_own_system_message():
     ex = Example("reverse: abc", "cba", system="Be brief.")
-    assert privileged(ex, "Answer: {answer}") == [
+    assert privileged(ex, "Answer: {answer}").messages == [
         {"role": "system", "content": "Be brief.\n\nAnswer: cba"},
         {"role": "user", "content": "reverse: abc"},
     ]
-    assert privileged(Example("q", "a"), "{answer}!")[0] == {"role": "system", "content": "a!"}
+    assert privileged(Example("q", "a"), "{answer}!").messages[0] == {"role": "system", "content": "a!"}
 
 
 def test_a_mode_is_named_by_import_path_and_its_knobs_are_typed():
@@ -94,6 +94,7 @@ def test_opsd_scores_the_students_tokens_with_its_own_server_and_the_reference_a
     assert run.returncode == 0, run.stderr[-3000:]
     train = [r for r in rows(run_dir) if "loss" in r]
     assert [r["step"] for r in train] == [0, 1, 2]
+    assert 0 <= train[0]["eval/privileged_reward"] <= 1 and "eval/privileged_reward" not in train[1], train[0]
     for r in train:
         assert r["time/self_score"] > 0 and r["self_score/too_long"] == 0, r
         # the privileged prompt moves the distribution: a KL over the top 8 that is not 0, and finite

@@ -95,6 +95,8 @@ async def step_batch(s: Session, step: int, start: int) -> Batch:
     version = await s.policy.load_newest()
     batch = await make_batch(s.ctx, s.algo, step, version)
     await add_step_metrics(s.ctx, batch, step, start)
+    if step == start and due_for_eval(s.ctx.cfg, step):
+        batch.metrics.update(await s.algo.scorer_level(s.ctx))
     batch.metrics.update({**s.policy.take_times(), **s.device.take_times()})
     return batch
 

@@ -22,6 +22,11 @@ class Algorithm(ABC):
         """What a teacher adds to the step's scored samples (per-token streams), and its metrics."""
         return {}
 
+    async def scorer_level(self, ctx: Context) -> dict[str, float]:
+        """At the run's first step, the eval metrics of what this mode distils toward, where a teacher's eval does
+        not say it (none by default)."""
+        return {}
+
     def resume(self, ctx: Context, start: int) -> None:
         """A resumed run at `start`: bring what this mode keeps across steps up to that step (nothing by default)."""
         return None

@@ -4,11 +4,13 @@ the example's reference answer (modes.opsd.context). The trainer turns that scor
 teacher_tau * (log p_privileged - log pi), or the top-k KL, exactly as opd's teacher's."""
 
 import time
+from dataclasses import replace
 
-from prime_rl.config.modes import MODES, context_margin, distill_top_k, mode_config
+from prime_rl.config.modes import MODES, context_margin, distill_top_k, example_mode, mode_config
 from prime_rl.models.chat import prompt_ids
 from prime_rl.orchestrator.algo.rl import RL
-from prime_rl.orchestrator.context import Context
+from prime_rl.orchestrator.context import Context, student_sampling
+from prime_rl.orchestrator.rollouts import rewards_of, student_rollouts
 from prime_rl.orchestrator.scoring import keep_scores, scored
 from prime_rl.protocol.batch import Sample
 from prime_rl.tasks import Example
@@ -25,9 +27,19 @@ class OPSD(RL):
         groups, metrics = await super().rollouts(ctx, examples)
         context = mode_config(ctx.cfg, MODE).context
         for ex, group in zip(examples, groups):
-            ids = prompt_ids(ctx.tokenizer, privileged(ex, context))
+            ids = prompt_ids(ctx.tokenizer, privileged(ex, context).messages)
             self.contexts.update((id(s), ids) for s in group)
         return groups, metrics
+
+    async def scorer_level(self, ctx: Context) -> dict[str, float]:
+        """The student's eval reward shown the reference answer (as it scores), one sample per prompt at the eval's
+        temperature: the level self-distillation pulls toward; no higher than the plain eval's, nothing to learn."""
+        context, e = mode_config(ctx.cfg, MODE).context, ctx.cfg.orchestrator.eval
+        examples = [ex for ex in ctx.task.eval[: e.num_examples] if example_mode(ctx.cfg, ex) == MODE]
+        shown = [privileged(ex, context) for ex in examples]
+        groups, _ = await student_rollouts(ctx, shown, 1, student_sampling(ctx, temperature=e.temperature))
+        rewards = await rewards_of(ctx, examples, groups)
+        return {"eval/privileged_reward": sum(rewards) / len(rewards)} if rewards else {}
 
     async def teacher_signal(self, ctx: Context, samples: list[Sample]) -> dict[str, float]:
         """Each sample scored by the student's server under its privileged prompt; one that would not fit the
@@ -44,9 +56,7 @@ class OPSD(RL):
         return {"time/self_score": time.monotonic() - start, "self_score/too_long": too_long}
 
 
-def privileged(ex: Example, context: str) -> list[dict]:
-    """The example's conversation with the reference answer shown in a system message (after its own system
-    message, if it has one)."""
+def privileged(ex: Example, context: str) -> Example:
+    """The example with the reference answer shown in a system message (after its own system message, if any)."""
     shown = context.format(answer=ex.answer)
-    system = shown if ex.system is None else f"{ex.system}\n\n{shown}"
-    return [{"role": "system", "content": system}, {"role": "user", "content": ex.prompt}]
+    return replace(ex, system=shown if ex.system is None else f"{ex.system}\n\n{shown}")

@@ -34,6 +34,10 @@ class PerSource(Algorithm):
         signals = await asyncio.gather(*(self.parts[mode].teacher_signal(ctx, share) for mode, share in shares.items()))
         return weighted_means([(signal, len(share)) for signal, share in zip(signals, shares.values())])
 
+    async def scorer_level(self, ctx: Context) -> dict[str, float]:
+        levels = await asyncio.gather(*(algo.scorer_level(ctx) for algo in self.parts.values()))
+        return {k: v for level in levels for k, v in level.items()}
+
     def resume(self, ctx: Context, start: int) -> None:
         for algo in self.parts.values():
             algo.resume(ctx, start)
