@@ -82,20 +82,45 @@ class OpsdConfig:
 SCORER_KNOBS = ("teacher_tau", "distill", "distill_top_k", "distill_kl", "teacher_adv_clip", "teacher_adv_center")
 
 ALGO, LOSS = "prime_rl.orchestrator.algo", "prime_rl.trainer.loss"
+STUDENT, TEACHER = RolloutSource.student, RolloutSource.teacher
 MODES: dict[str, Mode] = {
     m.name: m
     for m in (
-        Mode("rl", RolloutSource.student, Scorer.none, True, True, f"{ALGO}.rl:RL", f"{LOSS}:PolicyLoss"),
-        Mode("opd", RolloutSource.student, Scorer.teacher, False, True, f"{ALGO}.opd:OPD", f"{LOSS}:PolicyLoss"),
-        Mode("sft", RolloutSource.teacher, Scorer.none, False, False, f"{ALGO}.sft:SFT", f"{LOSS}:NllLoss"),
+        Mode(
+            "rl",
+            rollouts=STUDENT,
+            scorer=Scorer.none,
+            needs_rewards=True,
+            advantages=True,
+            algorithm=f"{ALGO}.rl:RL",
+            loss=f"{LOSS}:PolicyLoss",
+        ),
+        Mode(
+            "opd",
+            rollouts=STUDENT,
+            scorer=Scorer.teacher,
+            needs_rewards=False,
+            advantages=True,
+            algorithm=f"{ALGO}.opd:OPD",
+            loss=f"{LOSS}:PolicyLoss",
+        ),
+        Mode(
+            "sft",
+            rollouts=TEACHER,
+            scorer=Scorer.none,
+            needs_rewards=False,
+            advantages=False,
+            algorithm=f"{ALGO}.sft:SFT",
+            loss=f"{LOSS}:NllLoss",
+        ),
         Mode(
             "opsd",
-            RolloutSource.student,
-            Scorer.self,
-            False,
-            True,
-            f"{ALGO}.opsd:OPSD",
-            f"{LOSS}:PolicyLoss",
+            rollouts=STUDENT,
+            scorer=Scorer.self,
+            needs_rewards=False,
+            advantages=True,
+            algorithm=f"{ALGO}.opsd:OPSD",
+            loss=f"{LOSS}:PolicyLoss",
             config=OpsdConfig,
             needs_answers=True,
         ),

@@ -25,7 +25,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from prime_rl.config.layout import on_gpu
-from prime_rl.config.modes import RolloutSource, Scorer, context_margin, example_mode, modes_with, source_modes, uses
+from prime_rl.config.modes import (
+    Mode,
+    RolloutSource,
+    Scorer,
+    context_margin,
+    example_mode,
+    modes_with,
+    source_modes,
+    uses,
+)
 from prime_rl.config.rules import check_gpu_count, check_rules
 from prime_rl.config.schema import Config, TaskSourceConfig, TeacherKind
 from prime_rl.config.sources import mix_sources
@@ -165,6 +174,11 @@ def _prompt_lengths(cfg: Config, task: Task, tokenizer: Callable) -> None:
         )
 
 
+def plays_episodes(mode: Mode) -> bool:
+    """The student plays a source's episodes itself (its own samples, no reference answer needed)."""
+    return mode.trains_sampled_policy and not mode.needs_answers
+
+
 def _answers(cfg: Config, task: Task) -> None:
     """A mode whose signal reads each prompt's reference answer (Mode.needs_answers) trains on single-turn prompts
     that have one."""
@@ -178,7 +192,7 @@ def _answers(cfg: Config, task: Task) -> None:
             [key, f"{at}.name"],
             f"{mode.name} shows each prompt's reference answer to its scorer, and {src.name} "
             + ("has multi-turn episodes" if episodes else f"has {unanswered} prompts without one"),
-            f"train it with {modes_with(lambda m: m.trains_sampled_policy and not m.needs_answers)}"
+            f"train it with {modes_with(plays_episodes)}"
             + ("" if episodes else ", or give its prompts reference answers"),
         )
 
@@ -196,7 +210,8 @@ def _teacher_tool_calls(cfg: Config, tokenizer: Callable) -> None:
         raise UserError(
             f"{with_tools[0].env}'s tools are called by the teacher, but the student's chat template [model.name] "
             "does not write an assistant message's tool_calls; fix: give the student a chat template that renders "
-            "tool_calls (Qwen's, Llama 3's) or use training_mode=rl|opd, where the student writes its calls"
+            f"tool_calls (Qwen's, Llama 3's) or use training_mode={modes_with(plays_episodes)}, where the student "
+            "writes its calls"
         )
 
 
