@@ -102,7 +102,8 @@ def trainer_config(run_dir: Path, model: Path, device: str, max_steps: int, *ove
 
 def run_trainer(config_path: Path, log: Path) -> float:
     start = time.monotonic()
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # the repo first, then what the caller set (bench/gpu_smoke.sh's packages from wheels)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     with open(log, "a") as out:
         proc = subprocess.run([sys.executable, "-m", "prime_rl.trainer", "--config", str(config_path)],
                               cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
@@ -217,6 +218,9 @@ def main() -> None:
     if args.device == "cuda":
         props = torch.cuda.get_device_properties(0)
         fig("gpu", f"'{props.name} {props.total_memory / 2**30:.0f} GiB'")
+        torch.ones(64, 64, device="cuda") @ torch.ones(64, 64, device="cuda")  # cuBLAS's workspace too
+        free, total = torch.cuda.mem_get_info()  # this process alone on the device: the rest is its context
+        fig("cuda_context_mib", round((total - free - torch.cuda.memory_reserved()) / 2**20))
     fig("versions", f"torch={torch.__version__},cuda={torch.version.cuda}")
     start = time.monotonic()
     model = work / "model"

@@ -10,7 +10,10 @@ from dataclasses import replace
 
 import pytest
 import torch
+import torch.distributed as dist
 from safetensors.torch import load_file
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
 
 from prime_rl.config import compose_config
 from prime_rl.launcher.plan import build_plan, write_role_configs
@@ -22,7 +25,8 @@ from prime_rl.trainer.checkpoint import load_checkpoint
 from prime_rl.trainer.distributed import World, rank_micro_batches
 from prime_rl.trainer.model import load_model
 from prime_rl.trainer.train import make_optimizer, train
-from tests.conftest import ROOT
+from prime_rl.weight_transfer.gather import whole_parameters
+from tests.conftest import ROOT, unused_port
 
 STEPS = 3  # the 2-rank run resumes from the 1-process checkpoint of step 1 and trains steps 1 and 2
 COMPARED = ["loss", "entropy", "mismatch_kl", "masked_fraction", "teacher_kl", "grad_norm", "tokens", "lr"]
@@ -178,3 +182,27 @@ def test_every_rank_gets_a_share_in_as_many_micro_batches(n, world, size):
         if mb.loss_mask[i].any()
     ]
     assert seen == [s.prompt_ids + s.completion_ids for s in samples]  # contiguous shares, in order
+
+
+def test_each_shard_is_cast_before_its_gather(monkeypatch):
+    """Exports and pushes gather shards already in the server's dtype: half a float32 gather's bytes, and no whole
+    float32 copy of a parameter on the device (the gathers are recorded in a one-rank group)."""
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{unused_port()}", rank=0, world_size=1)
+    try:
+        model = torch.nn.Linear(8, 8)
+        fully_shard(model)
+        gathered, gather = [], DTensor.full_tensor
+
+        def recorded(self, *args, **kwargs):
+            gathered.append(self.to_local().dtype)
+            return gather(self, *args, **kwargs)
+
+        monkeypatch.setattr(DTensor, "full_tensor", recorded)
+        whole = dict(whole_parameters(model, torch.bfloat16))
+    finally:
+        dist.destroy_process_group()
+    assert gathered == [torch.bfloat16, torch.bfloat16]  # weight and bias
+    assert {name: (type(t), t.dtype) for name, t in whole.items()} == {
+        "weight": (torch.Tensor, torch.bfloat16),
+        "bias": (torch.Tensor, torch.bfloat16),
+    }

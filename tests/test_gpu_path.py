@@ -17,7 +17,7 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoTokenizer
 
 from prime_rl.config import ConfigError, check_rules, compose_config
-from prime_rl.config.layout import GIB, trainer_fit_problem, trainer_threads
+from prime_rl.config.layout import GIB, push_bytes, server_push_problem, trainer_fit_problem, trainer_threads
 from prime_rl.config.timeouts import (
     collective_timeout_s,
     student_request_timeout_s,
@@ -164,6 +164,25 @@ def test_a_trainer_whose_state_cannot_fit_its_gpus_is_refused():
     assert trainer_fit_problem(compose_config(["deployment=gpu", "lora=on"]), 80 * GIB, 8_000_000_000) is None
     nodes = compose_config(["deployment=gpu", "deployment.num_infer_nodes=1", "deployment.num_train_nodes=2"])
     assert "sharded over 2 GPUs" in trainer_fit_problem(nodes, 40 * GIB, 32_000_000_000)  # one GPU a node
+
+
+def test_a_pushed_transfer_counts_its_buffers_on_both_sides():
+    """vLLM's packed NCCL transfer holds two buffers in flight, each up to one whole tensor over its size, plus the
+    tensor being cast: for a 7 B student's 152 k x 3584 embedding, 3.5 GiB beside the trainer's state and beside
+    the server's share."""
+    gpus = ["deployment=gpu", "deployment.num_train_gpus=4", "inference.gpu_memory_utilization=0.95"]
+    files, nccl = compose_config(gpus), compose_config([*gpus, "inference.weight_transfer=nccl"])
+    embedding = 151_936 * 3584
+    assert push_bytes(files, embedding) == 0
+    assert push_bytes(nccl, embedding) == 2 * (256 << 20) + 3 * embedding * 2  # bf16 on the wire
+    # 8 B parameters over 4 GPUs: 29.8 GiB of state each, with 2 GiB of headroom a 32 GiB GPU holds it, not the push
+    assert trainer_fit_problem(files, 32 * GIB, 8_000_000_000, embedding) is None
+    assert trainer_fit_problem(nccl, 32 * GIB, 8_000_000_000, embedding) is not None
+    assert trainer_fit_problem(nccl, 40 * GIB, 8_000_000_000, embedding) is None
+    # the server: 0.95 of 80 GiB, 2 GiB of headroom and 3.5 GiB of receive buffers do not fit; of 141 GiB they do
+    assert server_push_problem(files, 80 * GIB, embedding) is None
+    assert server_push_problem(nccl, 80 * GIB, embedding) is not None
+    assert server_push_problem(nccl, 141 * GIB, embedding) is None
 
 
 def test_gpu_trainers_share_the_nodes_cores(monkeypatch):

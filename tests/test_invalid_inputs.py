@@ -106,6 +106,12 @@ CASES = [
     Case("out of range", "LoRA of rank 0", ("lora=on", "trainer.lora.rank=0"), "[trainer.lora.rank]"),
     Case(
         "out of range",
+        "LoRA rank above vLLM's largest --max-lora-rank (512)",
+        ("lora=on", "trainer.lora.rank=600"),
+        "[trainer.lora.rank]",
+    ),
+    Case(
+        "out of range",
         "a negative eval temperature",
         ("orchestrator.eval.temperature=-1",),
         "[orchestrator.eval.temperature]",

@@ -5,12 +5,16 @@ transport. The whole loop (orchestrator asks, trainer pushes) runs in tests/test
 import asyncio
 import json
 import secrets
+import socket
+import subprocess
+import sys
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prime_rl.config import compose_config
+from prime_rl.config.layout import PUSH_BUFFER_BYTES, PUSH_BUFFERS
 from prime_rl.config.schema import WeightTransfer
 from prime_rl.config.user_error import UserError
 from prime_rl.inference.client import InferenceClient
@@ -18,7 +22,9 @@ from prime_rl.models.chat import prompt_ids
 from prime_rl.prepare import prepare_student
 from prime_rl.protocol.servers import SERVER_KEY_ENV
 from prime_rl.weight_transfer.client import ServerWeights, WeightTransferError
+from prime_rl.weight_transfer.push import HOST, PORTS_FROM, first_ephemeral_port, init_info
 from prime_rl.weight_transfer.source import ModelWeights, check_checkpoint_names
+from tests.conftest import ROOT
 from tests.test_inference_vllm import GREEDY, PROMPTS, hf_greedy, hf_scores
 from tests.vllm_server import serve
 
@@ -152,3 +158,40 @@ def test_a_model_whose_parameters_are_named_otherwise_than_its_checkpoint_is_ref
     model.model.extra = torch.nn.Linear(2, 2)  # a parameter the files do not hold
     with pytest.raises(UserError, match=r"not named so in its checkpoint \(e.g. model.extra.weight\); set inference"):
         check_checkpoint_names(model, path)
+
+
+def test_the_nccl_rendezvous_is_on_a_free_port_the_kernel_hands_nobody_else_with_counted_buffers():
+    """NCCL's rendezvous store binds its port only after the trainer chose it: a port from the kernel's ephemeral
+    range could be handed to any outgoing connection in between."""
+    from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
+
+    infos = [init_info(WeightTransfer.nccl, 0, 2, 60.0) for _ in range(5)]
+    assert all(isinstance(info, NCCLTrainerInitInfo) for info in infos)
+    for info in infos:
+        assert PORTS_FROM <= info.master_port < first_ephemeral_port()
+        with socket.socket() as s:
+            s.bind((HOST, info.master_port))  # free
+        assert (info.packed_buffer_size_bytes, info.packed_num_buffers) == (PUSH_BUFFER_BYTES, PUSH_BUFFERS)
+    assert len({info.master_port for info in infos}) > 1  # drawn at random: two runs on a node rarely meet
+
+
+WATCHED = """
+import sys, time
+from prime_rl.weight_transfer.watchdog import watchdog
+with watchdog(float(sys.argv[1]), "the push of weights 3 did not finish"):
+    time.sleep(float(sys.argv[2]))  # a wait Python cannot interrupt stands here as a sleep
+print("finished")
+"""
+
+
+@pytest.mark.parametrize("deadline, wait, code", [(0.5, 60, 1), (30, 0.1, 0)])
+def test_a_stuck_push_ends_the_trainer_with_one_line_and_a_quick_one_does_not(deadline, wait, code):
+    done = subprocess.run(
+        [sys.executable, "-c", WATCHED, str(deadline), str(wait)], cwd=ROOT, capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == code
+    if code:
+        assert done.stderr.strip().splitlines() == ["error: the push of weights 3 did not finish"]
+        assert "finished" not in done.stdout
+    else:
+        assert done.stdout.strip() == "finished" and done.stderr == ""

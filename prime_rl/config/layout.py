@@ -11,12 +11,16 @@ from prime_rl.config.teachers import local_teachers, teacher_key, teacher_view
 
 GIB = 1 << 30
 # what the CUDA contexts of three processes and the allocators' slack take beside the counted shares
-GPU_HEADROOM_BYTES = 2 * GIB
 # bytes per trainer parameter resident on the GPU: fp32 weights, fp32 gradients, AdamW's two fp32 moments
 FULL_BYTES_PER_PARAM = 16
 FROZEN_BYTES_PER_PARAM = 4  # LoRA: the frozen base in fp32 (the adapter itself is a rounding error)
 # a GPU teacher's prompt-logprob logits per forward, outside its share (inference/server.py teacher_batched_tokens)
 TEACHER_LOGITS_BYTES = 2 * GIB
+# vLLM's packed NCCL transfer (inference.weight_transfer=nccl): buffers in flight on each side, each closed by the
+# tensor that fills it, so up to one whole tensor over its size (vLLM's default is two of 1 GiB)
+PUSH_BUFFER_BYTES = 256 << 20
+PUSH_BUFFERS = 2
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def is_colocated(cfg: Config) -> bool:
@@ -108,7 +112,8 @@ def gpu_fit_problem(cfg: Config, total_bytes: int, params: int) -> str | None:
     shares = gpu_shares(cfg)
     trainer = trainer_resident_bytes(params, cfg.trainer.lora.enabled)
     logits = TEACHER_LOGITS_BYTES * len(local_teachers(cfg))
-    asked = sum(shares.values()) * total_bytes + trainer + logits + GPU_HEADROOM_BYTES
+    headroom = cfg.deployment.gpu_headroom_gib * GIB
+    asked = sum(shares.values()) * total_bytes + trainer + logits + headroom
     if asked <= total_bytes:
         return None
     parts = " + ".join(f"{k.split('.')[0]} {v:g}" for k, v in shares.items())
@@ -116,21 +121,46 @@ def gpu_fit_problem(cfg: Config, total_bytes: int, params: int) -> str | None:
         f"{parts} of {total_bytes / GIB:.0f} GiB plus the trainer's {trainer / GIB:.1f} GiB "
         f"({params / 1e9:.2f} B parameters, {'LoRA' if cfg.trainer.lora.enabled else 'full'}), "
         + (f"the teachers' {logits / GIB:.0f} GiB of prompt logits " if logits else "")
-        + f"and {GPU_HEADROOM_BYTES / GIB:.0f} GiB of CUDA contexts exceed the GPU"
+        + f"and {headroom / GIB:g} GiB of headroom (deployment.gpu_headroom_gib) exceed the GPU"
     )
 
 
-def trainer_fit_problem(cfg: Config, total_bytes: int, params: int) -> str | None:
+def push_bytes(cfg: Config, largest_param: int) -> int:
+    """What a pushed transfer holds on the GPU of each side beyond the model: the packed buffers in flight and the
+    tensor being cast (`largest_param`: the model's largest parameter's elements)."""
+    if cfg.inference.weight_transfer != WeightTransfer.nccl:
+        return 0
+    tensor = largest_param * DTYPE_BYTES[server_dtype(cfg, True)]
+    return PUSH_BUFFERS * (PUSH_BUFFER_BYTES + tensor) + tensor
+
+
+def trainer_fit_problem(cfg: Config, total_bytes: int, params: int, largest_param: int = 0) -> str | None:
     """Why the trainer's state alone (weights, gradients, AdamW's moments; FSDP shards it over every trainer GPU
-    of the job, and no rank ever holds the whole model on its GPU) cannot fit GPUs of `total_bytes`, or None. Its
-    activations come on top: passing is no promise."""
+    of the job, and no rank ever holds the whole model on its GPU) and a push's buffers cannot fit GPUs of
+    `total_bytes`, or None. Its activations come on top: passing is no promise."""
     d = cfg.deployment
     gpus = d.num_train_gpus * max(d.num_train_nodes, 1)
     per_gpu = trainer_resident_bytes(params, cfg.trainer.lora.enabled) / gpus
-    if per_gpu + GPU_HEADROOM_BYTES <= total_bytes:
+    push = push_bytes(cfg, largest_param)
+    if per_gpu + push + d.gpu_headroom_gib * GIB <= total_bytes:
         return None
     kind = "the frozen float32 weights" if cfg.trainer.lora.enabled else "float32 weights, gradients and AdamW state"
     return (
         f"the trainer's {per_gpu / GIB:.0f} GiB per GPU ({params / 1e9:.2f} B parameters: {kind}, sharded over "
-        f"{gpus} GPU{'s' if gpus > 1 else ''}) exceed a {total_bytes / GIB:.0f} GiB GPU"
+        f"{gpus} GPU{'s' if gpus > 1 else ''})"
+        + (f" and the weight push's {push / GIB:.1f} GiB of buffers" if push else "")
+        + f" exceed a {total_bytes / GIB:.0f} GiB GPU"
+    )
+
+
+def server_push_problem(cfg: Config, total_bytes: int, largest_param: int) -> str | None:
+    """Why the student server's GPU cannot hold its share and the buffers a push receives into (allocated outside
+    the share, after vLLM sized its KV cache), or None."""
+    push = push_bytes(cfg, largest_param)
+    share = cfg.inference.gpu_memory_utilization
+    if push == 0 or share * total_bytes + push + cfg.deployment.gpu_headroom_gib * GIB <= total_bytes:
+        return None
+    return (
+        f"inference {share:g} of {total_bytes / GIB:.0f} GiB plus the weight push's {push / GIB:.1f} GiB of receive "
+        f"buffers and {cfg.deployment.gpu_headroom_gib:g} GiB of headroom (deployment.gpu_headroom_gib) exceed the GPU"
     )

@@ -18,6 +18,10 @@ Positive = Annotated[float, Gt(0)]  # > 0
 Share = Annotated[float, Interval(gt=0, le=1)]  # (0, 1]
 Fraction = Annotated[float, Interval(ge=0, lt=1)]  # [0, 1)
 Port = Annotated[int, Interval(ge=0, le=65535)]  # a TCP port (0: the kernel picks one)
+# vLLM's --max-lora-rank choices (MaxLoRARanks in vllm/config/lora.py; tests/test_vllm_args.py keeps them in step):
+# written here because the launcher plans without importing vLLM
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+LoraRank = Annotated[int, Interval(ge=1, le=max(VLLM_LORA_RANKS))]  # an adapter vLLM can serve
 
 
 class TeacherKind(str, Enum):
@@ -263,7 +267,7 @@ class OptimConfig:
 @dataclass
 class LoraConfig:
     enabled: bool = False  # train a peft LoRA adapter instead of all weights
-    rank: Count = 8  # adapter rank (also vLLM's --max-lora-rank)
+    rank: LoraRank = 8  # adapter rank (vLLM's --max-lora-rank is the smallest it allows at or above this)
     alpha: Count = 16  # LoRA scaling numerator
     dropout: float = 0.0  # dropout on the adapter input (sft only: rl and opd must train the policy vLLM samples)
     target_modules: list[str] = field(
@@ -348,6 +352,7 @@ class DeploymentConfig:
     num_teacher_gpus: NonNegInt | None = None  # GPUs of the local teachers' vLLM servers, split evenly; None = no GPUs
     num_infer_nodes: NonNegInt = 0  # multi-node SLURM job: nodes with a student server each (0 = one node for all)
     num_train_nodes: NonNegInt = 0  # multi-node SLURM job: trainer nodes after the inference nodes (0 = one node)
+    gpu_headroom_gib: NonNeg = 2.0  # GPU memory the fit checks leave per GPU for CUDA contexts, NCCL, allocator slack
 
 
 # what one node of a GPU job asks SLURM for besides its GPUs (conf/hydra/launcher/slurm_gpu.yaml)

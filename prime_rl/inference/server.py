@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prime_rl.config.layout import TEACHER_LOGITS_BYTES, is_colocated, pushes_weights, server_dtype, teacher_gpu_share
 from prime_rl.config.modes import RolloutSource, Scorer, context_margin, distill_top_k, source_modes, uses
-from prime_rl.config.schema import EPISODIC, Config
+from prime_rl.config.schema import EPISODIC, VLLM_LORA_RANKS, Config
 from prime_rl.inference.server_auth import MIDDLEWARE
 
 # vLLM's --worker-extension-cls: a path, so that the launcher does not import vLLM to name it
@@ -105,9 +105,15 @@ def vllm_command(
         # the teacher's chat replies come back with their calls read out as `tool_calls`
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
     if lora_rank:
-        argv += ["--enable-lora", "--max-lora-rank", str(lora_rank)]
+        argv += ["--enable-lora", "--max-lora-rank", str(max_lora_rank(lora_rank))]
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     return argv + list(inf.extra_args if student else cfg.teacher.extra_args), env
+
+
+def max_lora_rank(rank: int) -> int:
+    """vLLM's --max-lora-rank for an adapter of `rank`: vLLM takes only the ranks it lists, and serves an adapter of
+    any rank up to it (the adapter keeps its own; the schema bounds `rank` by the largest)."""
+    return next(allowed for allowed in VLLM_LORA_RANKS if allowed >= rank)
 
 
 def teacher_tool_parser(cfg: Config) -> str | None:
@@ -134,3 +140,22 @@ def vocab_size(model: Path) -> int:
     """The output layer's size, from the model dir's config.json (vLLM's limit for logprobs per position)."""
     config = json.loads((model / "config.json").read_text())
     return config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")  # multimodal: text_config
+
+
+# where vLLM reads a model's KV heads, in its order (ModelArchConfigConvertorBase.get_total_num_kv_heads)
+KV_HEADS_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num", "num_attention_groups")
+
+
+def attention_heads(model: Path) -> tuple[int, int]:
+    """(attention heads, KV heads) from the model dir's config.json as vLLM reads them: a multimodal model's from its
+    text_config, the KV heads as many as the attention heads where none are given (0: the config names none)."""
+    config = json.loads((model / "config.json").read_text())
+    text = config.get("text_config") or config
+    heads = text.get("num_attention_heads") or 0
+    return heads, next((text[key] for key in KV_HEADS_KEYS if text.get(key)), heads)
+
+
+def tensor_parallel_fits(heads: int, kv_heads: int, tp: int) -> bool:
+    """vLLM's split of the attention over `tp` GPUs: the heads evenly (ModelConfig.verify_with_parallel_config), the
+    KV heads evenly or each replicated on tp / kv_heads GPUs (QKVParallelLinear)."""
+    return heads % tp == 0 and (kv_heads % tp == 0 or tp % kv_heads == 0)

@@ -1,16 +1,16 @@
 """Whether the roles fit their GPUs, checked once the student is built and before any server starts: colocated,
 the servers' shares plus what the trainer keeps resident on their one GPU; separate, the trainer's state on its
-own GPUs (config/layout.py says how each is counted)."""
+own GPUs, and a pushed transfer's buffers on both sides (config/layout.py says how each is counted)."""
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
-from prime_rl.config.layout import gpu_fit_problem, gpu_shares, trainer_fit_problem
+from prime_rl.config.layout import gpu_fit_problem, gpu_shares, server_push_problem, trainer_fit_problem
 from prime_rl.config.schema import Config
 from prime_rl.config.user_error import check
-from prime_rl.models.size import param_count
-
-MIB = 1 << 20
+from prime_rl.models.size import largest_param, param_count
 
 
 def check_colocated_gpu(cfg: Config, gpu: str, student: Path) -> None:
@@ -24,7 +24,7 @@ def check_colocated_gpu(cfg: Config, gpu: str, student: Path) -> None:
 
 
 def check_trainer_gpus(cfg: Config, gpu: str, student: Path) -> None:
-    problem = trainer_fit_problem(cfg, gpu_total_bytes(gpu), param_count(student))
+    problem = trainer_fit_problem(cfg, gpu_total_bytes(gpu), param_count(student), largest_param(student))
     check(
         problem is None,
         ["deployment.num_train_gpus", "trainer.lora.enabled"],
@@ -33,12 +33,29 @@ def check_trainer_gpus(cfg: Config, gpu: str, student: Path) -> None:
     )
 
 
+def check_server_push(cfg: Config, gpu: str, student: Path) -> None:
+    problem = server_push_problem(cfg, gpu_total_bytes(gpu), largest_param(student))
+    check(
+        problem is None,
+        ["inference.gpu_memory_utilization", "inference.weight_transfer"],
+        problem or "",
+        "lower inference.gpu_memory_utilization (its KV cache) or use inference.weight_transfer=files",
+    )
+
+
+# the memory CUDA reports to a process that sees only the device: a MIG slice's own where nvidia-smi -i, which
+# takes no MIG UUID, would answer for the whole card
+TOTAL_PROBE = "import torch; print(torch.cuda.mem_get_info()[1])"
+
+
 def gpu_total_bytes(gpu: str) -> int:
+    """The memory of `gpu` (an index or a GPU or MIG UUID, as CUDA_VISIBLE_DEVICES takes it)."""
     out = subprocess.run(
-        ["nvidia-smi", "-i", gpu, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+        [sys.executable, "-c", TOTAL_PROBE],
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": gpu},
         capture_output=True,
         text=True,
         check=True,
-        timeout=30,
+        timeout=120,
     ).stdout
-    return int(out.split()[0]) * MIB
+    return int(out.split()[-1])

@@ -45,7 +45,7 @@ def gpu_slices(
     if d.layout == Layout.colocated:
         shared = visible[: d.num_infer_gpus]
         return {role: [] if role == "orchestrator" else shared for role in ("orchestrator", *roles, *teachers)}
-    each_teacher = (d.num_teacher_gpus or 0) // max(len(teachers), 1)
+    each_teacher = gpus_per_teacher(d, len(teachers))
     counts = [("inference", d.num_infer_gpus), ("trainer", d.num_train_gpus), *((t, each_teacher) for t in teachers)]
     slices, start = {"orchestrator": []}, 0
     for role, n in counts:
@@ -53,3 +53,11 @@ def gpu_slices(
         slices[role] = visible[start : start + n]
         start += n
     return slices
+
+
+def gpus_per_teacher(d: DeploymentConfig, teachers: int) -> int:
+    """The GPUs of each of `teachers` local teachers' servers, which is its tensor parallelism: num_teacher_gpus
+    split evenly; colocated, the student's device."""
+    if d.layout == Layout.colocated:
+        return d.num_infer_gpus
+    return (d.num_teacher_gpus or 0) // max(teachers, 1)

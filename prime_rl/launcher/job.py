@@ -156,16 +156,19 @@ def run(plan: Plan) -> int:
 
 
 def check_gpus(plan: Plan) -> None:
-    """Whether the trainer's GPUs hold what it keeps resident (colocated: beside the servers' shares), before any
-    server starts."""
-    from prime_rl.launcher.gpu_memory import check_colocated_gpu, check_trainer_gpus
+    """Whether the trainer's GPUs hold what it keeps resident (colocated: beside the servers' shares), and the
+    student server's a pushed transfer's buffers beside its share, before any server starts."""
+    from prime_rl.launcher.gpu_memory import check_colocated_gpu, check_server_push, check_trainer_gpus
 
     cfg = plan.config
-    trainer_gpus = next((r.gpus for r in plan.roles if r.name == "trainer"), [])
+    gpus = {r.name: r.gpus for r in plan.roles}
     if plan.one_by_one:
-        check_colocated_gpu(cfg, trainer_gpus[0], student_dir(cfg))
-    elif trainer_gpus:
-        check_trainer_gpus(cfg, trainer_gpus[0], student_dir(cfg))
+        check_colocated_gpu(cfg, gpus["trainer"][0], student_dir(cfg))
+        return
+    if gpus.get("trainer"):
+        check_trainer_gpus(cfg, gpus["trainer"][0], student_dir(cfg))
+    if gpus.get("inference") and pushes_weights(cfg):
+        check_server_push(cfg, gpus["inference"][0], student_dir(cfg))
 
 
 def print_plan(plan: Plan) -> None:

@@ -3,9 +3,9 @@ teacher's endpoint), and when each runs (docs/architecture.md, "Validation"):
 
 - at launch (`check_at_launch`), once per run and once per sweep point, before any process starts or job is
   submitted: the config's rules (config/rules/), then the external teacher's env vars, a writable
-  teacher.cache_dir, the model dirs and Hub ids (and a local teacher's vocabulary against a top-k), and the task,
-  built as configured. Called by the `ValidateRun`
-  callback and the validating sweeper (launcher/validation.py).
+  teacher.cache_dir, the model dirs and Hub ids (and a local teacher's vocabulary against a top-k, each GPU
+  server's attention heads against its tensor parallelism), and the task, built as configured. Called by the
+  `ValidateRun` callback and the validating sweeper (launcher/validation.py).
 - at job time (`check_at_job`), where the job runs (a SLURM node, or this machine): the GPU count against the GPUs
   the job really sees, a CPU deployment on a GPU node with vLLM's GPU build, W&B's reachability
   (monitor/wandb_mode.py), the teacher's probe (teacher/chat_api.py) and, for a top-k distillation, its
@@ -13,7 +13,7 @@ teacher's endpoint), and when each runs (docs/architecture.md, "Validation"):
   Called by `run_job` (launcher/job.py), which does not repeat the launch's checks. Once the student is built,
   `check_with_student_tokenizer`: every prompt fits the student's context with a whole answer; a teacher's tool
   calls reach the student's tokens; an opd teacher scores the student's tokens; a Hub teacher's vocabulary holds
-  the top k.
+  the top k; a Hub model's attention heads split over its server's GPUs.
 
 Each raises a UserError (a ConfigError for the launch's) whose one line names the keys and the fix.
 """
@@ -38,9 +38,19 @@ from prime_rl.config.modes import (
 from prime_rl.config.rules import check_gpu_count, check_rules
 from prime_rl.config.schema import Config, TaskSourceConfig, TeacherKind
 from prime_rl.config.sources import mix_sources
-from prime_rl.config.teachers import DEFAULT, named_errors, named_views, teaches, with_teacher
+from prime_rl.config.teachers import (
+    DEFAULT,
+    local_teachers,
+    named_errors,
+    named_views,
+    teacher_key,
+    teacher_view,
+    teaches,
+    with_teacher,
+)
 from prime_rl.config.user_error import UserError, check
-from prime_rl.launcher.gpus import has_cuda_vllm, visible_gpus
+from prime_rl.inference.server import attention_heads, tensor_parallel_fits
+from prime_rl.launcher.gpus import gpus_per_teacher, has_cuda_vllm, visible_gpus
 from prime_rl.models.hub import hub_model_problem, is_hub_id
 from prime_rl.models.prompt_lengths import prompt_lengths
 from prime_rl.models.recipe import WARM_START_ENVS, student_dir, teacher_dir
@@ -82,6 +92,7 @@ def check_at_launch(cfg: Config, gpus: int) -> None:
             _teacher_cache(view)
             _teacher_model(view)
             check_top_k_vocab(view)
+    _tensor_parallel(cfg)
     _task(cfg)
     if uses(cfg, lambda m: m.needs_answers):
         _answers(cfg, load_task(cfg.task))
@@ -105,9 +116,9 @@ def check_at_job(cfg: Config, run_dir: Path, warn: Callable[[str], None]) -> Con
 
 
 def check_with_student_tokenizer(cfg: Config) -> None:
-    """What needs the student's tokenizer and chat template (and a local teacher's config): at job time, once the
-    models are built, and before any server starts. The tokenizer loads only when a check needs it: the prompts'
-    lengths are cached (models/prompt_lengths.py)."""
+    """What needs the student's tokenizer and chat template (and a local teacher's config, a Hub model's attention
+    heads): at job time, once the models are built, and before any server starts. The tokenizer loads only when a
+    check needs it: the prompts' lengths are cached (models/prompt_lengths.py)."""
     tokenizer = functools.cache(lambda: _student_tokenizer(cfg))
     task = load_task(cfg.task)
     _prompt_lengths(cfg, task, tokenizer)
@@ -117,6 +128,7 @@ def check_with_student_tokenizer(cfg: Config) -> None:
     for name, view in named_views(cfg):
         with named_errors(name):
             check_top_k_vocab(view)
+    _tensor_parallel(cfg)
 
 
 def _student_tokenizer(cfg: Config):
@@ -299,6 +311,73 @@ def _model(name: str, revision: str | None, key: str, revision_key: str) -> None
         f"{name!r} is no local model dir, and as a Hub id: {problem}",
         "download it where the cache is shared (hf download <id>), unset HF_HUB_OFFLINE, or fix the id",
     )
+
+
+# vLLM's tensor parallelism, in words (inference/server.py tensor_parallel_fits)
+SPLIT_RULE = "vLLM needs the GPUs to divide the heads, and to divide or be a multiple of the KV heads"
+
+
+def _tensor_parallel(cfg: Config) -> None:
+    """vLLM splits a GPU server's attention heads over its GPUs (tensor parallelism) and fails as it starts where
+    they do not split: the student's over inference.tp, each local teacher's over its share of num_teacher_gpus."""
+    _student_split(cfg)
+    local = local_teachers(cfg)
+    each = gpus_per_teacher(cfg.deployment, len(local))
+    for name in local if each > 1 else []:
+        _teacher_split(cfg, name, each, len(local))
+
+
+def _student_split(cfg: Config) -> None:
+    tp, heads = cfg.inference.tp, _heads(cfg, cfg.model.name, student_dir(cfg))
+    if tp == 1 or heads is None:
+        return
+    check(
+        tensor_parallel_fits(*heads, tp),
+        ["inference.tp", "model.name"],
+        f"the student server splits {_heads_text(cfg.model.name, heads)} over inference.tp={tp} GPUs; {SPLIT_RULE}",
+        f"use inference.tp={_largest_split(heads, tp)} (or another of {_splits(heads)}), "
+        "and inference.dp * inference.tp = deployment.num_infer_gpus",
+    )
+
+
+def _teacher_split(cfg: Config, name: str, each: int, teachers: int) -> None:
+    view = teacher_view(cfg, name)
+    heads = _heads(cfg, view.teacher.model, teacher_dir(view))
+    if heads is None:
+        return
+    key = teacher_key(name)
+    check(
+        tensor_parallel_fits(*heads, each),
+        [f"{key}.model", "deployment.num_teacher_gpus"],
+        f"{key}'s server splits {_heads_text(view.teacher.model, heads)} over its {each} GPUs"
+        + (f" (num_teacher_gpus split between {teachers} local teachers)" if teachers > 1 else "")
+        + f"; {SPLIT_RULE}",
+        f"give each local teacher a number of GPUs that splits them ({_splits(heads)}): "
+        f"deployment.num_teacher_gpus={teachers * _largest_split(heads, each)}",
+    )
+
+
+def _heads(cfg: Config, name: str, model_dir: Path) -> tuple[int, int] | None:
+    """A server's (attention heads, KV heads): from its model dir's config.json, or the built-in model's recipe
+    before it is built; None for a Hub id not fetched yet (checked again at job time, on its snapshot)."""
+    if (model_dir / "config.json").is_file():
+        heads = attention_heads(model_dir)
+        return heads if heads[0] else None  # no attention heads named: vLLM checks nothing either
+    tiny = cfg.model.tiny  # a built-in teacher is the student's architecture
+    return (tiny.num_heads, tiny.num_kv_heads) if name == "tiny" else None
+
+
+def _splits(heads: tuple[int, int]) -> str:
+    """The GPU counts vLLM can split these heads over."""
+    return ", ".join(str(tp) for tp in range(1, heads[0] + 1) if tensor_parallel_fits(*heads, tp))
+
+
+def _largest_split(heads: tuple[int, int], most: int) -> int:
+    return max(tp for tp in range(1, most + 1) if tensor_parallel_fits(*heads, tp))
+
+
+def _heads_text(model: str, heads: tuple[int, int]) -> str:
+    return f"{model}'s {heads[0]} attention heads ({heads[1]} KV heads)"
 
 
 def _task(cfg: Config) -> None:

@@ -6,9 +6,18 @@ from pathlib import Path
 
 def param_count(model_dir: Path) -> int:
     """Parameters of the model in `model_dir`, counted on the meta device: nothing is loaded."""
+    return sum(param_sizes(model_dir))
+
+
+def largest_param(model_dir: Path) -> int:
+    """The elements of the model's largest parameter (the embedding, usually): what one transfer chunk can add."""
+    return max(param_sizes(model_dir))
+
+
+def param_sizes(model_dir: Path) -> list[int]:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
-    return sum(p.numel() for p in model.parameters())
+    return [p.numel() for p in model.parameters()]

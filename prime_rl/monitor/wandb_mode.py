@@ -10,8 +10,6 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-import httpx
-
 from prime_rl.config.schema import Config, WandbMode
 from prime_rl.config.user_error import UserError
 
@@ -32,6 +30,8 @@ def base_url() -> str:
 
 def reachable(url: str) -> bool:
     """Any HTTP answer counts: only whether the server can be reached matters here."""
+    import httpx  # the launcher's probe alone: the trainer, which imports this module, runs without httpx
+
     try:
         httpx.get(url, timeout=PROBE_TIMEOUT_S)
     except httpx.HTTPError:

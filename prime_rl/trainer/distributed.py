@@ -1,9 +1,9 @@
 """The multi-process trainer: torchrun ranks, FSDP2 sharding, the step's samples split by rank.
 
 One process (the default) never creates a process group: `init_world` returns SINGLE and the helpers it
-reaches (`all_sum`, `full_tensor`) hand their input back. Under torchrun every rank runs the same loop on its
-share of the step's samples; the helpers below keep
-the result equal to one process training on the whole batch, and leave the files to rank 0.
+reaches (`all_sum`, weight_transfer/gather.py's `full_tensor`) hand their input back. Under torchrun every rank
+runs the same loop on its share of the step's samples; the helpers below keep the result equal to one process
+training on the whole batch, and leave the files to rank 0.
 """
 
 import math
@@ -16,7 +16,6 @@ import torch.distributed as dist
 from accelerate import init_empty_weights
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prime_rl.config.schema import Config
@@ -26,6 +25,7 @@ from prime_rl.models.size import param_count
 from prime_rl.protocol.batch import Sample
 from prime_rl.trainer.data import TokenBatch, collate_rows, rows_of
 from prime_rl.trainer.model import checkpoint_activations, model_config, pick_device
+from prime_rl.weight_transfer.gather import whole_parameters
 
 EXPORT_BYTES_PER_PARAM = 4  # the largest export rank 0 writes alone: float32 weights (checkpoints are sharded)
 
@@ -143,19 +143,7 @@ def all_sum(values: dict[str, float], world: World) -> dict[str, float]:
     return dict(zip(keys, t.tolist()))
 
 
-def full_tensor(t: torch.Tensor) -> torch.Tensor:
-    """A sharded result (e.g. clip_grad_norm_ over DTensor grads) as a plain tensor."""
-    return t.full_tensor() if isinstance(t, DTensor) else t
-
-
 def gathered_parameters(model, dtype: torch.dtype, world: World) -> dict[str, torch.Tensor]:
-    """Every parameter whole, in `dtype`, on rank 0's CPU (empty elsewhere), gathered one at a time: rank 0's host
-    memory holds the model in the export's dtype alone (bf16: half its float32 state). Every rank must call it:
-    each gather is a collective."""
-    gathered = {}
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            whole = full_tensor(p).to(dtype)
-            if world.main:
-                gathered[name] = whole.cpu()
-    return gathered
+    """Every parameter whole, in `dtype`, on rank 0's CPU (empty elsewhere): rank 0's host memory holds the model
+    in the export's dtype alone (bf16: half its float32 state). Every rank must call it."""
+    return {name: whole.cpu() for name, whole in whole_parameters(model, dtype) if world.main}

@@ -11,11 +11,12 @@ import torch
 from prime_rl.config.schema import Config
 from prime_rl.protocol.batch import Batch, Sample
 from prime_rl.trainer.data import micro_batches, to_device
-from prime_rl.trainer.distributed import SINGLE, World, all_sum, full_tensor, rank_micro_batches
+from prime_rl.trainer.distributed import SINGLE, World, all_sum, rank_micro_batches
 from prime_rl.trainer.logprobs import Logprobs, head_logprobs, token_logprobs
 from prime_rl.trainer.loss import Objective, entropy_bonus, metric_means, reference_kl
 from prime_rl.trainer.lr_schedule import lr_factor
 from prime_rl.trainer.model import compute_dtype, decoder_and_head
+from prime_rl.weight_transfer.gather import full_tensor
 
 AUTO_MICRO_BATCH = 64  # samples per micro-batch when the logits are never whole (the fused head)
 WHOLE_LOGITS_BYTES = 4 << 30  # a micro-batch's whole logits and their gradient, when they are built whole

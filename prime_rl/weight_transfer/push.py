@@ -6,11 +6,14 @@ orchestrator asks for it there (REQUESTED), and the trainer then broadcasts it t
 engine and says so (PUSHED). Until then the trainer keeps its parameters as they are: one version in flight at
 most, and every version the orchestrator sees is the one it is served."""
 
+import random
 import socket
 import time
+from pathlib import Path
 
 import torch
 
+from prime_rl.config.layout import PUSH_BUFFER_BYTES, PUSH_BUFFERS
 from prime_rl.config.schema import Config, WeightTransfer
 from prime_rl.models import student_dir
 from prime_rl.protocol.atomic import publish_dir, write_text
@@ -20,8 +23,10 @@ from prime_rl.protocol.run_dir import RunDir
 from prime_rl.weight_transfer import gloo
 from prime_rl.weight_transfer.client import ServerWeights
 from prime_rl.weight_transfer.source import ModelWeights, check_checkpoint_names
+from prime_rl.weight_transfer.watchdog import watchdog
 
 HOST = "127.0.0.1"  # the trainer and the student server share a node (config/rules/deployment.py weight_transfer)
+PORTS_FROM = 20000  # the rendezvous port's range starts here and ends below the ephemeral ports
 URL_POLL_S = 0.5
 
 
@@ -54,9 +59,15 @@ class WeightPush:
         self.listener.wait(self.run_dir.push_requested(step).exists, self.timeout_s, ANNOUNCED_FALLBACK_S, error)
         sent = time.monotonic()
         self.wait_s += sent - start
-        self.engine.send_weights()
+        stuck = (
+            f"the push of weights {step} did not finish within {self.timeout_s:.0f}s (step_timeout_s): the student "
+            "server failed mid-transfer or stopped answering; see its log"
+        )
+        with watchdog(self.timeout_s, stuck):
+            self.engine.send_weights()
+            if self.main:
+                self.server.serve_update()
         if self.main:
-            self.server.serve_update()
             write_text(self.run_dir.pushed(step), "")
             announce(self.run_dir.handoff("weights"))
         self.push_s += time.monotonic() - sent
@@ -80,14 +91,39 @@ def init_info(way: WeightTransfer, rank: int, world_size: int, timeout_s: float)
         return gloo.GlooTrainerInitInfo(HOST, world_size, timeout_s, rank=rank)
     from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
-    return NCCLTrainerInitInfo(HOST, free_port(), world_size, rank=rank)
+    return NCCLTrainerInitInfo(
+        HOST,
+        rendezvous_port(),
+        world_size,
+        rank=rank,
+        packed_buffer_size_bytes=PUSH_BUFFER_BYTES,  # counted in the fit checks (config/layout.py push_bytes)
+        packed_num_buffers=PUSH_BUFFERS,
+    )
 
 
-def free_port() -> int:
-    """A port free now for NCCL's rendezvous store, which takes a number, not 0 (it opens right after)."""
-    with socket.socket() as s:
+def rendezvous_port() -> int:
+    """A free port for NCCL's rendezvous store, which takes a number, not 0, and binds it only later: chosen below
+    the kernel's ephemeral range, which every outgoing connection and every bind to port 0 draws from, so no other
+    process is handed it in between (a random one, so two runs on a node do not try the same)."""
+    low = first_ephemeral_port()
+    for port in random.sample(range(PORTS_FROM, low), min(100, max(low - PORTS_FROM, 0))):
+        with socket.socket() as s:
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # a range that leaves nothing below it (or all taken): one of the kernel's own
         s.bind((HOST, 0))
         return s.getsockname()[1]
+
+
+def first_ephemeral_port() -> int:
+    """Where the kernel's range for ports it chooses itself begins (Linux's default where it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except OSError:
+        return 32768
 
 
 def student_root(cfg: Config, run_dir: RunDir) -> str:

@@ -1,15 +1,16 @@
 """The trainer's model as the student server loads it, for a pushed transfer: vLLM's `WeightSource` over the model's
 parameters under their checkpoint names, each once (a tied output layer goes as the embedding, as in the files
-export), in the server's dtype, an FSDP shard gathered one parameter at a time (on every rank: a collective)."""
+export), in the server's dtype, an FSDP shard cast, then gathered, one parameter at a time (trainer/distributed.py)."""
 
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource, materialize_full_tensor
+from vllm.distributed.weight_transfer.base import ParamMeta, WeightSource
 
 from prime_rl.config.user_error import UserError
+from prime_rl.weight_transfer.gather import whole_parameters
 
 
 class ModelWeights(WeightSource):
@@ -21,9 +22,7 @@ class ModelWeights(WeightSource):
         return [ParamMeta(name, self.dtype, tuple(p.shape)) for name, p in self.model.named_parameters()]
 
     def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
-        with torch.no_grad():
-            for name, p in self.model.named_parameters():
-                yield name, materialize_full_tensor(p).to(self.dtype)
+        return whole_parameters(self.model, self.dtype)
 
 
 def check_checkpoint_names(model: torch.nn.Module, model_dir: Path) -> None:

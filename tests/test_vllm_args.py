@@ -1,0 +1,191 @@
+"""The servers' command lines as vLLM reads them: every server the launcher plans (CPU and GPU, each mode, LoRA,
+pushed weights, several teachers, several nodes) parses with vLLM's own parser into its engine arguments; a LoRA
+rank vLLM does not list is served at the next one it does; a tensor parallelism the model's attention heads do not
+split over is refused before anything starts."""
+
+import importlib.util
+import sys
+import typing
+
+import pytest
+from transformers import AutoConfig
+
+from prime_rl.config import ConfigError, check_rules, compose_config
+from prime_rl.config.schema import VLLM_LORA_RANKS
+from prime_rl.inference.server import attention_heads, tensor_parallel_fits
+from prime_rl.launcher.multinode import build_node_plan
+from prime_rl.launcher.plan import build_plan
+from tests.test_config import TWO_LOCAL_TEACHERS, check
+
+EIGHT = [str(i) for i in range(8)]
+GPU_OPD = ["deployment=gpu", "experiment=opd", "deployment.num_teacher_gpus=2"]
+SPLIT_RULE = "vLLM needs the GPUs to divide the heads, and to divide or be a multiple of the KV heads"
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+
+# (overrides, visible GPUs, nodes): every kind of server command line the launcher writes
+PLANS = {
+    "cpu rl": ([], [], 0),
+    "cpu opd": (["experiment=opd"], [], 0),
+    "cpu opd topk": (["experiment=opd", "trainer.loss.distill=topk"], [], 0),
+    "cpu sft tool calls": (["experiment=sft", "task=lookup"], [], 0),
+    "cpu opd lora": (["experiment=opd_lora"], [], 0),
+    "cpu lora rank 12": (["lora=on", "trainer.lora.rank=12"], [], 0),
+    "cpu lora embeddings": (["model=tiny_qwen3", "lora=embeddings"], [], 0),
+    "cpu gloo push": (["inference.weight_transfer=gloo"], [], 0),
+    "cpu colocated opd": (["deployment=colocated", "experiment=opd"], [], 0),
+    "cpu served reference": (["trainer.loss.kl_ref_tau=0.05", "trainer.loss.kl_ref_from=vllm"], [], 0),
+    "cpu several teachers": (TWO_LOCAL_TEACHERS, [], 0),
+    "gpu opd": (GPU_OPD, EIGHT, 0),
+    "gpu nccl push": (["deployment=gpu", "inference.weight_transfer=nccl"], EIGHT, 0),
+    "gpu tp dp": (["deployment=gpu", "deployment.num_infer_gpus=4", "inference.tp=2", "inference.dp=2"], EIGHT, 0),
+    "gpu lora rank 12": (["deployment=gpu", "lora=on", "trainer.lora.rank=12"], EIGHT, 0),
+    "gpu sft tool calls": (
+        ["deployment=gpu", "experiment=sft", "task=lookup", "deployment.num_teacher_gpus=1"],
+        EIGHT,
+        0,
+    ),
+    "gpu several teachers": ([*TWO_LOCAL_TEACHERS, "deployment=gpu", "deployment.num_teacher_gpus=4"], EIGHT, 0),
+    "colocated gpu opd": (["deployment=colocated_gpu", "experiment=opd"], ["0"], 0),
+    "colocated gpu lora": (["deployment=colocated_gpu", "lora=on", "trainer.lora.rank=12"], ["0"], 0),
+    "two gpu nodes opd": (
+        [*GPU_OPD, "deployment.num_infer_gpus=4", "inference.tp=2", "inference.dp=2"]
+        + ["deployment.num_infer_nodes=1", "deployment.num_train_nodes=1"],
+        EIGHT,
+        2,
+    ),
+}
+
+
+def planned_servers(overrides: list[str], visible: list[str], nodes: int, tmp_path) -> list:
+    """The server roles of the launcher's own plan (every node's), of a config its rules accept."""
+    cfg = compose_config(overrides)
+    check_rules(cfg, len(visible))
+    if not nodes:
+        plans = [build_plan(cfg, tmp_path, visible)]
+    else:
+        hosts = [f"node{rank}" for rank in range(nodes)]
+        plans = [build_node_plan(cfg, tmp_path, visible, rank, hosts) for rank in range(nodes)]
+    return [role for plan in plans for role in plan.roles if role.is_server]
+
+
+@pytest.fixture(scope="module")
+def vllm_cli():
+    """vLLM's `serve` parser, its check of the parsed arguments and its engine arguments (as its server builds them)."""
+    pytest.importorskip("vllm")
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    return make_arg_parser(FlexibleArgumentParser()), validate_parsed_serve_args, AsyncEngineArgs
+
+
+@pytest.mark.parametrize("name", PLANS)
+def test_every_planned_server_command_line_parses_with_vllms_own_parser(name, vllm_cli, tmp_path, capsys):
+    parser, validate, engine_args = vllm_cli
+    servers = planned_servers(*PLANS[name], tmp_path)
+    assert servers
+    for role in servers:
+        assert role.command[:3] == [sys.executable, "-m", SERVER_MODULE]
+        try:
+            args = parser.parse_args(role.command[3:])
+        except SystemExit:
+            error = capsys.readouterr().err.strip().splitlines()[-1]  # argparse's usage, then its error
+            pytest.fail(f"vLLM refuses the {role.name} server's command line: {error}")
+        validate(args)
+        engine = engine_args.from_cli_args(args)
+        assert engine.model == role.command[role.command.index("--model") + 1]
+        # the server spreads over exactly the GPUs the plan gives it (the CPU build: one process)
+        assert engine.tensor_parallel_size * engine.data_parallel_size == max(len(role.gpus), 1), role.name
+        assert not engine.enable_lora or engine.max_lora_rank in VLLM_LORA_RANKS
+    assert importlib.util.find_spec(SERVER_MODULE) is not None
+
+
+def test_the_lora_ranks_are_vllms_own():
+    pytest.importorskip("vllm")
+    from vllm.config.lora import MaxLoRARanks
+
+    assert VLLM_LORA_RANKS == typing.get_args(MaxLoRARanks)
+
+
+def max_lora_rank(tmp_path, *overrides: str) -> str:
+    [server] = planned_servers(["lora=on", *overrides], [], 0, tmp_path)
+    return server.command[server.command.index("--max-lora-rank") + 1]
+
+
+def test_a_lora_rank_vllm_does_not_list_is_served_at_the_next_one_it_does(tmp_path):
+    assert max_lora_rank(tmp_path, "trainer.lora.rank=12") == "16"
+    assert max_lora_rank(tmp_path, "trainer.lora.rank=8") == "8"
+    assert max_lora_rank(tmp_path, "trainer.lora.rank=321") == "512"
+    assert compose_config(["lora=on", "trainer.lora.rank=12"]).trainer.lora.rank == 12  # the adapter keeps its own
+
+
+def test_a_lora_rank_above_vllms_largest_is_one_line():
+    with pytest.raises(ConfigError) as err:
+        check_rules(compose_config(["lora=on", "trainer.lora.rank=600"]), 0)
+    assert str(err.value) == (
+        "invalid config [trainer.lora.rank]: must be <= 512, got 600; fix: give it a value <= 512, e.g. its default 8"
+    )
+
+
+def test_vllms_tensor_parallel_split_of_the_attention_heads():
+    assert tensor_parallel_fits(14, 2, 2) and tensor_parallel_fits(14, 2, 14)
+    assert not tensor_parallel_fits(14, 2, 4)  # the heads do not split
+    assert tensor_parallel_fits(8, 2, 4)  # each KV head replicated on two GPUs
+    assert not tensor_parallel_fits(12, 3, 2)  # 3 KV heads neither split over 2 GPUs nor replicate onto them
+    assert tensor_parallel_fits(12, 3, 6)
+
+
+def model_dir(tmp_path, name: str, heads: int, kv_heads: int):
+    """A model dir's config.json, as Hugging Face writes it (no weights: the checks read only the config)."""
+    path = tmp_path / name
+    config = AutoConfig.for_model(
+        "qwen2", num_attention_heads=heads, num_key_value_heads=kv_heads, hidden_size=32 * heads
+    )
+    config.save_pretrained(path)
+    return path
+
+
+def test_a_model_dirs_heads_are_read_as_vllm_reads_them(tmp_path):
+    assert attention_heads(model_dir(tmp_path, "gqa", 14, 2)) == (14, 2)
+    (tmp_path / "mha").mkdir()
+    (tmp_path / "mha" / "config.json").write_text('{"text_config": {"num_attention_heads": 12}}')
+    assert attention_heads(tmp_path / "mha") == (12, 12)  # a multimodal model's text, every head its own KV head
+
+
+def test_a_teachers_gpu_share_its_heads_do_not_split_over_is_refused_at_launch(tmp_path):
+    teacher = model_dir(tmp_path, "teacher", 14, 2)
+    opd = ["training_mode=opd", "teacher=local_vllm", f"teacher.model={teacher}"]
+    with pytest.raises(ConfigError) as err:
+        check([*opd, "deployment=gpu", "deployment.num_teacher_gpus=4"], visible_gpus=6)
+    assert str(err.value) == (
+        "invalid config [teacher.model, deployment.num_teacher_gpus]: teacher's server splits "
+        f"{teacher}'s 14 attention heads (2 KV heads) over its 4 GPUs; {SPLIT_RULE}; fix: give each local teacher "
+        "a number of GPUs that splits them (1, 2, 14): deployment.num_teacher_gpus=2"
+    )
+    check([*opd, "deployment=gpu", "deployment.num_teacher_gpus=2"], visible_gpus=4)
+    check([*opd, "deployment=colocated_gpu"], visible_gpus=1)  # the student's one GPU
+
+
+def test_a_named_teachers_share_is_checked_against_its_own_model(tmp_path):
+    def named(heads: int) -> list[str]:
+        srt = model_dir(tmp_path, f"srt{heads}", heads, heads)
+        return [*TWO_LOCAL_TEACHERS, f"++teachers.srt.model={srt}", "deployment=gpu", "deployment.num_teacher_gpus=4"]
+
+    with pytest.raises(ConfigError) as err:  # 2 GPUs each: the built-in teacher's 4 heads split, srt's 3 do not
+        check(named(3), visible_gpus=6)
+    assert err.value.keys == ["teachers.srt.model", "deployment.num_teacher_gpus"]
+    assert "over its 2 GPUs (num_teacher_gpus split between 2 local teachers)" in err.value.problem
+    assert err.value.fix.endswith("(1, 3): deployment.num_teacher_gpus=2")
+    check(named(6), visible_gpus=6)
+
+
+def test_a_student_tp_its_heads_do_not_split_over_is_refused_at_launch():
+    gpu = ["deployment=gpu", "deployment.num_infer_gpus=3", "inference.tp=3"]
+    with pytest.raises(ConfigError) as err:
+        check(gpu, visible_gpus=4)
+    assert str(err.value) == (
+        "invalid config [inference.tp, model.name]: the student server splits tiny's 4 attention heads (2 KV heads) "
+        f"over inference.tp=3 GPUs; {SPLIT_RULE}; fix: use inference.tp=2 (or another of 1, 2, 4), and "
+        "inference.dp * inference.tp = deployment.num_infer_gpus"
+    )
+    check(["deployment=gpu", "deployment.num_infer_gpus=4", "inference.tp=4"], visible_gpus=5)  # KV heads replicated
