@@ -23,10 +23,15 @@ from tests.vllm_server import serve
 GREEDY = Sampling(temperature=0.0, top_p=1.0, max_tokens=16)
 
 
-@pytest.fixture(scope="module", params=[["lora=on"], ["model=tiny_qwen3", "lora=embeddings"]], ids=["on", "embeddings"])
+@pytest.fixture(
+    scope="module",
+    params=[["lora=on", "trainer.lora.rank=12"], ["model=tiny_qwen3", "lora=embeddings"]],
+    ids=["on", "embeddings"],
+)
 def trained(tmp_path_factory, request):
     """A LoRA student after a few aggressive NLL steps on the sort task (so its outputs surely change); `embeddings`
-    also adapts the input embedding and the (tied) output layer, which vLLM serves through its own LoRA layers."""
+    also adapts the input embedding and the (tied) output layer, which vLLM serves through its own LoRA layers.
+    `on` has a rank vLLM does not list (12): its server takes the next it does (16) and serves the adapter as is."""
     torch.set_num_threads(1)
     cfg = compose_config([*request.param, "trainer.optim.lr=1e-2", "trainer.optim.warmup_steps=0"])
     cfg = replace(cfg, training_mode="sft")  # NLL, as the trainer trains in sft mode
