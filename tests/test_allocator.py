@@ -1,5 +1,6 @@
 """tcmalloc, preloaded into every process of a CPU run where it is installed (launcher/allocator.py)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -31,8 +32,8 @@ def test_every_role_without_a_gpu_runs_with_tcmalloc_loaded(tmp_path):
         launch_cmd("launcher.dry_run=true", f"hydra.run.dir={tmp_path}"), capture_output=True, text=True, cwd=ROOT
     )
     assert plan.returncode == 0, plan.stderr
-    envs = [line for line in (plan.stdout + plan.stderr).splitlines() if line.strip().startswith("env:")]
-    assert len(envs) == 3 and all(f"LD_PRELOAD={tcmalloc()}" in line for line in envs), plan.stderr
+    roles = json.loads((tmp_path / "configs" / "plan.json").read_text())["roles"]
+    assert len(roles) == 3 and all(role["env"].get("LD_PRELOAD") == str(tcmalloc()) for role in roles), roles
     # what that preload does to a process: the allocator is mapped before the program runs
     maps = subprocess.run(
         [sys.executable, "-c", "print(open('/proc/self/maps').read())"],

@@ -4,6 +4,7 @@ hand-off pipes between real processes. The layout end to end on this CPU: the on
 tests/test_e2e_rl.py (and every other e2e test, where it is the default)."""
 
 import asyncio
+import json
 import multiprocessing
 import os
 import subprocess
@@ -70,10 +71,14 @@ def test_the_dry_run_shows_who_holds_the_device_when(tmp_path):
         env={**os.environ, "CUDA_VISIBLE_DEVICES": "3", "COLUMNS": "400"},
     )
     assert out.returncode == 0, out.stderr
-    assert "layout colocated on GPU 3" in out.stderr
-    assert "turn 1, orchestrator: wake the student and teacher servers" in out.stderr
-    assert "turn 2, trainer: train one step" in out.stderr
-    assert "inference.gpu_memory_utilization=0.3, teacher.gpu_memory_utilization=0.2" in out.stderr
+    plan = json.loads((tmp_path / "configs" / "plan.json").read_text())
+    assert plan["layout"] == "colocated" and {tuple(r["gpus"]) for r in plan["roles"]} == {("3",), ()}
+    orchestrator, trainer = plan["turns"]
+    assert (
+        orchestrator["holder"] == "orchestrator" and orchestrator["work"][0] == "wake the student and teacher servers"
+    )
+    assert trainer["holder"] == "trainer" and trainer["work"][0] == "train one step"
+    assert plan["gpu_shares"] == {"inference.gpu_memory_utilization": 0.3, "teacher.gpu_memory_utilization": 0.2}
 
 
 def test_colocated_rules_name_the_keys():

@@ -479,13 +479,19 @@ def test_opd_dry_run_plan(tmp_path):
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
-    for role in ("inference", "teacher_inference", "orchestrator", "trainer"):
-        assert role in proc.stderr
-        cfg = load_config(run_dir / "configs" / f"{role}.yaml")
+    plan = json.loads((run_dir / "configs" / "plan.json").read_text())
+    assert plan["modes"] == ["opd"] and plan["weights"] == "files"
+    assert plan["layout"] == "colocated" and [t["holder"] for t in plan["turns"]] == ["orchestrator", "trainer"]
+    roles = {role["name"]: role for role in plan["roles"]}
+    assert set(roles) == {"inference", "teacher_inference", "orchestrator", "trainer"}
+    for role in roles.values():
+        cfg = load_config(role["config"])
         assert cfg.run_dir == str(run_dir.resolve())
     # no port is chosen before a server binds it: each binds one of the kernel's choosing
     assert cfg.inference.port == cfg.teacher.port == 0
-    assert proc.stderr.count("--port 0") == 2 and proc.stderr.count("port:    chosen by the kernel") == 2
+    for server in ("inference", "teacher_inference"):
+        command = roles[server]["command"]
+        assert roles[server]["port"] == 0 and command[command.index("--port") + 1] == "0"
     assert not (run_dir / "logs").exists()  # nothing was started
 
 
@@ -519,8 +525,9 @@ def test_gpu_slices_follow_cuda_visible_devices(tmp_path):
         env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": "5,7", "COLUMNS": "400"},
     )
     assert proc.returncode == 0, proc.stderr
-    assert "CUDA_VISIBLE_DEVICES=5 " in proc.stderr or "CUDA_VISIBLE_DEVICES=5\n" in proc.stderr
-    assert "CUDA_VISIBLE_DEVICES=7" in proc.stderr
+    plan = json.loads((run_dir / "configs" / "plan.json").read_text())
+    devices = {role["name"]: role["gpus"] for role in plan["roles"]}
+    assert devices == {"inference": ["5"], "trainer": ["7"], "orchestrator": []}
 
 
 def test_parallelism_rules_on_gpus():
@@ -538,27 +545,30 @@ def test_parallelism_rules_on_gpus():
     assert err.value.keys == ["trainer.lora.enabled", "deployment.num_train_gpus"]
 
 
-def dry_run(tmp_path, *overrides, cuda_visible=None):
-    """The printed plan of `launch.py launcher.dry_run=true <overrides>`, one '<role> <line>' per line."""
+def dry_run(tmp_path, *overrides, cuda_visible=None) -> list[dict]:
+    """The plans `launch.py launcher.dry_run=true <overrides>` writes (configs/plan*.json: one per node)."""
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     if cuda_visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = cuda_visible
+    run_dir = tmp_path / "run"
     proc = subprocess.run(
-        launch_cmd(*overrides, "launcher.dry_run=true", f"hydra.run.dir={tmp_path / 'run'}"),
+        launch_cmd(*overrides, "launcher.dry_run=true", f"hydra.run.dir={run_dir}"),
         capture_output=True,
         text=True,
         cwd=ROOT,
         timeout=60,
-        env={**env, "COLUMNS": "400"},
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr
-    return proc.stderr
+    return [json.loads(path.read_text()) for path in sorted((run_dir / "configs").glob("plan*.json"))]
 
 
-def command_of(plan_text: str, role: str) -> list:
-    lines = plan_text.splitlines()
-    start = lines.index(role)
-    return next(line for line in lines[start:] if line.strip().startswith("command:")).split()[1:]
+def role_of(plans: list[dict], name: str) -> dict:
+    return next(role for plan in plans for role in plan["roles"] if role["name"] == name)
+
+
+def command_of(plans: list[dict], name: str) -> list[str]:
+    return role_of(plans, name)["command"]
 
 
 def test_dry_run_trainer_on_two_cpu_processes_is_torchrun(tmp_path):
@@ -568,7 +578,7 @@ def test_dry_run_trainer_on_two_cpu_processes_is_torchrun(tmp_path):
 
 
 def test_dry_run_gpu_deployment_with_tp_dp_and_a_sharded_trainer(tmp_path):
-    text = dry_run(
+    plans = dry_run(
         tmp_path,
         "deployment=gpu",
         "deployment.num_infer_gpus=4",
@@ -577,11 +587,12 @@ def test_dry_run_gpu_deployment_with_tp_dp_and_a_sharded_trainer(tmp_path):
         "inference.dp=2",
         cuda_visible="3,4,5,6,7,9",
     )
-    vllm = command_of(text, "inference")
+    vllm = command_of(plans, "inference")
     flag = lambda name: vllm[vllm.index(name) + 1]  # noqa: E731
     assert flag("--tensor-parallel-size") == "2" and flag("--data-parallel-size") == "2"
-    assert "CUDA_VISIBLE_DEVICES=3,4,5,6" in text and "CUDA_VISIBLE_DEVICES=7,9" in text
-    trainer = command_of(text, "trainer")
+    assert role_of(plans, "inference")["env"]["CUDA_VISIBLE_DEVICES"] == "3,4,5,6"
+    assert role_of(plans, "trainer")["env"]["CUDA_VISIBLE_DEVICES"] == "7,9"
+    trainer = command_of(plans, "trainer")
     assert trainer[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 
 

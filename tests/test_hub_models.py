@@ -2,6 +2,7 @@
 (models--<org>--<name>/refs and snapshots/<commit>, as huggingface_hub writes it): the launcher resolves each id
 once and every process loads that snapshot."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -54,7 +55,8 @@ def test_a_hub_id_resolves_once_to_the_snapshot_every_role_loads(hub, tmp_path):
     for role in ("inference", "orchestrator", "trainer"):
         cfg = load_config(run_dir / "configs" / f"{role}.yaml")
         assert (cfg.model.name, cfg.model.path) == ("testorg/student", str(snapshot))
-    assert f"--model {snapshot} " in proc.stderr
+    server = json.loads((run_dir / "configs" / "plan.json").read_text())["roles"][0]
+    assert server["name"] == "inference" and server["command"][server["command"].index("--model") + 1] == str(snapshot)
 
 
 def test_a_revision_picks_its_snapshot(hub, tmp_path):

@@ -20,7 +20,7 @@ from prime_rl.launcher.plan import ROLES, Node, Plan, RemoteServer, build_plan
 from prime_rl.launcher.supervisor import run_plan
 from prime_rl.orchestrator.students import StudentServers, student_client
 from tests.conftest import ROOT, launch_cmd, unused_port
-from tests.test_config import TWO_LOCAL_TEACHERS, command_of, dry_run
+from tests.test_config import TWO_LOCAL_TEACHERS, command_of, dry_run, role_of
 from tests.test_slurm import needs_slurm
 from tests.test_supervisor import DRIVER, assert_nothing_survives, make_plan, run_dir, standin  # noqa: F401
 
@@ -38,13 +38,6 @@ def flag(argv, name):
     return argv[argv.index(name) + 1]
 
 
-def line_of(plan_text: str, role: str, key: str) -> str:
-    """The value of `key` (command:, env:, gpus:, …) in the dry run's block of `role`."""
-    lines = plan_text.splitlines()
-    start = lines.index(role)
-    return next(line for line in lines[start:] if line.strip().startswith(key)).split(key, 1)[1].strip()
-
-
 def node_plans(tmp_path, overrides, hostnames):
     cfg = compose_config(overrides)
     check_rules(cfg, visible_gpus=8)
@@ -57,7 +50,7 @@ def roles(plan: Plan):
 
 def test_eight_gpus_on_one_node_opd(tmp_path):
     """4 student inference (2 replicas x tp 2) / 3 trainer / 1 teacher: disjoint, contiguous, in that order."""
-    text = dry_run(
+    plans = dry_run(
         tmp_path,
         "deployment=gpu",
         "training_mode=opd",
@@ -68,14 +61,15 @@ def test_eight_gpus_on_one_node_opd(tmp_path):
         "inference.dp=2",
         cuda_visible=",".join(EIGHT),
     )
-    inference, trainer, teacher = (command_of(text, r) for r in ("inference", "trainer", "teacher_inference"))
+    inference, trainer, teacher = (command_of(plans, r) for r in ("inference", "trainer", "teacher_inference"))
     assert int(flag(inference, "--tensor-parallel-size")) * int(flag(inference, "--data-parallel-size")) == 4
     assert flag(teacher, "--tensor-parallel-size") == "1"
     assert trainer[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3"]
-    slices = {r: line_of(text, r, "gpus:") for r in ("inference", "trainer", "teacher_inference", "orchestrator")}
-    assert slices == {"inference": "0,1,2,3", "trainer": "4,5,6", "teacher_inference": "7", "orchestrator": "cpu"}
-    for role, devices in (("inference", "0,1,2,3"), ("trainer", "4,5,6"), ("teacher_inference", "7")):
-        assert f"CUDA_VISIBLE_DEVICES={devices}" in line_of(text, role, "env:").split()
+    slices = {r: ",".join(role_of(plans, r)["gpus"]) for r in ("inference", "trainer", "teacher_inference")}
+    assert slices == {"inference": "0,1,2,3", "trainer": "4,5,6", "teacher_inference": "7"}
+    assert role_of(plans, "orchestrator")["gpus"] == []
+    for role, devices in slices.items():
+        assert role_of(plans, role)["env"]["CUDA_VISIBLE_DEVICES"] == devices
     assert "--host 127.0.0.1" in " ".join(inference)  # one node: servers stay on loopback
 
 
@@ -204,16 +198,23 @@ def test_two_jobs_sharing_a_node_get_disjoint_ports(tmp_path):
 
 
 def test_dry_run_prints_every_node_on_simulated_hosts(tmp_path):
-    text = dry_run(
+    plans = dry_run(
         tmp_path,
         *GPU_NODES,
         "deployment.num_infer_nodes=1",
         "deployment.num_train_nodes=2",
         cuda_visible=",".join(EIGHT),
     )
-    assert "node 0 node0: inference\n" in text and "node 1 node1: orchestrator, trainer (head)\n" in text
-    assert "node 2 node2: trainer\n" in text and "waits for inference@node0: http://node0:10000" in text
-    assert "--node-rank 1 --rdzv-endpoint node1:10002" in text and "--host 0.0.0.0 --port 10000" in text
+    nodes = [(p["node"]["hostname"], [r["name"] for r in p["roles"]], p["node"]["head"]) for p in plans]
+    assert nodes == [
+        ("node0", ["inference"], False),
+        ("node1", ["orchestrator", "trainer"], True),
+        ("node2", ["trainer"], False),
+    ]
+    assert plans[1]["remote_servers"] == [{"name": "inference@node0", "root": "http://node0:10000"}]
+    trainer = " ".join(plans[2]["roles"][0]["command"])
+    assert "--node-rank 1 --rdzv-endpoint node1:10002" in trainer
+    assert "--host 0.0.0.0 --port 10000" in " ".join(plans[0]["roles"][0]["command"])
     for role in ("inference", "orchestrator", "trainer"):
         assert load_config(tmp_path / "run" / "configs" / f"{role}.yaml").inference.urls == ["http://node0:10000/v1"]
 

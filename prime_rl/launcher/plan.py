@@ -1,15 +1,18 @@
 """The process plan of one job: which roles run, with what command, environment, GPUs, port and log file.
 
-The plan is pure data computed from the validated config; the dry run prints it and the supervisor runs it.
+The plan is pure data computed from the validated config; the dry run prints it, every launch writes it as JSON
+beside the role configs (configs/plan.json: what tools and tests read), and the supervisor runs it.
 """
 
+import json
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from prime_rl.config.layout import is_colocated, on_gpu, pushes_weights
+from prime_rl.config.layout import gpu_shares, is_colocated, on_gpu, pushes_weights, turns
+from prime_rl.config.modes import run_modes
 from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.config.teachers import (
     SERVER_ROLE,
@@ -209,3 +212,39 @@ def write_role_configs(plan: Plan) -> None:
     text = OmegaConf.to_yaml(OmegaConf.structured(plan.config))
     for role in plan.roles:
         write_text(role.config_file, text)
+    write_text(plan_file(plan), json.dumps(plan_record(plan), indent=1) + "\n")
+
+
+def plan_file(plan: Plan) -> Path:
+    """configs/plan.json; multi-node, one per node: configs/plan.node<rank>.json."""
+    name = f"plan.node{plan.node.rank}.json" if plan.node.multi else "plan.json"
+    return RunDir(plan.run_dir).root / "configs" / name
+
+
+def plan_record(plan: Plan) -> dict:
+    """The plan as data: the modes, the layout (colocated: its turns and the servers' GPU shares), how weights
+    reach the server, and each role's command, environment additions, GPUs, port, log and config. Secrets are
+    never in it: roles inherit them from the launcher's environment, which the record does not hold."""
+    c = plan.config
+    colocated = is_colocated(c)
+    return {
+        "modes": [mode.name for mode in run_modes(c)],
+        "node": {"rank": plan.node.rank, "hostname": plan.node.hostname, "head": plan.node.head},
+        "layout": "colocated" if colocated else "separate",
+        "turns": [asdict(t) for t in turns(c)] if colocated else [],
+        "gpu_shares": gpu_shares(c) if colocated and on_gpu(c) else {},
+        "weights": c.inference.weight_transfer.value if pushes_weights(c) else "files",
+        "roles": [
+            {
+                "name": r.name,
+                "command": r.command,
+                "env": r.env,
+                "gpus": r.gpus,
+                "port": r.port,
+                "log": str(r.log_file),
+                "config": str(r.config_file),
+            }
+            for r in plan.roles
+        ],
+        "remote_servers": [{"name": s.name, "root": s.root} for s in plan.remote_servers],
+    }
