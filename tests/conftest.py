@@ -6,6 +6,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# The models the tests build (warm-started students, teachers) go to the repo's own ignored cache, never the user's
+# ~/.cache/prime_rl: hermetic, kept between local runs, fresh on a fresh clone. Every launched process inherits it.
+os.environ.setdefault("PRIME_RL_CACHE", str(ROOT / ".cache" / "test-models"))
 
 
 def pytest_collection_modifyitems(items):

@@ -130,7 +130,7 @@ def test_weights_pushed_over_gloo_keep_the_server_on_the_trainers_weights(tmp_pa
     at float noise while the weights move (a push that left the server one step behind would show 1e-4 or more, as
     the learning run's staleness-1 steps do), and the final weights reach the server for the last evaluation."""
     run_dir = tmp_path / "run"
-    overrides = ["max_steps=3", "orchestrator.max_async_level=0", "orchestrator.eval.interval=3"]
+    overrides = ["debug=smoke", "orchestrator.max_async_level=0"]
     overrides += ["trainer.num_procs=2"] if trainer == "fsdp_two_processes" else ["deployment=colocated"]
     proc = launch(run_dir, *overrides, "trainer.optim.lr=1e-3", "inference.weight_transfer=gloo", "monitor=off")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -119,9 +119,8 @@ def test_a_mix_trains_each_source_with_its_own_mode_and_teacher_in_the_same_step
             "trainer.loss.teacher_tau=1.0",
             "model.warm_start.task=reverse",  # the built-in reverse student: no build for the mix
             "orchestrator.sampling.temperature=0.8",
-            "max_steps=3",
+            "debug=smoke",
             "seed=3",  # the prompts' draw is seeded: with this seed each step draws every source of the four
-            "orchestrator.eval.interval=3",
             "orchestrator.log_samples=128",  # the whole step: 16 prompts x 8 at most
             "lora=on",
             "trainer.loss.kl_ref_tau=0.1",  # the reference: the adapter off, at each mode's temperature
@@ -257,7 +256,7 @@ BUILT_ON_REVERSE = ["model.warm_start.task=reverse", "teacher.warm_start.task=re
 def test_the_lora_reference_experiments_run_end_to_end_on_the_qwen3_family(tmp_path):
     overrides = ["experiment=opd_lora", "model=tiny_qwen3", QWEN3_TEACHER, *BOTH_ADVANTAGES.split()]
     overrides += [*WHOLE_VOCAB_TOP_K.split(), "task=mix", OPD_AND_SFT, *BUILT_ON_REVERSE, "teacher.max_tokens=2"]
-    overrides += ["max_steps=3", "orchestrator.eval.interval=3", "orchestrator.log_samples=32"]
+    overrides += ["debug=smoke", "orchestrator.log_samples=32"]
     run = launch(tmp_path / "run", *overrides)
     assert run.returncode == 0, run.stderr[-3000:]
     train = [r for r in rows(tmp_path / "run") if "loss" in r]

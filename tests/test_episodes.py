@@ -256,9 +256,7 @@ def three_steps(run_dir, *overrides: str) -> tuple[list[dict], list[dict]]:
     """Three on-policy steps of 8 prompts x 4 episodes, every sample logged: (the train rows, samples.jsonl). On
     policy in float32, mismatch_kl ~0 says the trainer computed every sampled token in the very context the server
     sampled it in: a turn whose prompt differed from what the episode holds would show."""
-    run = launch(
-        run_dir, *overrides, "max_steps=3", "orchestrator.eval.interval=3", "orchestrator.log_samples=32", *SMALL
-    )
+    run = launch(run_dir, *overrides, "debug=smoke", "orchestrator.log_samples=32", *SMALL)
     assert run.returncode == 0, run.stderr[-3000:]
     train = [r for r in rows(run_dir) if "loss" in r]
     assert len(train) == 3

@@ -22,7 +22,7 @@ from tests.test_e2e_rl import launch, rows
 from tests.test_episodes import ON_POLICY
 
 STRING_PARTS = (tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING))  # f-strings' text on 3.12
-FEW_STEPS = ["max_steps=3", "orchestrator.eval.interval=3", "orchestrator.batch_size=32"]
+FEW_STEPS = ["debug=smoke", "orchestrator.batch_size=32"]
 
 
 def student_argv(*overrides: str) -> list[str]:

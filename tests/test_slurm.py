@@ -17,7 +17,7 @@ from tests.conftest import ROOT, launch_cmd
 from tests.test_e2e_rl import run_processes
 
 needs_slurm = pytest.mark.skipif(shutil.which("sinfo") is None, reason="no SLURM: sinfo not on PATH (run .ci/slurm up)")
-SHORT = ["max_steps=3", "orchestrator.eval.interval=3"]
+SHORT = ["debug=smoke"]
 
 
 def sweep(sweep_dir: Path, *overrides: str, timeout: int = 540) -> subprocess.CompletedProcess:
