@@ -46,6 +46,7 @@ async def vllm_greedy(client, tok):
 @pytest.mark.vllm
 def test_reload_then_scoring_and_tempered_sampling_match_transformers(student, tmp_path):
     path, tok = student
+    original = AutoModelForCausalLM.from_pretrained(path).eval()
     model = AutoModelForCausalLM.from_pretrained(path).eval()
     torch.manual_seed(0)
     with torch.no_grad():
@@ -57,6 +58,10 @@ def test_reload_then_scoring_and_tempered_sampling_match_transformers(student, t
     async def scenario(url):
         client = InferenceClient(f"{url}/v1", max_retries=1)
         before = await vllm_greedy(client, tok)
+        # the warm-started student as served: its raw completion (ids, text, logprobs) at T = 0
+        plain = {"model": "student", "max_tokens": 16, "temperature": 0, "logprobs": 0, "return_token_ids": True}
+        plain["stop_token_ids"] = turn_end_ids(tok)  # where transformers' generate stops: the model's own eos
+        raw = [await client.post("/completions", {**plain, "prompt": prompt_ids(tok, p)}) for p in PROMPTS[:3]]
         # A request still running during the reload (one a client gave up on): preempted, not an error.
         long_request = {
             "model": "student",
@@ -80,7 +85,7 @@ def test_reload_then_scoring_and_tempered_sampling_match_transformers(student, t
         warm = Sampling(temperature=0.7, top_p=1.0, max_tokens=16, stop_token_ids=turn_end_ids(tok))
         sampled = await client.complete("student", [prompt_ids(tok, p) for p in PROMPTS[:4]], 2, warm)
         await client.close()
-        return before, after, ids, scores, sampled, whole, top8
+        return before, raw, after, ids, scores, sampled, whole, top8
 
     # A hub model's sampling defaults (Qwen3 ships top_k 20, Qwen2.5 a repetition penalty too) must not reach the
     # sampler: the trainer's pi knows only the temperature, so the logprobs checked below would differ. And like a
@@ -98,7 +103,7 @@ def test_reload_then_scoring_and_tempered_sampling_match_transformers(student, t
     tokenizer_config = json.loads((served / "tokenizer_config.json").read_text())
     (served / "tokenizer_config.json").write_text(json.dumps(tokenizer_config | {"eos_token": "<|endoftext|>"}))
     with serve(served, tmp_path, extra_args=["--max-logprobs", str(VOCAB)]) as url:
-        before, after, ids, scores, sampled, whole, top8 = asyncio.run(scenario(url))
+        before, raw, after, ids, scores, sampled, whole, top8 = asyncio.run(scenario(url))
         # an external teacher asked for more logprobs per position than it serves: one line, before any process
         external = compose_config(
             ["training_mode=opd", "teacher=external", f"teacher.base_url={url}/v1", "teacher.model=student"]
@@ -106,6 +111,17 @@ def test_reload_then_scoring_and_tempered_sampling_match_transformers(student, t
         )
         with pytest.raises(TeacherError, match=f"does not return {VOCAB + 1} logprobs per token.*max allowed: {VOCAB}"):
             check_top_k_served(external)
+    assert before == [hf_greedy(original, prompt_ids(tok, p)) for p in PROMPTS]  # the served student is transformers'
+    for p, choice in zip(PROMPTS, (r["choices"][0] for r in raw)):
+        prompt = prompt_ids(tok, p)
+        with torch.no_grad():
+            out = original.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False)
+            logprobs = original(out).logits[0, len(prompt) - 1 : -1].log_softmax(-1)
+        greedy = out[0, len(prompt) :].tolist()
+        assert choice["prompt_token_ids"] == prompt and choice["token_ids"] == greedy
+        assert choice["text"] == tok.decode(greedy, skip_special_tokens=True)
+        hf = [logprobs[i, t].item() for i, t in enumerate(greedy)]
+        assert choice["logprobs"]["token_logprobs"] == pytest.approx(hf, abs=1e-3)
     expected = [hf_greedy(model, prompt_ids(tok, p)) for p in PROMPTS]
     assert after == expected  # the server now runs the exported weights
     assert any(out[-1] in turn_end_ids(tok) for out in after)  # stopped at <|im_end|>, which is kept

@@ -2,14 +2,11 @@
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import replace
 
-import httpx
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -31,7 +28,7 @@ from prime_rl.protocol.atomic import STABLE_MARKER
 from prime_rl.tasks import Example, load_task
 from prime_rl.trainer.data import collate
 from prime_rl.trainer.supervised import sft_train, supervised_samples
-from tests.conftest import ROOT, unused_port
+from tests.conftest import ROOT
 
 torch.set_num_threads(1)  # one thread is fastest on small shared CPUs
 QUICK = WarmStartConfig(steps=2, batch_size=8, warmup_steps=1)
@@ -206,60 +203,6 @@ def test_sft_cli_trains_and_saves_a_loadable_model(tmp_path):
     init = build_tiny_model(TinyModelConfig(), build_tokenizer())
     assert not torch.equal(model.lm_head.weight, init.lm_head.weight)  # trained, not just saved
     assert AutoTokenizer.from_pretrained(out).encode("reverse: ab") == build_tokenizer().encode("reverse: ab")
-
-
-@pytest.mark.vllm
-def test_vllm_serves_tiny_model_like_transformers(tmp_path):
-    path = prepare_model("tiny", TinyModelConfig(), WarmStartConfig(), TaskConfig(), str(tmp_path))
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path).eval()
-    port = unused_port()
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(path)]
-    cmd += ["--served-model-name", "student", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"]
-    cmd += ["--max-model-len", "512", "--enforce-eager", "--distributed-executor-backend", "uni"]
-    cmd += ["--kv-cache-memory-bytes", "67108864"]
-    env = {k: v for k, v in os.environ.items() if k != "VLLM_CPU_KVCACHE_SPACE"}  # it would override the byte limit
-    log = open(tmp_path / "vllm.log", "w")
-    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    server = subprocess.Popen(cmd, env=env, stdout=log, stderr=log, start_new_session=True)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.time() + 300
-        while not _healthy(url):
-            assert server.poll() is None and time.time() < deadline, (tmp_path / "vllm.log").read_text()[-3000:]
-            time.sleep(0.5)
-        for prompt in ["reverse: abcdef", "reverse: xyz", "reverse: hello"]:
-            ids = prompt_ids(tok, prompt)
-            request = {"model": "student", "prompt": ids, "max_tokens": 16, "temperature": 0, "logprobs": 0}
-            response = httpx.post(f"{url}/v1/completions", json={**request, "return_token_ids": True}, timeout=120)
-            choice = response.json()["choices"][0]
-            with torch.no_grad():
-                out = model.generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False)
-                logprobs = model(out).logits[0, len(ids) - 1 : -1].log_softmax(-1)
-            expected = out[0, len(ids) :].tolist()
-            assert choice["prompt_token_ids"] == ids and choice["token_ids"] == expected
-            assert choice["text"] == tok.decode(expected, skip_special_tokens=True)
-            hf = [logprobs[i, t].item() for i, t in enumerate(expected)]
-            assert choice["logprobs"]["token_logprobs"] == pytest.approx(hf, abs=1e-3)
-    finally:
-        _stop(server)
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def _stop(server: subprocess.Popen) -> None:
-    """TERM the server's process group, KILL it if still there after 5 s (a lone KILL orphans the engine)."""
-    os.killpg(server.pid, signal.SIGTERM)
-    try:
-        server.wait(5)
-    except subprocess.TimeoutExpired:
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
 
 
 @pytest.mark.slow
