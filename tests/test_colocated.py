@@ -8,6 +8,7 @@ import json
 import multiprocessing
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from prime_rl.launcher.preflight import check_at_launch
 from prime_rl.models.size import param_count
 from prime_rl.protocol.device_turn import DeviceTurn
 from prime_rl.protocol.handoff import Listener, announce
+from prime_rl.protocol.polling import wait_until
 from tests.conftest import ROOT, launch_cmd
 
 ONE_GPU = ["deployment=colocated_gpu"]
@@ -133,28 +135,41 @@ def test_param_count_reads_the_config_without_loading_weights(tmp_path):
     assert param_count(tmp_path) == 2 * 100 * 64 + 2 * layer + 64  # embedding, untied head, layers, final norm
 
 
-def _hold_turn(lock_file: str, log: str, name: str, hold_s: float) -> None:
+def _hold_turn(lock_file: str, log: str, release: str) -> None:
+    """The trainer's turn: it holds the device until the test lets it go."""
     with DeviceTurn(Path(lock_file), shared=True):
         with open(log, "a") as f:
-            f.write(f"{name} in\n")
-        time.sleep(hold_s)
+            f.write("trainer in\n")
+        wait_until(Path(release).exists, 60, 0.01, "never released")
         with open(log, "a") as f:
-            f.write(f"{name} out\n")
+            f.write("trainer out\n")
+
+
+def waits_for_lock(path: Path) -> bool:
+    """Someone waits in the kernel for the flock on `path` (/proc/locks lists each waiter with `->`)."""
+    inode = f":{path.stat().st_ino} "
+    return any("-> FLOCK" in line and inode in line for line in Path("/proc/locks").read_text().splitlines())
 
 
 def test_a_turn_waits_for_the_other_process_to_finish_its_own(tmp_path):
-    lock, log = str(tmp_path / "device.lock"), str(tmp_path / "log")
-    ctx = multiprocessing.get_context("fork")
-    first = ctx.Process(target=_hold_turn, args=(lock, log, "trainer", 1.0))
+    lock, log, release = tmp_path / "device.lock", tmp_path / "log", tmp_path / "release"
+    first = multiprocessing.get_context("fork").Process(target=_hold_turn, args=(str(lock), str(log), str(release)))
     first.start()
-    while not Path(log).exists():
-        time.sleep(0.01)
-    turn = DeviceTurn(Path(lock), shared=True)
-    with turn:
-        held = Path(log).read_text()
-    first.join()
-    assert held == "trainer in\ntrainer out\n"  # the whole of the other turn, then this one
-    assert turn.take_times()["time/wait_turn"] > 0.5
+    wait_until(log.exists, 60, 0.01, "the trainer never took its turn")
+    turn, held = DeviceTurn(lock, shared=True), []
+
+    def take() -> None:
+        with turn:
+            held.append(log.read_text())
+
+    taker = threading.Thread(target=take)
+    taker.start()
+    wait_until(lambda: waits_for_lock(lock), 60, 0.01, "the orchestrator's turn did not wait")
+    release.touch()
+    taker.join(60)
+    first.join(60)
+    assert held == ["trainer in\ntrainer out\n"]  # the whole of the other turn, then this one
+    assert turn.take_times()["time/wait_turn"] > 0
 
 
 def test_a_free_turn_takes_no_lock(tmp_path):
