@@ -49,6 +49,11 @@ def rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+def plan_of(run_dir: Path) -> dict:
+    """The launch's process plan (configs/plan.json)."""
+    return json.loads((run_dir / "configs" / "plan.json").read_text())
+
+
 def eval_gain_in_standard_errors(run_dir: Path) -> float:
     """The last eval's reward minus the first's, over the standard error of that difference: each eval is a
     sample of prompts (~0.02 for 128), so a gain of 4 or more is learning, not noise."""
@@ -66,7 +71,7 @@ def test_rl_improves_eval_reward_and_lr_zero_does_not(tmp_path):
     assert not (tmp_path / "learn" / "merged").exists()  # full fine-tuning: no merged adapter
     s = summary(tmp_path / "learn")
     assert s["steps"] == 50 and s["eval/step_first"] == 0 and s["eval/step_final"] == 50
-    assert s["eval/reward_final"] > s["eval/reward_first"] + 0.05, s
+    assert eval_gain_in_standard_errors(tmp_path / "learn") > 2, s  # the project's bar for "better than noise"
 
     # the control also samples at T = 0.7: the trainer's pi must be the tempered sampling policy too; its eval is
     # greedy, so unchanged weights must give the same eval reward. It runs on policy, in turns (deployment=colocated,
@@ -84,8 +89,7 @@ def test_rl_improves_eval_reward_and_lr_zero_does_not(tmp_path):
         f"launcher.weights_dir={tmp_path / 'scratch'}",  # the exports elsewhere, as on a GPU node's own disk
     )
     assert frozen.returncode == 0, frozen.stderr[-3000:]
-    assert "layout colocated on the CPU" in frozen.stderr
-    assert f"weights: exported to {tmp_path / 'scratch'}/" in frozen.stderr.replace("\n", "")
+    assert plan_of(tmp_path / "frozen")["layout"] == "colocated"
     assert not os.listdir(tmp_path / "scratch") and not (tmp_path / "frozen" / "weights").exists()  # gone with it
     f = summary(tmp_path / "frozen")
     assert abs(f["eval/reward_final"] - f["eval/reward_first"]) < 0.02, f
@@ -134,8 +138,9 @@ def test_weights_pushed_over_gloo_keep_the_server_on_the_trainers_weights(tmp_pa
     overrides += ["trainer.num_procs=2"] if trainer == "fsdp_two_processes" else ["deployment=colocated"]
     proc = launch(run_dir, *overrides, "trainer.optim.lr=1e-3", "inference.weight_transfer=gloo", "monitor=off")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert ("layout colocated" in proc.stderr) == (trainer == "one_process_in_turns")
-    assert "weights: pushed by the trainer over gloo when the orchestrator asks" in proc.stderr
+    plan = plan_of(run_dir)
+    assert plan["layout"] == ("colocated" if trainer == "one_process_in_turns" else "separate")
+    assert plan["weights"] == "gloo"
     lines = rows(run_dir)
     train = [r for r in lines if "loss" in r]
     assert [r["step"] for r in train] == [0, 1, 2]

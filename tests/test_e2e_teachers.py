@@ -41,7 +41,7 @@ def test_opd_distills_the_teacher(tmp_path, teacher_dir):
     # half failed it; rollouts are sampled unseeded, so the ratio varies from run to run)
     assert sum(kl[-10:]) / 10 <= 0.6 * kl[0], kl
     assert s["eval/teacher_reward"] > s["eval/reward_first"]
-    assert s["eval/reward_final"] > s["eval/reward_first"] + 0.1, s  # toward the teacher
+    assert eval_gain_in_standard_errors(tmp_path / "run") > 4, s  # toward the teacher: 0.37 measured, ~9 SE
     assert not (tmp_path / "run" / "merged").exists()  # full fine-tuning: no merged adapter
 
 
