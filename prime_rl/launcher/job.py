@@ -156,8 +156,8 @@ def run(plan: Plan) -> int:
 
 
 def check_gpus(plan: Plan) -> None:
-    """Whether the trainer's GPUs hold what it keeps resident (colocated: beside the servers' shares), and the
-    student server's a pushed transfer's buffers beside its share, before any server starts."""
+    """Before any server starts: whether the trainer's GPUs hold what it keeps resident (colocated: beside the
+    servers' shares), and whether the student server's GPU holds a push's receive buffers beside its share."""
     from prime_rl.launcher.gpu_memory import check_colocated_gpu, check_server_push, check_trainer_gpus
 
     cfg = plan.config
