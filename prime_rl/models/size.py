@@ -1,6 +1,7 @@
 """How large a model is, counted from its config.json without loading a weight: its parameters (for the memory
 the trainer needs and the time its state takes to write)."""
 
+import functools
 from pathlib import Path
 
 
@@ -14,10 +15,12 @@ def largest_param(model_dir: Path) -> int:
     return max(param_sizes(model_dir))
 
 
-def param_sizes(model_dir: Path) -> list[int]:
+@functools.cache  # the fit checks ask for the count and the largest of the same model
+def param_sizes(model_dir: Path) -> tuple[int, ...]:
+    """Each parameter's elements, counted on the meta device: nothing is loaded."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir))
-    return [p.numel() for p in model.parameters()]
+    return tuple(p.numel() for p in model.parameters())
