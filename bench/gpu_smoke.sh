@@ -45,8 +45,10 @@ wheels)
   pinned() { for name; do echo "$name==$($PY -c "import importlib.metadata as m; print(m.version('$name'))")"; done; }
   # pure Python: built here where no wheel is published (antlr4's runtime); pydantic-core is compiled: the
   # target's own build
-  $PY -m pip wheel -q --no-deps -w "$WHEELS" \
-    $(pinned hydra-core omegaconf antlr4-python3-runtime pydantic annotated-types typing-inspection typing-extensions)
+  pure=$(for pair in $CONFIG_PACKAGES typing_extensions=typing-extensions; do
+    [[ ${pair#*=} == pydantic-core ]] || echo "${pair#*=}"
+  done)
+  $PY -m pip wheel -q --no-deps -w "$WHEELS" $(pinned $pure)
   $PY -m pip download -q --no-deps --only-binary=:all: --python-version "${TARGET_PYTHON:-3.12}" \
     --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     --platform manylinux_2_28_x86_64 -d "$WHEELS" "$(pinned pydantic-core)"
