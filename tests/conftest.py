@@ -30,6 +30,17 @@ def launch_cmd(*overrides: str) -> list[str]:
     return [sys.executable, str(ROOT / "launch.py"), *overrides]
 
 
+@pytest.fixture(scope="session")
+def standing_servers(tmp_path_factory):
+    """Student servers that outlive runs, shared by the session's runs of the same recipe (tests/standing_servers.py);
+    `launch(..., *standing_servers.overrides(*the run's overrides))`."""
+    from tests.standing_servers import StandingServers
+
+    pool = StandingServers(tmp_path_factory.mktemp("standing"))
+    yield pool
+    pool.stop_all()
+
+
 @pytest.fixture(autouse=True)
 def _no_cuda_env(monkeypatch):
     """Tests decide GPU visibility themselves; the machine's own CUDA_VISIBLE_DEVICES must not leak in."""

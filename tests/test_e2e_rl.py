@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, launch_cmd
+from tests.standing_servers import StandingServers
 
 # what a step does in turns, beside the hand-offs between them
 PHASES = ("time/reload", "time/generate", "time/score", "time/teacher", "time/eval", "time/train", "time/export")
@@ -32,9 +33,17 @@ def run_processes(marker: str) -> list[int]:
     return pids
 
 
-def launch(run_dir: Path, *overrides: str, timeout: int = 900) -> subprocess.CompletedProcess:
+def launch(
+    run_dir: Path, *overrides: str, timeout: int = 900, standing: StandingServers | None = None
+) -> subprocess.CompletedProcess:
+    """`python launch.py <overrides>` in `run_dir`; with `standing`, on a standing student server of its recipe."""
+    attach = standing.overrides(*overrides) if standing else []
     proc = subprocess.run(
-        launch_cmd(*overrides, f"hydra.run.dir={run_dir}"), capture_output=True, text=True, cwd=ROOT, timeout=timeout
+        launch_cmd(*overrides, *attach, f"hydra.run.dir={run_dir}"),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
     )
     assert not run_processes(str(run_dir)), "processes of the run outlived the launcher"
     return proc
@@ -64,9 +73,10 @@ def eval_gain_in_standard_errors(run_dir: Path) -> float:
 
 
 @pytest.mark.vllm
-def test_rl_improves_eval_reward_and_lr_zero_does_not(tmp_path):
-    """The reference experiment (experiment=rl, shorter and at a higher lr) learns; the same run at lr 0 does not."""
-    learn = launch(tmp_path / "learn", "experiment=rl", *SHORT)
+def test_rl_improves_eval_reward_and_lr_zero_does_not(tmp_path, standing_servers):
+    """The reference experiment (experiment=rl, shorter and at a higher lr) learns; the same run at lr 0 does not.
+    Both on one standing server: the second run serves its own starting weights, not what the first left there."""
+    learn = launch(tmp_path / "learn", "experiment=rl", *SHORT, standing=standing_servers)
     assert learn.returncode == 0, learn.stderr[-3000:]
     assert not (tmp_path / "learn" / "merged").exists()  # full fine-tuning: no merged adapter
     s = summary(tmp_path / "learn")
@@ -87,9 +97,12 @@ def test_rl_improves_eval_reward_and_lr_zero_does_not(tmp_path):
         "deployment=colocated",
         "orchestrator.max_async_level=0",
         f"launcher.weights_dir={tmp_path / 'scratch'}",  # the exports elsewhere, as on a GPU node's own disk
+        standing=standing_servers,
     )
     assert frozen.returncode == 0, frozen.stderr[-3000:]
-    assert plan_of(tmp_path / "frozen")["layout"] == "colocated"
+    plan = plan_of(tmp_path / "frozen")
+    assert plan["layout"] == "colocated" and plan["standing_server"]
+    assert [r["name"] for r in plan["roles"]] == ["orchestrator", "trainer"]  # no server of its own
     assert not os.listdir(tmp_path / "scratch") and not (tmp_path / "frozen" / "weights").exists()  # gone with it
     f = summary(tmp_path / "frozen")
     assert abs(f["eval/reward_final"] - f["eval/reward_first"]) < 0.02, f

@@ -340,6 +340,19 @@ CASES = [
         ("inference.weight_transfer=nccl",),
         "[inference.weight_transfer, deployment.num_infer_gpus, deployment.num_train_gpus]",
     ),
+    Case(
+        "endpoint",
+        "a standing student server with a weight push",
+        ("inference.url=http://127.0.0.1:9/v1", "inference.weight_transfer=gloo"),
+        "[inference.url, inference.weight_transfer]",
+    ),
+    Case(
+        "secret",
+        "a standing student server without its key",
+        ("inference.url=http://127.0.0.1:9/v1", f"inference.api_key_env={UNSET_KEY_ENV}"),
+        "[inference.api_key_env]",
+    ),
+    Case("endpoint", "no standing student server there", ("inference.url=http://127.0.0.1:9/v1",), "[inference.url]"),
     Case("endpoint", "base_url not a URL", (*EXTERNAL, "teacher.base_url=api.example.com"), "[teacher.base_url]"),
     Case(
         "secret",
@@ -398,7 +411,7 @@ CASES = [
 def env() -> dict[str, str]:
     """No GPUs, the external teacher's key set and no other: every machine gives the same messages."""
     out = {k: v for k, v in os.environ.items() if k not in (UNSET_KEY_ENV, "VLLM_API_KEY")}
-    return out | {"CUDA_VISIBLE_DEVICES": "", "OPENAI_API_KEY": "sk-not-a-real-key"}
+    return out | {"CUDA_VISIBLE_DEVICES": "", "OPENAI_API_KEY": "sk-not-a-real-key", "VLLM_API_KEY": "a-server-key"}
 
 
 def earlier_run(run_dir: Path) -> Path:

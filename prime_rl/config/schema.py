@@ -305,6 +305,8 @@ class InferenceConfig:
     extra_args: list[str] = field(default_factory=list)  # more vLLM CLI arguments of the student server, as given
     weight_transfer: WeightTransfer = WeightTransfer.files  # files | nccl | gloo: how each step's weights reach it
     urls: list[str] = field(default_factory=list)  # student server URLs, from the multi-node plan (empty: this node's)
+    url: str | None = None  # a student server already serving (…/v1, `python -m prime_rl.serve`): used, not started
+    api_key_env: str = "VLLM_API_KEY"  # inference.url: the env var holding that server's key (never the key itself)
 
 
 @dataclass

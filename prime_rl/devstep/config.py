@@ -27,12 +27,18 @@ LAUNCH = "or run it with python launch.py"
 
 def validated(overrides: list[str]) -> Config:
     """The composed config, through the launch's checks, then the devstep's own (both raise one-line errors)."""
+    cfg = launch_config(overrides)
+    check_one_process(cfg)
+    return cfg
+
+
+def launch_config(overrides: list[str]) -> Config:
+    """The config `python launch.py <overrides>` composes, through the launch's checks (one-line errors)."""
     try:
         cfg = compose_config(overrides)
         check_at_launch(cfg, len(visible_gpus()))
     except (HydraException, OmegaConfBaseException) as e:
         raise UserError(hydra_error(e)) from e
-    check_one_process(cfg)
     return cfg
 
 
@@ -70,18 +76,17 @@ def check_one_process(cfg: Config) -> None:
 def claim(run_dir: Path | None) -> Path:
     """The run dir, locked for this process as the launcher locks its own: `run_dir`, which must hold no earlier
     run, or a new temporary one."""
-    path = (run_dir or Path(tempfile.mkdtemp(prefix="prime-rl-devstep-"))).resolve()
+    path = (run_dir or Path(tempfile.mkdtemp(prefix="prime-rl-"))).resolve()
     earlier = RunDir(path).earlier_run()
     if earlier:
         raise UserError(
             f"run dir in use [--run-dir]: {path} holds an earlier run ({', '.join(earlier)}); fix: give "
-            "the devstep a new --run-dir, or none (a temporary one)"
+            "it a new --run-dir, or none (a temporary one)"
         )
     holder = claim_run_dir(path)
     if holder:
         raise UserError(
-            f"run dir {path} is in use by another launcher (pid {holder}); fix: give the devstep its own "
-            "--run-dir, or none"
+            f"run dir {path} is in use by another launcher (pid {holder}); fix: give it its own --run-dir, or none"
         )
     return path
 

@@ -33,10 +33,11 @@ def run_plan(cfg: Config, run_dir: Path) -> Plan:
 
 
 @contextmanager
-def student_server(plan: Plan) -> Iterator[Supervisor]:
-    """The plan's student server, serving; this process holds its key as the launcher's orchestrator does. A server
-    that fails to start, or dies during the step, ends the devstep with exit code 1 and its log's tail."""
-    supervisor = Supervisor(plan)
+def student_server(plan: Plan, key: str | None = None) -> Iterator[Supervisor]:
+    """The plan's student server, serving, with `key` (None: a fresh one); this process holds the key as the
+    launcher's orchestrator does. A server that fails to start, or dies while in use, ends this process with exit
+    code 1 and its log's tail."""
+    supervisor = Supervisor(plan, key)
     atexit.register(supervisor.stop)
     reaper = start_reaper(plan.marker, plan.config.launcher.stop_grace_s, held_lock_fds())
     key = os.environ.get(SERVER_KEY_ENV)

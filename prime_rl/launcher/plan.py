@@ -111,13 +111,15 @@ def build_plan(cfg: Config, run_dir: Path, visible: list[str], node: Node = LOCA
     """The roles `node` runs (on one machine: every role of the job)."""
     run_dir = run_dir.resolve()
     cfg = replace(cfg, run_dir=str(run_dir))
+    if cfg.inference.url:  # a standing student server (launcher/standing_server.py): used by the run, not started
+        cfg = replace(cfg, inference=replace(cfg.inference, urls=[cfg.inference.url]))
     teachers = {server_role(name): name for name in local_teachers(cfg)}
     here = teachers if SERVER_ROLE in node.roles else {}  # the node that runs a teacher server runs them all
     slices = gpu_slices(cfg.deployment, visible, (*node.roles, *here), list(teachers))
     plan = Plan(run_dir, cfg, node=node)
     secrets = teacher_secrets(cfg)  # only the orchestrator talks to the teachers
     lora = cfg.trainer.lora
-    if "inference" in node.roles:
+    if "inference" in node.roles and not cfg.inference.url:
         plan.roles.append(
             _vllm_role(
                 plan,
@@ -234,6 +236,7 @@ def plan_record(plan: Plan) -> dict:
         "turns": [asdict(t) for t in turns(c)] if colocated else [],
         "gpu_shares": gpu_shares(c) if colocated and on_gpu(c) else {},
         "weights": c.inference.weight_transfer.value if pushes_weights(c) else "files",
+        "standing_server": c.inference.url,  # the student server the run uses instead of starting one (None: its own)
         "roles": [
             {
                 "name": r.name,

@@ -2,7 +2,8 @@
 teacher's endpoint), and when each runs (docs/architecture.md, "Validation"):
 
 - at launch (`check_at_launch`), once per run and once per sweep point, before any process starts or job is
-  submitted: the config's rules (config/rules/), then the external teacher's env vars, a writable
+  submitted: the config's rules (config/rules/), then a standing student server (launcher/standing_server.py), the
+  external teacher's env vars, a writable
   teacher.cache_dir, the model dirs and Hub ids (and a local teacher's vocabulary against a top-k, each GPU
   server's attention heads against its tensor parallelism), and the task, built as configured. Called by the
   `ValidateRun` callback and the validating sweeper (launcher/validation.py).
@@ -51,6 +52,7 @@ from prime_rl.config.teachers import (
 from prime_rl.config.user_error import UserError, check
 from prime_rl.inference.server import attention_heads, tensor_parallel_fits
 from prime_rl.launcher.gpus import gpus_per_teacher, has_cuda_vllm, visible_gpus
+from prime_rl.launcher.standing_server import check_standing_server
 from prime_rl.models.hub import hub_model_problem, is_hub_id
 from prime_rl.models.prompt_lengths import prompt_lengths
 from prime_rl.models.recipe import WARM_START_ENVS, student_dir, teacher_dir
@@ -82,6 +84,8 @@ from prime_rl.teacher.scoring import (
 def check_at_launch(cfg: Config, gpus: int) -> None:
     """Raise ConfigError on the first broken rule or missing resource. `gpus`: the GPUs the job will see."""
     check_rules(cfg, gpus)  # first: they cost nothing, a Hub query or a task build may take seconds
+    if cfg.inference.url and not cfg.launcher.dry_run:
+        check_standing_server(cfg)
     _teacher_env(cfg)
     _teacher_cache(cfg)
     _models(cfg)

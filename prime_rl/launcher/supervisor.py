@@ -22,6 +22,7 @@ from prime_rl.launcher.processes import RUN_ENV, Child, log_tail, spawn, stop_ch
 from prime_rl.launcher.progress import ProgressLine, RunState, format_duration, summary_lines
 from prime_rl.launcher.reaper import start_reaper
 from prime_rl.launcher.run_lock import held_lock_fds
+from prime_rl.launcher.standing_server import standing_key
 from prime_rl.monitor.metrics import write_summary
 from prime_rl.monitor.plots import write_plots
 from prime_rl.protocol.atomic import write_text
@@ -50,13 +51,21 @@ class Interrupted(Exception):
         self.signum = signum
 
 
+def run_server_key(plan: Plan) -> str:
+    """The key every server of the run answers to: a standing student server's own, the one a multi-node run dir
+    holds, else a fresh one."""
+    if plan.config.inference.url:
+        return standing_key(plan.config)
+    return shared_server_key(plan.run_dir) if plan.node.multi else secrets.token_urlsafe(32)
+
+
 def run_plan(plan: Plan) -> int:
     """Run every role of the plan to completion; the exit code the launcher should return."""
     return Supervisor(plan).run()
 
 
 class Supervisor:
-    def __init__(self, plan: Plan):
+    def __init__(self, plan: Plan, server_key: str | None = None):
         self.plan = plan
         self.launcher = plan.config.launcher
         self.console = Console(stderr=True)
@@ -69,7 +78,7 @@ class Supervisor:
         self.metrics = RunState(RunDir(plan.run_dir).metrics)
         # A fresh key per run: the servers answer only the launcher's children, not another run or user.
         # Multi-node, every node's launcher reads the one its run dir holds.
-        self.server_key = shared_server_key(plan.run_dir) if plan.node.multi else secrets.token_urlsafe(32)
+        self.server_key = server_key or run_server_key(plan)
 
     def run(self) -> int:
         atexit.register(self.stop)  # whatever happens in this process, its children go with it

@@ -20,9 +20,9 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from prime_rl.config import ConfigError, to_config
+from prime_rl.config import to_config
 from prime_rl.config.modes import modes_with
-from prime_rl.config.user_error import exit_with, first_line
+from prime_rl.config.user_error import UserError, exit_with, first_line
 from prime_rl.launcher.gpus import visible_gpus
 from prime_rl.launcher.preflight import check_at_launch
 from prime_rl.protocol.run_dir import RunDir
@@ -104,7 +104,7 @@ def validation_error(cfg: DictConfig, gpus: int) -> str | None:
     del task["hydra"]
     try:
         check_at_launch(to_config(task), gpus)
-    except ConfigError as e:
+    except UserError as e:  # a ConfigError, or a resource the config names (a standing server)
         return str(e)
     except OmegaConfBaseException as e:
         return hydra_error(e)

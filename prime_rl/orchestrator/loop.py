@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from prime_rl.config.evaluation import due_for_eval
 from prime_rl.config.schema import Config
 from prime_rl.config.teachers import DEFAULT, serves_reference
+from prime_rl.models import student_dir
 from prime_rl.orchestrator.advantages import grpo_advantages
 from prime_rl.orchestrator.algo import Algorithm, algorithm
 from prime_rl.orchestrator.context import Context, make_context
@@ -58,8 +59,13 @@ async def session(cfg: Config, start: int) -> AsyncIterator[Session]:
     policy = PolicySync(ctx.run_dir, ctx.student, lora.name if lora.enabled else None, cfg)
     try:
         await wait_for_servers(ctx)
+        device = OrchestratorTurn(ctx)
+        if cfg.inference.url:
+            # a standing server holds what its last run left there (awake or asleep): this run's starting model first
+            async with device:
+                await ctx.student.reload_weights(str(student_dir(cfg).resolve()))
         await algo.preflight(ctx)
-        yield Session(ctx, algo, policy, OrchestratorTurn(ctx))
+        yield Session(ctx, algo, policy, device)
     finally:
         policy.listener.close()
         ctx.verification.close()

@@ -13,6 +13,7 @@ from prime_rl.config.rules.deployment import (
     lora_dropout,
     node_ports,
     parallelism,
+    standing_server,
     weight_transfer,
 )
 from prime_rl.config.rules.teachers import named_teachers, served_reference, teacher_settings, teacher_tool_parser
@@ -37,6 +38,7 @@ RULES = (
     node_ports,
     colocated,
     weight_transfer,
+    standing_server,
     gpu_counts,
     parallelism,
 )

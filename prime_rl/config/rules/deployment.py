@@ -112,6 +112,25 @@ def weight_transfer(cfg: Config, _: int) -> None:
     )
 
 
+def standing_server(cfg: Config, _: int) -> None:
+    """A standing student server (inference.url) is one server of this node that loads each step's weights from
+    the run dir, as a server of the run's own does."""
+    if not cfg.inference.url:
+        return
+    check(
+        not pushes_weights(cfg),
+        ["inference.url", "inference.weight_transfer"],
+        "a standing server loads each step's weights from the run dir; a push needs a server started by the run",
+        "set inference.weight_transfer=files, or drop inference.url",
+    )
+    check(
+        num_nodes(cfg.deployment) == 1,
+        ["inference.url", "deployment.num_infer_nodes"],
+        "a multi-node job starts a student server on each inference node",
+        "drop inference.url for a multi-node job",
+    )
+
+
 def gpu_counts(cfg: Config, visible_gpus: int) -> None:
     d = cfg.deployment
     local = local_teachers(cfg)

@@ -1,0 +1,67 @@
+"""`python -m prime_rl.serve <hydra overrides...> [--run-dir DIR]`: the student's vLLM server of the run those
+overrides compose (as for launch.py), started as the launcher starts it, serving until stopped (Ctrl-C, SIGTERM).
+Runs with the same overrides and `inference.url=<its URL>` use it instead of starting one of their own
+(launcher/standing_server.py); it answers only the key in `inference.api_key_env` (VLLM_API_KEY)."""
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+
+from prime_rl.config.user_error import run_or_exit
+from prime_rl.devstep.config import claim, launch_config, prepared
+from prime_rl.launcher.standing_server import standing_key
+from prime_rl.protocol.run_dir import RunDir
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # as Ctrl-C: the server is stopped on the way out
+POLL_S = 0.5  # how often the server is checked: its death ends this process
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m prime_rl.serve", description=__doc__.split("\n\n")[0])
+    p.add_argument("overrides", nargs="*", help="Hydra overrides, as for launch.py (key=value, group=option)")
+    p.add_argument("--run-dir", type=Path, metavar="DIR", help="its configs, log and URL (default: a temporary dir)")
+    return p.parse_intermixed_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, interrupt)
+    try:
+        run_or_exit(lambda: serve(args))
+    except KeyboardInterrupt:
+        print("stopped; the student's server is stopped", file=sys.stderr, flush=True)
+
+
+def interrupt(signum: int, frame) -> None:
+    """SIGTERM and SIGHUP as Ctrl-C: a KeyboardInterrupt, so every `finally` on the way out runs."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def serve(args: argparse.Namespace) -> None:
+    cfg = launch_config(args.overrides)  # a mistake: exit 2 with one line, before anything starts
+    key = standing_key(cfg)
+    from prime_rl.devstep.server import run_plan, student_server  # the launcher's plan and supervision
+
+    run_dir = claim(args.run_dir)
+    plan = run_plan(prepared(cfg), run_dir)
+    with student_server(plan, key) as supervisor:
+        url = server_url(run_dir, plan.config)
+        print(f"the student's server serves at {url}; runs use it with inference.url={url}", flush=True)
+        while True:
+            supervisor.check()
+            time.sleep(POLL_S)
+
+
+def server_url(run_dir: Path, cfg) -> str:
+    """Where it serves: the address it published (a port of the kernel's choosing), else its configured port."""
+    published = RunDir(run_dir).server_url("inference")
+    if published.exists():
+        return published.read_text().strip()
+    return f"http://{cfg.inference.host}:{cfg.inference.port}/v1"
+
+
+if __name__ == "__main__":
+    main()
