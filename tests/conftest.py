@@ -11,10 +11,29 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("PRIME_RL_CACHE", str(ROOT / ".cache" / "test-models"))
 
 
+# The vLLM tests that start servers and run no training: the integration tier, beside the tests marked
+# `integration` (those that start a process: a dry run, a launch refused before it starts, a supervised child).
+SERVER_ONLY = {"test_inference_vllm.py", "test_weight_transfer.py", "test_lora.py"}
+TIERS = ("unit", "integration", "e2e", "faults", "slurm")
+
+
+def tier(item) -> str:
+    """unit: no process; integration: real processes or servers, no training run; e2e: training runs on real vLLM;
+    faults: fault-injected runs and the invalid-input catalogue; slurm: jobs on the local SLURM cluster."""
+    if item.get_closest_marker("slurm"):
+        return "slurm"
+    if item.get_closest_marker("faults"):
+        return "faults"
+    if item.get_closest_marker("vllm"):
+        return "integration" if item.path.name in SERVER_ONLY else "e2e"
+    return "integration" if item.get_closest_marker("integration") else "unit"
+
+
 def pytest_collection_modifyitems(items):
-    """Tests that start real servers, SLURM jobs or fault-injected runs are slow too: `pytest -m "not slow"` is
-    the fast suite (under a minute), `pytest` everything."""
+    """Each test gets its tier's marker (`pytest -m unit` ... `-m slurm`). Tests that start real servers, SLURM jobs
+    or fault-injected runs are `slow` too: `pytest -m "not slow"` is the suite without them."""
     for item in items:
+        item.add_marker(tier(item))
         if any(item.get_closest_marker(m) for m in ("vllm", "slurm", "faults")):
             item.add_marker(pytest.mark.slow)
 
@@ -32,8 +51,8 @@ def launch_cmd(*overrides: str) -> list[str]:
 
 @pytest.fixture(scope="session")
 def standing_servers(tmp_path_factory):
-    """Student servers that outlive runs, shared by the session's runs of the same recipe (tests/standing_servers.py);
-    `launch(..., *standing_servers.overrides(*the run's overrides))`."""
+    """Student servers that outlive runs, shared by the session's runs of the same recipe (tests/standing_servers.py):
+    `launch(run_dir, *overrides, standing=standing_servers)` (tests/test_e2e_rl.py)."""
     from tests.standing_servers import StandingServers
 
     pool = StandingServers(tmp_path_factory.mktemp("standing"))

@@ -44,7 +44,7 @@ class StandingServers:
 
     def overrides(self, *overrides: str) -> list[str]:
         """The overrides that make a run of `overrides` use a standing server of its recipe (started now if none
-        serves), with the pool's key in this process's VLLM_API_KEY, which launched runs inherit."""
+        serves); the run's environment must hold the key (`env()`)."""
         key = recipe(overrides)
         if key in self.servers and self.servers[key][0].poll() is not None:  # it died: a new one
             del self.servers[key]
@@ -53,7 +53,6 @@ class StandingServers:
                 stop(self.servers.popitem(last=False)[1][0])
             self.servers[key] = self.start(overrides)
         self.servers.move_to_end(key)
-        os.environ[SERVER_KEY_ENV] = self.key
         return [f"inference.url={self.servers[key][1]}"]
 
     def start(self, overrides: tuple[str, ...]) -> tuple[subprocess.Popen, str]:
@@ -77,7 +76,11 @@ class StandingServers:
         for proc, _ in self.servers.values():
             stop(proc)
         self.servers.clear()
-        os.environ.pop(SERVER_KEY_ENV, None)
+
+    def env(self) -> dict[str, str]:
+        """This process's environment with the servers' key, for a launch that uses one: only there, so no other
+        test's processes inherit it."""
+        return os.environ | {SERVER_KEY_ENV: self.key}
 
 
 def stop(proc: subprocess.Popen) -> None:

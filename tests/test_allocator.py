@@ -26,6 +26,7 @@ def test_tcmalloc_goes_before_the_users_preloads_and_a_users_own_tcmalloc_or_the
     assert preload_env(True) == {}
 
 
+@pytest.mark.integration
 @needs_tcmalloc
 def test_every_role_without_a_gpu_runs_with_tcmalloc_loaded(tmp_path):
     plan = subprocess.run(

@@ -142,6 +142,7 @@ def test_no_private_hydra_api(path):
     assert not [m for m in imports(path) if m.startswith("hydra._internal")]
 
 
+@pytest.mark.integration
 def test_the_launch_validates_without_importing_torch_or_transformers():
     """Every launch and every sweep point is validated in the launcher's process before anything starts (and the
     invalid-input catalogue runs it 80 times): torch and transformers alone take seconds to import, so they wait

@@ -63,6 +63,7 @@ def test_one_gpu_lora_plan_serves_the_adapter(tmp_path):
     assert "--enable-lora" in plan.role("inference").command and plan.role("trainer").gpus == ["0"]
 
 
+@pytest.mark.integration
 def test_the_dry_run_shows_who_holds_the_device_when(tmp_path):
     out = subprocess.run(
         launch_cmd(*ONE_GPU, "training_mode=opd", "launcher.dry_run=true", f"hydra.run.dir={tmp_path}"),

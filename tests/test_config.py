@@ -29,6 +29,7 @@ def check(overrides, visible_gpus=0):
     check_at_launch(compose_config(overrides), visible_gpus)
 
 
+@pytest.mark.integration
 def test_cfg_job_prints_the_propagated_opd_config():
     out = subprocess.run(
         launch_cmd("--cfg", "job", "training_mode=opd", "teacher=local_vllm"),
@@ -452,6 +453,7 @@ def test_local_model_dir_and_jsonl_task_are_accepted(tmp_path):
     assert err.value.keys == ["task.path", "orchestrator.batch_size"]
 
 
+@pytest.mark.integration
 def test_rejected_launch_exits_2_fast_and_starts_nothing(tmp_path):
     run_dir = tmp_path / "run"
     start = time.monotonic()
@@ -469,6 +471,7 @@ def test_rejected_launch_exits_2_fast_and_starts_nothing(tmp_path):
     assert not (run_dir / "configs").exists() and not (run_dir / "logs").exists()
 
 
+@pytest.mark.integration
 def test_opd_dry_run_plan(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.run(
@@ -513,6 +516,7 @@ def test_gpu_slices_are_disjoint_and_ordered(tmp_path):
     assert "--tensor-parallel-size" in plan.role("inference").command
 
 
+@pytest.mark.integration
 def test_gpu_slices_follow_cuda_visible_devices(tmp_path):
     run_dir = tmp_path / "run"
     env_overrides = ["deployment.num_infer_gpus=1", "deployment.num_train_gpus=1"]
@@ -571,12 +575,14 @@ def command_of(plans: list[dict], name: str) -> list[str]:
     return role_of(plans, name)["command"]
 
 
+@pytest.mark.integration
 def test_dry_run_trainer_on_two_cpu_processes_is_torchrun(tmp_path):
     trainer = command_of(dry_run(tmp_path, "trainer.num_procs=2"), "trainer")
     assert trainer[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
     assert trainer[6:9] == ["-m", "prime_rl.trainer", "--config"]
 
 
+@pytest.mark.integration
 def test_dry_run_gpu_deployment_with_tp_dp_and_a_sharded_trainer(tmp_path):
     plans = dry_run(
         tmp_path,

@@ -83,6 +83,7 @@ def test_one_step_in_one_process_makes_a_batch_and_trains_on_it(tmp_path):
     assert (run_dir / "weights" / "step_0").is_dir()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "overrides, key",
     [

@@ -44,6 +44,7 @@ def launch(
         text=True,
         cwd=ROOT,
         timeout=timeout,
+        env=standing.env() if standing else None,
     )
     assert not run_processes(str(run_dir)), "processes of the run outlived the launcher"
     return proc

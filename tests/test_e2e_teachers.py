@@ -28,10 +28,12 @@ def teacher_dir() -> Path:
 
 
 @pytest.mark.vllm
-def test_opd_distills_the_teacher(tmp_path, teacher_dir):
+def test_opd_distills_the_teacher(tmp_path, teacher_dir, standing_servers):
     """The reference experiment (experiment=opd) learns toward the teacher, with every step's teacher term; in 40
     steps (its cosine decay then ends at 40) it measured 0.44 -> 0.81 (docs/opd_sweep.md, job 12, step 40)."""
-    run = launch(tmp_path / "run", "experiment=opd", "max_steps=40", "orchestrator.eval.interval=40")
+    run = launch(
+        tmp_path / "run", "experiment=opd", "max_steps=40", "orchestrator.eval.interval=40", standing=standing_servers
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     s = summary(tmp_path / "run")
     train = [r for r in rows(tmp_path / "run") if "loss" in r]
@@ -67,9 +69,11 @@ def test_a_cut_off_teacher_answer_gets_no_end_of_turn_token(teacher_dir):
 
 
 @pytest.mark.vllm
-def test_sft_from_the_local_teacher_learns(tmp_path, teacher_dir):
+def test_sft_from_the_local_teacher_learns(tmp_path, teacher_dir, standing_servers):
     """The reference experiment (experiment=sft) learns from the teacher's rollouts, with no teacher term."""
-    run = launch(tmp_path / "run", "experiment=sft", "max_steps=20", "orchestrator.eval.interval=20")
+    run = launch(
+        tmp_path / "run", "experiment=sft", "max_steps=20", "orchestrator.eval.interval=20", standing=standing_servers
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     s = summary(tmp_path / "run")
     # 20 steps gained 0.195-0.30 (7-11 standard errors) in measured runs; a fixed +0.2 margin failed on the 0.195
@@ -170,6 +174,7 @@ def test_a_mix_trains_each_source_with_its_own_mode_and_teacher_in_the_same_step
     assert not [p for p in run_dir.rglob("*") if p.is_file() and API_KEY.encode() in p.read_bytes()]
 
 
+@pytest.mark.integration
 def test_opd_with_a_different_tokenizer_fails_before_anything_starts(tmp_path, teacher_dir):
     other = tmp_path / "other-teacher"
     shutil.copytree(teacher_dir, other)
@@ -219,6 +224,7 @@ class NoPromptLogprobsTeacher:
         self.url = stub_url(self.server) + "/v1"
 
 
+@pytest.mark.integration
 def test_opd_against_an_endpoint_without_prompt_logprobs_fails_before_anything_starts(tmp_path, monkeypatch):
     from transformers import AutoTokenizer
 

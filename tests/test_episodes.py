@@ -33,6 +33,7 @@ from prime_rl.tasks.lookup_env import Lookup
 from prime_rl.tasks.retry_env import ReverseRetry
 from tests.conftest import ROOT
 from tests.envs import HANG_S
+from tests.standing_servers import StandingServers
 from tests.test_e2e_rl import launch, rows
 
 REQUEST = {"role": "user", "content": "reverse: abc"}
@@ -111,6 +112,7 @@ def test_sft_with_tools_needs_a_student_template_that_writes_tool_calls_and_a_te
     assert "--tool-call-parser" not in argv(compose_config(["training_mode=sft"]), student=False)
 
 
+@pytest.mark.integration
 def test_tool_calls_are_read_in_the_models_format_and_a_bad_one_is_answered_not_raised():
     env = Lookup()
     env.reset(seed=1)
@@ -252,11 +254,11 @@ def segments(ids: list[int], mask: list[bool]) -> list[tuple[bool, list[int]]]:
     return runs
 
 
-def three_steps(run_dir, *overrides: str) -> tuple[list[dict], list[dict]]:
+def three_steps(run_dir, *overrides: str, standing: StandingServers | None = None) -> tuple[list[dict], list[dict]]:
     """Three on-policy steps of 8 prompts x 4 episodes, every sample logged: (the train rows, samples.jsonl). On
     policy in float32, mismatch_kl ~0 says the trainer computed every sampled token in the very context the server
     sampled it in: a turn whose prompt differed from what the episode holds would show."""
-    run = launch(run_dir, *overrides, "debug=smoke", "orchestrator.log_samples=32", *SMALL)
+    run = launch(run_dir, *overrides, "debug=smoke", "orchestrator.log_samples=32", *SMALL, standing=standing)
     assert run.returncode == 0, run.stderr[-3000:]
     train = [r for r in rows(run_dir) if "loss" in r]
     assert len(train) == 3
@@ -272,7 +274,7 @@ def between_replies(tokenizer, sample: dict) -> list[str]:
 
 @pytest.mark.vllm
 def test_opd_plays_episodes_token_for_token_and_survives_an_environment_that_raises_hangs_or_breaks_the_api(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, standing_servers
 ):
     """The built-in retry task beside tests.envs:Faulty, whose failures (a reset or a step that raises, hangs or
     breaks the API) end only their own episodes, and a verifiers environment (examples/reverse_retry_game.py: its
@@ -286,7 +288,7 @@ def test_opd_plays_episodes_token_for_token_and_survives_an_environment_that_rai
     game = "{name:verifiers,env:reverse_retry_game,max_turns:3,label:game}"
     warm_start = ["model.warm_start.task=reverse", "teacher.warm_start.task=reverse"]
     mix = f"task.mix=[{retry},{faulty},{game}]"
-    train, samples = three_steps(run_dir, "task=mix", mix, "training_mode=opd", *warm_start)
+    train, samples = three_steps(run_dir, "task=mix", mix, "training_mode=opd", *warm_start, standing=standing_servers)
     assert sum(r["env/turns"] for r in train) / 3 > 1.5  # the tiny student needs more than one try, mostly
     assert all(r["teacher_kl"] != 0 and "reward/mean" in r for r in train)
     assert sum(r["env/errors"] for r in train) >= 1 and sum(r["env/timeouts"] for r in train) >= 1

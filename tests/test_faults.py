@@ -22,7 +22,7 @@ from prime_rl.protocol.run_dir import RunDir
 from prime_rl.trainer.checkpoint import SCHEDULER_FILE
 from tests.conftest import ROOT, launch_cmd, unused_port
 from tests.http_stub import StubHandler, serve_stub, stub_url
-from tests.test_e2e_rl import launch
+from tests.test_e2e_rl import launch, plan_of
 
 pytestmark = pytest.mark.faults
 SHORT = ["max_steps=8", "ckpt.interval=2", "orchestrator.eval.interval=0"]
@@ -125,7 +125,7 @@ def test_faults_stop_the_run_cleanly_and_resume_finishes_it(tmp_path, extra, fau
     final = checkpoint + 2
     resumed = launch(run_dir, *SHORT, *extra, f"max_steps={final}", "ckpt.resume=true")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"resuming from step {checkpoint}" in resumed.stderr
+    assert plan_of(run_dir)["resume_from"] == checkpoint
     assert train_steps(run_dir) == list(range(final))  # every step exactly once across all the attempts
     if extra == PURE_OPD_IN_A_FULL_CONTEXT:  # the verifier is never called, the teacher scores every step
         lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -286,6 +286,7 @@ def test_a_template_that_writes_todays_date_gets_a_pinned_one(tmp_path):
     assert PINNED_DATE not in plain([{"role": "user", "content": "hi"}])  # unpinned, it writes today's
 
 
+@pytest.mark.integration
 def test_prompts_longer_than_the_context_are_refused_with_their_count(tmp_path):
     cfg = compose_config(["model.warm_start.steps=0"])  # a random student: built in seconds
     prepare_student(cfg)
@@ -310,6 +311,7 @@ def test_a_model_dir_whose_tokenizer_does_not_load_is_one_line(tmp_path):
         check_with_student_tokenizer(compose_config([f"model.name={tmp_path}"]))
 
 
+@pytest.mark.integration
 def test_the_trainers_gpu_check_runs_its_stages_here_on_a_small_model(tmp_path):
     """bench/gpu_smoke.sh's trainer part, on this CPU: the trainer process alone from its role config on batch
     files, exporting bf16 (a GPU deployment's server dtype), checkpointing sharded and resuming; LoRA; logprobs."""

@@ -152,7 +152,7 @@ def environ(pid: int) -> dict[str, str]:
 
 @pytest.mark.vllm
 def test_sft_through_a_hosted_api_with_every_rule_trains_on_whole_answers_counts_cost_and_caches(
-    tmp_path, upstream, monkeypatch
+    tmp_path, upstream, monkeypatch, standing_servers
 ):
     """Every rule at once (a key, max_completion_tokens only, temperature 1 only, one choice whatever n, a 429 with
     Retry-After every 10th request), 2 answers per prompt: the teacher's answers reach the batch whole (its
@@ -179,9 +179,13 @@ def test_sft_through_a_hosted_api_with_every_rule_trains_on_whole_answers_counts
         f"teacher.cache_dir={cache}",
     )
     try:
-        first = launch(tmp_path / "first", *common, "max_steps=4", "orchestrator.eval.interval=0")
+        first = launch(
+            tmp_path / "first", *common, "max_steps=4", "orchestrator.eval.interval=0", standing=standing_servers
+        )
         sent = api.seen.requests
-        again = launch(tmp_path / "again", *common, "max_steps=3", "orchestrator.eval.interval=0")
+        again = launch(
+            tmp_path / "again", *common, "max_steps=3", "orchestrator.eval.interval=0", standing=standing_servers
+        )
     finally:
         api.close()
     assert first.returncode == 0, first.stderr[-3000:]

@@ -47,6 +47,7 @@ def hub(tmp_path_factory):
     return root
 
 
+@pytest.mark.integration
 def test_a_hub_id_resolves_once_to_the_snapshot_every_role_loads(hub, tmp_path):
     run_dir = tmp_path / "run"
     proc = launch(offline_env(hub), "model.name=testorg/student", "launcher.dry_run=true", f"hydra.run.dir={run_dir}")
@@ -59,6 +60,7 @@ def test_a_hub_id_resolves_once_to_the_snapshot_every_role_loads(hub, tmp_path):
     assert server["name"] == "inference" and server["command"][server["command"].index("--model") + 1] == str(snapshot)
 
 
+@pytest.mark.integration
 def test_a_revision_picks_its_snapshot(hub, tmp_path):
     run_dir = tmp_path / "run"
     overrides = ["model.name=testorg/student", "model.revision=v1", "launcher.dry_run=true"]
@@ -68,6 +70,7 @@ def test_a_revision_picks_its_snapshot(hub, tmp_path):
     assert path == str(hub / "hub" / "models--testorg--student" / "snapshots" / TAGGED)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "overrides, says",
     [

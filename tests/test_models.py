@@ -239,6 +239,7 @@ def test_launcher_prepare_only_runs_plain_sft_on_a_jsonl_task(tmp_path):
     assert not (tmp_path / "run" / "logs").exists()  # no process was started
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("role", ["prime_rl.orchestrator", "prime_rl.finetune"])
 def test_a_role_run_by_hand_reports_a_users_mistake_in_one_line(tmp_path, role):
     """Run alone, a role meets mistakes the launcher would have caught first (here: a data file that is not

@@ -61,6 +61,7 @@ def test_a_mode_is_named_by_import_path_and_its_knobs_are_typed():
         mode_named("ppo")
 
 
+@pytest.mark.integration
 def test_opsd_is_named_in_at_most_five_files_and_no_rule_names_a_mode():
     """The extension point: opsd is its Mode (config/modes.py), its part (orchestrator/algo/opsd.py) and the schema's
     one-line docs; a rule's message names modes only through their facts (modes_with), never as a literal."""

@@ -26,7 +26,7 @@ from prime_rl.report.__main__ import main as report_main
 from prime_rl.report.sweep import Job, label_of
 from prime_rl.report.workspace import SECTIONS, run_workspace, sweep_workspace
 from tests.conftest import ROOT, launch_cmd, unused_port
-from tests.test_e2e_rl import launch, run_processes
+from tests.test_e2e_rl import launch, plan_of, run_processes
 
 SECRET_ENV = "PRIME_RL_TEST_MONITOR_SECRET"
 SECRET = "sk-monitor-test-6f1d2c9a"  # must appear in no file of a run dir
@@ -288,7 +288,9 @@ def offline_env(monkeypatch):
 
 
 @pytest.mark.vllm
-def test_a_real_sweep_reads_back_from_wandb_reports_and_a_job_resumes_into_the_same_wandb_run(tmp_path, offline_env):
+def test_a_real_sweep_reads_back_from_wandb_reports_and_a_job_resumes_into_the_same_wandb_run(
+    tmp_path, offline_env, standing_servers
+):
     """A local multirun of two 4-step jobs: W&B's offline files hold what the processes logged (steps, samples,
     evals, each job's sweep group and name, the tags, no secret), and the report reads the sweep (a line per swept
     value; the workspace it would save). Then job 0 resumes to step 8 into the same W&B run: the lr schedule and
@@ -305,9 +307,9 @@ def test_a_real_sweep_reads_back_from_wandb_reports_and_a_job_resumes_into_the_s
     proc = subprocess.run(
         launch_cmd(
             "-m", "max_steps=4", "orchestrator.eval.interval=4", "trainer.optim.lr=1e-4,3e-4", *common,
-            f"hydra.sweep.dir={sweep}",
+            *standing_servers.overrides(*common), f"hydra.sweep.dir={sweep}",
         ),
-        capture_output=True, text=True, cwd=ROOT, timeout=900,
+        capture_output=True, text=True, cwd=ROOT, timeout=900, env=standing_servers.env(),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not run_processes(str(sweep))
@@ -363,10 +365,10 @@ def test_a_real_sweep_reads_back_from_wandb_reports_and_a_job_resumes_into_the_s
 
     resumed = launch(
         job, "max_steps=8", "ckpt.resume=true", "orchestrator.sampling.max_tokens=2", "orchestrator.eval.interval=0",
-        "trainer.optim.lr=1e-4", *common,
+        "trainer.optim.lr=1e-4", *common, standing=standing_servers,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resuming from step 4" in resumed.stderr
+    assert plan_of(job)["resume_from"] == 4
     train = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in train if "loss" in r]
     assert [r["step"] for r in train] == list(range(8))
@@ -381,8 +383,10 @@ def test_a_real_sweep_reads_back_from_wandb_reports_and_a_job_resumes_into_the_s
     assert one.run.run_id == two.run.run_id == (job / RUN_ID_FILE).read_text().strip()
     assert one.steps_with("loss") == [0, 1, 2, 3] and two.steps_with("loss") == [4, 5, 6, 7]
     assert not files_containing(sweep, SECRET)
+    assert not files_containing(sweep, standing_servers.key)  # the standing server's key, which every run sent
 
 
+@pytest.mark.integration
 def test_an_unreachable_wandb_logs_offline_and_an_online_run_is_refused(tmp_path):
     """A key but no route to W&B (a SLURM node): auto falls back to offline with one warning before anything
     starts; an explicit online is a one-line error. WANDB_BASE_URL points at a port nobody listens on."""

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from prime_rl.config import ConfigError, check_rules, compose_config, load_config
 from prime_rl.inference.client import InferenceClient
@@ -48,6 +49,7 @@ def roles(plan: Plan):
     return [r.name for r in plan.roles]
 
 
+@pytest.mark.integration
 def test_eight_gpus_on_one_node_opd(tmp_path):
     """4 student inference (2 replicas x tp 2) / 3 trainer / 1 teacher: disjoint, contiguous, in that order."""
     plans = dry_run(
@@ -197,6 +199,7 @@ def test_two_jobs_sharing_a_node_get_disjoint_ports(tmp_path):
     assert 9000 in ports("4711.0", pinned)
 
 
+@pytest.mark.integration
 def test_dry_run_prints_every_node_on_simulated_hosts(tmp_path):
     plans = dry_run(
         tmp_path,
@@ -252,6 +255,7 @@ def test_multi_node_rules():
     assert "trainer.lora.enabled" in err.value.keys
 
 
+@pytest.mark.integration
 def test_a_real_multi_node_run_needs_a_slurm_job(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     proc = subprocess.run(
@@ -283,6 +287,7 @@ def test_a_one_node_slurm_job_refuses_a_two_node_deployment(tmp_path):
     assert not (tmp_path / "run" / "logs").exists()
 
 
+@pytest.mark.integration
 def test_slurm_dry_run_asks_for_the_nodes(tmp_path):
     run = subprocess.run(
         launch_cmd(
@@ -301,9 +306,10 @@ def test_slurm_dry_run_asks_for_the_nodes(tmp_path):
         timeout=120,
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    assert "one array job of 2 tasks, each on 2 nodes with 1 launcher task per node; nothing submitted" in run.stdout
-    assert "  nodes: 2\n" in run.stdout and "  tasks_per_node: 1\n" in run.stdout
-    assert "  gpus_per_node: 8\n" in run.stdout  # per node: max(inference 8, trainer 8), not their sum
+    submission = yaml.safe_load(run.stdout)
+    sbatch = submission["sbatch"]
+    assert len(submission["jobs"]) == 2 and (sbatch["nodes"], sbatch["tasks_per_node"]) == (2, 1)  # a launcher a node
+    assert sbatch["gpus_per_node"] == 8  # per node: max(inference 8, trainer 8), not their sum
     assert not (tmp_path / "sweep").exists()
 
 

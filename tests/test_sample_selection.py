@@ -22,7 +22,7 @@ from prime_rl.orchestrator.length_shaping import overlong_penalty, shaped_reward
 from prime_rl.orchestrator.prompts import prompts_per_step, refill_prompts, step_prompts
 from prime_rl.protocol.batch import Sample
 from prime_rl.tasks import Example, Task, load_task
-from tests.test_e2e_rl import launch, rows
+from tests.test_e2e_rl import launch, plan_of, rows
 
 N = 4  # samples per group
 USER_TURN = re.compile(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", re.S)
@@ -174,7 +174,7 @@ def test_length_shaping_is_refused_on_the_teachers_replies_and_past_max_tokens()
 
 
 @pytest.mark.vllm
-def test_an_rl_run_refills_masks_cut_replies_and_holds_prompts_back_across_a_resume(tmp_path):
+def test_an_rl_run_refills_masks_cut_replies_and_holds_prompts_back_across_a_resume(tmp_path, standing_servers):
     """Exact-match rewards on the warm-started tiny model, whose replies 6 tokens often cut: most groups are all
     wrong, so dynamic sampling refills them, every cut reply trains on nothing, and the difficulty filter holds the
     all-wrong prompts back for the rest of the run (refills judged too). A crash after step 2's checkpoint (the later
@@ -187,12 +187,12 @@ def test_an_rl_run_refills_masks_cut_replies_and_holds_prompts_back_across_a_res
         "orchestrator.difficulty.skip_steps=100", "orchestrator.batch_size=16", "orchestrator.rollouts_per_example=4",
         "orchestrator.eval.interval=0", "orchestrator.log_samples=64", "ckpt.interval=2", "monitor=off",
     ]  # fmt: skip
-    first = launch(run_dir, *common, "max_steps=4")
+    first = launch(run_dir, *common, "max_steps=4", standing=standing_servers)
     assert first.returncode == 0, first.stderr[-3000:]
     shutil.rmtree(run_dir / "checkpoints" / "step_4")
-    resumed = launch(run_dir, *common, "max_steps=6", "ckpt.resume=true")
+    resumed = launch(run_dir, *common, "max_steps=6", "ckpt.resume=true", standing=standing_servers)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resuming from step 2" in resumed.stderr
+    assert plan_of(run_dir)["resume_from"] == 2
 
     judged = [json.loads(line) for line in (run_dir / "difficulty.jsonl").read_text().splitlines()]
     assert [r["step"] for r in judged] == list(range(6))

@@ -125,6 +125,7 @@ def run_dir(tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.integration
 def test_success_returns_0_and_leaves_no_process(run_dir, capsys):
     plan = make_plan(
         run_dir,
@@ -149,6 +150,7 @@ def test_success_returns_0_and_leaves_no_process(run_dir, capsys):
     assert "trainer log line 29" in (run_dir / "logs" / "trainer.log").read_text()
 
 
+@pytest.mark.integration
 def test_child_failure_returns_1_naming_role_and_log_tail(run_dir, capsys):
     plan = make_plan(
         run_dir,
@@ -168,6 +170,7 @@ def test_child_failure_returns_1_naming_role_and_log_tail(run_dir, capsys):
     assert_nothing_survives(run_dir, 3)
 
 
+@pytest.mark.integration
 def test_server_never_ready_gives_up_naming_role(run_dir, capsys):
     plan = make_plan(
         run_dir,
@@ -194,6 +197,7 @@ def start_launcher(run_dir: Path, plan: Plan) -> subprocess.Popen:
     return launcher
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_stops_everything(run_dir, sig):
     plan = make_plan(
@@ -211,12 +215,14 @@ def test_signal_stops_everything(run_dir, sig):
     assert_nothing_survives(run_dir, 3)
 
 
+@pytest.mark.integration
 def test_a_grandchild_that_left_its_process_group_is_stopped_too(run_dir):
     plan = make_plan(run_dir, [standin(run_dir, "trainer", "worker", "0.5", "1", "escape")])
     assert run_plan(plan) == 1
     assert_nothing_survives(run_dir, 1)
 
 
+@pytest.mark.integration
 def test_second_ctrl_c_kills_at_once(run_dir):
     plan = make_plan(run_dir, [standin(run_dir, "trainer", "worker", "60", "0", "stubborn")], stop_grace_s=60)
     launcher = start_launcher(run_dir, plan)
@@ -229,6 +235,7 @@ def test_second_ctrl_c_kills_at_once(run_dir):
     assert_nothing_survives(run_dir, 1)
 
 
+@pytest.mark.integration
 def test_member_ignoring_sigterm_gets_sigkilled(run_dir):
     child = spawn(standin(run_dir, "orchestrator", "worker", "60", "0", "stubborn"), {})
     wait_for(lambda: (run_dir / "pids" / "orchestrator.pids").exists(), 10)
@@ -256,6 +263,7 @@ def test_run_state_tolerates_partial_and_odd_lines(tmp_path):
     assert summary_lines(tmp_path, tail)[0] == "summary (metrics.jsonl (last line)):"
 
 
+@pytest.mark.integration
 def test_children_get_their_own_wandb_service(run_dir, monkeypatch):
     """A W&B service of the launching process (a notebook, a test) is not handed down: a resumed trainer
     sharing it would find its run id still held by the killed one."""

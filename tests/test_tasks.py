@@ -102,6 +102,7 @@ def test_hf_task_reads_a_saved_dataset_and_named_splits(tmp_path):
     assert len(task.train) == 10 and [e.prompt for e in task.eval] == ["0+0", "1+1"]
 
 
+@pytest.mark.integration
 def test_hf_task_reads_a_hub_dataset_from_an_offline_cache(tmp_path):
     """A Hub id resolves through huggingface_hub like a model's (the cache a login node filled): no network."""
     sha = "0123456789abcdef0123456789abcdef01234567"

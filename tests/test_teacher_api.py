@@ -103,6 +103,7 @@ def test_the_probe_learns_what_the_endpoint_accepts(hosted, expected):
     assert (api.token_limit_field, api.multiple_choices, api.sampling_params) == expected
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("hosted", [OPENAI_REASONING], indirect=True)
 @pytest.mark.parametrize(
     "key, value", [("orchestrator.sampling.temperature", "0.7"), ("orchestrator.eval.temperature", "0")]
@@ -267,6 +268,7 @@ def test_the_teacher_reasoning_is_dropped_or_kept_as_think_tags(hosted):
     assert trained_text(ChatAnswer("<think>\nstill thinking", "length"), ReasoningMode.drop) == ""
 
 
+@pytest.mark.integration
 def test_cache_entries_that_concurrent_jobs_write_are_read_whole(tmp_path):
     """Jobs of a sweep share the cache dir: two writers race on the same entries, and a reader meanwhile sees
     each entry absent or whole, never half written."""

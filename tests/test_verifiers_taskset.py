@@ -70,6 +70,7 @@ def write_taskset(tmp_path, monkeypatch, name: str, extra: str = "") -> str:
     return name
 
 
+@pytest.mark.integration
 def test_a_taskset_gives_prompts_answers_and_its_weighted_rewards(tmp_path, monkeypatch):
     env = write_taskset(tmp_path, monkeypatch, "quiz")
     task = load_task(TaskConfig(name="verifiers", env=env, options={"num_tasks": 30}, num_train=20, num_eval=6))
@@ -290,6 +291,7 @@ print(len(set(map(id, loops))))
 """
 
 
+@pytest.mark.integration
 def test_the_episodes_a_fresh_orchestrator_resets_together_share_one_event_loop():
     """A fresh orchestrator's first step resets its episodes together, each in a thread of its own. They must get
     the one event loop of the process: a reply handed to another loop than the one its run() waits on is never
@@ -310,6 +312,7 @@ print("exiting")
 """
 
 
+@pytest.mark.integration
 def test_an_episode_left_waiting_at_exit_is_cancelled_not_dropped_pending():
     run = subprocess.run(
         [sys.executable, "-c", UNFINISHED_EPISODE],

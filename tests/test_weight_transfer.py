@@ -184,6 +184,7 @@ print("finished")
 """
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("deadline, wait, code", [(0.5, 60, 1), (30, 0.1, 0)])
 def test_a_stuck_push_ends_the_trainer_with_one_line_and_a_quick_one_does_not(deadline, wait, code):
     done = subprocess.run(

@@ -117,7 +117,9 @@ def build_plan(cfg: Config, run_dir: Path, visible: list[str], node: Node = LOCA
     here = teachers if SERVER_ROLE in node.roles else {}  # the node that runs a teacher server runs them all
     slices = gpu_slices(cfg.deployment, visible, (*node.roles, *here), list(teachers))
     plan = Plan(run_dir, cfg, node=node)
-    secrets = teacher_secrets(cfg)  # only the orchestrator talks to the teachers
+    # only the orchestrator talks to the teachers, and to a standing student server (which a server of the run gets
+    # the key of, as its own: launcher/supervisor.py run_server_key)
+    secrets = teacher_secrets(cfg) + ((cfg.inference.api_key_env,) if cfg.inference.url else ())
     lora = cfg.trainer.lora
     if "inference" in node.roles and not cfg.inference.url:
         plan.roles.append(
@@ -225,8 +227,9 @@ def plan_file(plan: Plan) -> Path:
 
 def plan_record(plan: Plan) -> dict:
     """The plan as data: the modes, the layout (colocated: its turns and the servers' GPU shares), how weights
-    reach the server, and each role's command, environment additions, GPUs, port, log and config. Secrets are
-    never in it: roles inherit them from the launcher's environment, which the record does not hold."""
+    reach the server (and which, when it stands), where a resumed run continues, and each role's command,
+    environment additions, GPUs, port, log and config. Secrets are never in it: roles inherit them from the
+    launcher's environment, which the record does not hold."""
     c = plan.config
     colocated = is_colocated(c)
     return {
@@ -237,6 +240,8 @@ def plan_record(plan: Plan) -> dict:
         "gpu_shares": gpu_shares(c) if colocated and on_gpu(c) else {},
         "weights": c.inference.weight_transfer.value if pushes_weights(c) else "files",
         "standing_server": c.inference.url,  # the student server the run uses instead of starting one (None: its own)
+        # the checkpoint a resumed run continues from (0: none yet), None for a fresh run (launcher/resume.py)
+        "resume_from": (RunDir(plan.run_dir).latest_checkpoint() or 0) if c.ckpt.resume else None,
         "roles": [
             {
                 "name": r.name,

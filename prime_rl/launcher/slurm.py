@@ -3,6 +3,7 @@
 import os
 from pathlib import Path
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from prime_rl.protocol.run_dir import RunDir
@@ -13,19 +14,19 @@ def is_slurm(master: DictConfig) -> bool:
 
 
 def print_submission(master: DictConfig, jobs: list[tuple[list[str], Path]]) -> None:
-    """What `-m hydra/launcher=slurm… launcher.dry_run=true` would submit: one array job, one task per point."""
+    """What `-m hydra/launcher=slurm… launcher.dry_run=true` would submit, as YAML (what tools and tests read): the
+    sbatch parameters (hydra.launcher; submitit turns them into #SBATCH flags) of one array job, a task per point."""
     params = OmegaConf.to_container(master.hydra.launcher, resolve=True)
+    sbatch = {k: v for k, v in sorted(params.items()) if k != "_target_" and v not in (None, {}, [])}
     what = "one job" if len(jobs) == 1 else f"one array job of {len(jobs)} tasks"  # submitit's choice too
     if (params.get("nodes") or 1) > 1:
         what += f", each on {params['nodes']} nodes with {params.get('tasks_per_node', 1)} launcher task per node"
-    print(f"SLURM dry run: {what}; nothing submitted")
-    print("sbatch parameters (hydra.launcher; submitit turns them into #SBATCH flags):")
-    for key, value in sorted(params.items()):
-        if key != "_target_" and value not in (None, {}, []):
-            print(f"  {key}: {value}")
-    for num, (overrides, run_dir) in enumerate(jobs):
-        print(f"job #{num}: {' '.join(overrides) or '(no overrides)'}")
-        print(f"  run dir: {run_dir}")
+    submission = {
+        "sbatch": sbatch,
+        "jobs": [{"overrides": overrides, "run_dir": str(run_dir)} for overrides, run_dir in jobs],
+    }
+    print(f"# SLURM dry run: {what}; nothing submitted")
+    print(yaml.safe_dump(submission, sort_keys=False, width=1000), end="")
 
 
 def requeued(run_dir: Path) -> bool:

@@ -22,8 +22,9 @@ def cache_root(cache_dir: str | None) -> Path:
     return Path(cache_dir or os.environ.get("PRIME_RL_CACHE") or "~/.cache/prime_rl").expanduser()
 
 
-# what a source says about training on it, not about its data: a warm start never reads it
-TRAINING_ONLY = ("mode", "adv_tau", "teacher_tau", "rollouts_per_example")
+# what a source says about training on it (how it is scored, by which mode), not about its data: a warm start
+# never reads it
+TRAINING_ONLY = ("mode", "adv_tau", "teacher_tau", "rollouts_per_example", "verifier")
 
 
 def recipe(tiny: TinyModelConfig, warm_start: WarmStartConfig, task: TaskConfig) -> dict:
