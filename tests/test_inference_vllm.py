@@ -43,6 +43,18 @@ async def vllm_greedy(client, tok):
     return [g[0].token_ids for g in groups]
 
 
+async def until_running(client, timeout_s: float = 60) -> None:
+    """Until the server's Prometheus metrics count a request as running (vLLM's /metrics, behind the key)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline:
+        metrics = (await client.http.get(f"{client.root}/metrics")).text
+        running = [line for line in metrics.splitlines() if line.startswith("vllm:num_requests_running")]
+        if running and float(running[0].rsplit(" ", 1)[1]) > 0:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no request running after {timeout_s} s")
+
+
 @pytest.mark.vllm
 def test_reload_then_scoring_and_tempered_sampling_match_transformers(student, tmp_path):
     path, tok = student
@@ -70,7 +82,7 @@ def test_reload_then_scoring_and_tempered_sampling_match_transformers(student, t
             "ignore_eos": True,
         }
         running = asyncio.create_task(client.post("/completions", long_request))
-        await asyncio.sleep(0.5)
+        await until_running(client)  # the engine has it: its metrics count it as running
         assert not running.done()
         await client.reload_weights(str(run_dir.weights(1)))
         after = await vllm_greedy(client, tok)

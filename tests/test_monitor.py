@@ -22,6 +22,7 @@ from prime_rl.launcher.job import with_sweep_names
 from prime_rl.monitor.plots import write_plots
 from prime_rl.monitor.wandb_run import RUN_ID_FILE, WandbRun, logged_config, run_tags, wandb_mode
 from prime_rl.protocol.batch import TEACHER_LOGPROBS, Sample
+from prime_rl.protocol.run_dir import RunDir
 from prime_rl.report.__main__ import main as report_main
 from prime_rl.report.sweep import Job, label_of
 from prime_rl.report.workspace import SECTIONS, run_workspace, sweep_workspace
@@ -238,26 +239,30 @@ def test_run_plots(tmp_path, opd):
 
 
 def fake_sweep(sweep: Path) -> None:
-    for num, lr in enumerate([1e-3, 3e-3, 1e-2]):
+    for num, lr in enumerate([1e-3, 3e-3, 1e-2, 3e-2]):
         job = sweep / str(num)
         fake_metrics(job, 4, lr)
         (job / ".hydra").mkdir()
         (job / ".hydra" / "overrides.yaml").write_text(f"- max_steps=4\n- trainer.optim.lr={lr}\n")
-        if num < 2:  # the last job did not finish
+        if num < 2:  # the last two did not finish: one still runs (or was killed), one failed
             (job / "summary.json").write_text(json.dumps({"steps": 4, "eval/reward_final": 0.4 + lr * 400}))
+        if num == 3:
+            failed = {"status": "failed", "role": "trainer", "reason": "failed (exit code 1)", "exit_code": 1}
+            RunDir(job).outcome().write_text(json.dumps({**failed, "signal": None}))
 
 
 def test_report_on_a_handmade_sweep(tmp_path, capsys):
     fake_sweep(tmp_path)
     assert report_main([str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "trainer.optim.lr" in out and "incomplete" in out
     rows = list(csv.DictReader((tmp_path / "report.csv").open()))
     assert [(r["job"], r["status"], float(r["trainer.optim.lr"])) for r in rows] == [
         ("0", "done", 1e-3),
         ("1", "done", 3e-3),
         ("2", "incomplete", 1e-2),
+        ("3", "failed (trainer)", 3e-2),
     ]
+    assert "trainer.optim.lr" in out  # the table, printed
     assert "max_steps" not in rows[0]  # the same in every job: not swept
     assert float(rows[2]["eval/reward_final"]) == pytest.approx(0.4 + 1e-2 * 400)  # from metrics.jsonl
     for name in ("report_eval_reward_final_vs_trainer_optim_lr.png", "report_reward_curves.png"):
@@ -266,7 +271,7 @@ def test_report_on_a_handmade_sweep(tmp_path, capsys):
 
 def test_report_labels_name_a_key_by_its_last_part_when_unambiguous(tmp_path):
     keys = ["trainer.optim.lr", "trainer.loss.teacher_tau", "orchestrator.eval.temperature", "teacher.temperature"]
-    job = Job(tmp_path, {"trainer.optim.lr": 3e-3, "orchestrator.eval.temperature": 0.5}, [], {}, True)
+    job = Job(tmp_path, {"trainer.optim.lr": 3e-3, "orchestrator.eval.temperature": 0.5}, [], {}, "done")
     # teacher_tau is not set by this job (it runs the default): left out; "temperature" is ambiguous: in full
     assert label_of(job, keys) == "lr=0.003, orchestrator.eval.temperature=0.5"
 

@@ -19,6 +19,7 @@ from prime_rl.launcher.plan import Plan, Role
 from prime_rl.launcher.processes import group_alive, spawn, stop_children
 from prime_rl.launcher.progress import RunState, summary_lines
 from prime_rl.launcher.supervisor import run_plan
+from prime_rl.protocol.run_dir import RunDir
 
 # argv: pid_file mode [args...]; modes: server PORT | silent | worker SECONDS EXIT_CODE [metrics]; "stubborn"
 # anywhere makes the grandchild ignore SIGTERM; "escape" starts it in a session of its own (as wandb's service does).
@@ -29,7 +30,11 @@ pid_file, mode, args = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
 name = pid_file.stem
 shell = "trap '' TERM; exec sleep 600" if "stubborn" in args else "exec sleep 600"
 grandchild = subprocess.Popen(["sh", "-c", shell], start_new_session="escape" in args)  # else in our group
-time.sleep(0.1)  # let sh install the trap before anyone reads the pid file and signals
+def ignores_term(pid):
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("SigIgn:")[1].split()[0], 16) & (1 << 14)  # SIGTERM, signal 15: bit 14
+while "stubborn" in args and not ignores_term(grandchild.pid):  # sh has not run its trap yet: no one may signal
+    time.sleep(0.01)
 pid_file.with_suffix(".tmp").write_text(f"{os.getpid()} {grandchild.pid}")
 pid_file.with_suffix(".tmp").rename(pid_file)
 print(f"{name} running", flush=True)
@@ -164,8 +169,9 @@ def test_child_failure_returns_1_naming_role_and_log_tail(run_dir, capsys):
     assert run_plan(plan) == 1
     assert time.monotonic() - started < 8
     err = capsys.readouterr().err
-    log = run_dir / "logs" / "trainer.log"
-    assert f"error: role trainer failed (exit code 3); last lines of {log}:" in err
+    failed = outcome(run_dir)
+    assert (failed["status"], failed["role"], failed["exit_code"], failed["signal"]) == ("failed", "trainer", 3, None)
+    # the last 20 lines of its log follow the error line
     assert "trainer log line 29" in err and "trainer log line 10" in err and "trainer log line 9\n" not in err
     assert_nothing_survives(run_dir, 3)
 
@@ -184,8 +190,13 @@ def test_server_never_ready_gives_up_naming_role(run_dir, capsys):
     started = time.monotonic()
     assert run_plan(plan) == 1
     assert 1.5 <= time.monotonic() - started < 8
-    assert "error: role inference not ready after 1.5 s" in capsys.readouterr().err
+    failed = outcome(run_dir)
+    assert (failed["status"], failed["role"], failed["exit_code"]) == ("failed", "inference", None), failed  # alive
     assert_nothing_survives(run_dir, 2)  # the orchestrator, started alongside, is stopped too
+
+
+def outcome(run_dir: Path) -> dict:
+    return json.loads(RunDir(run_dir).outcome().read_text())
 
 
 def start_launcher(run_dir: Path, plan: Plan) -> subprocess.Popen:

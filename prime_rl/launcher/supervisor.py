@@ -5,6 +5,7 @@ stops every process group (processes.py) and returns non-zero, naming the role a
 """
 
 import atexit
+import json
 import logging
 import secrets
 import signal
@@ -40,9 +41,10 @@ logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per readiness p
 class RoleFailed(Exception):
     """A role of this node, or (multi-node) another node, failed: its name, its log and why."""
 
-    def __init__(self, name: str, log_file: Path, reason: str):
+    def __init__(self, name: str, log_file: Path, reason: str, exit_code: int | None = None):
         super().__init__(f"{name} {reason}")
         self.name, self.log_file, self.reason = name, log_file, reason
+        self.exit_code = exit_code  # the role's own, where it exited (negative: the signal that killed it)
 
 
 class Interrupted(Exception):
@@ -103,6 +105,7 @@ class Supervisor:
         servers = [r for r in self.plan.roles if r.is_server]
         workers = [r for r in self.plan.roles if not r.is_server]
         self.say(f"run dir {self.plan.run_dir}; logs in {self.plan.run_dir / 'logs'}")
+        self.outcome_file.unlink(missing_ok=True)  # an earlier attempt's: this one has not ended
         for role in servers:  # an earlier attempt's address would send the orchestrator to a dead or foreign port
             RunDir(self.plan.run_dir).server_url(role.name).unlink(missing_ok=True)
         try:
@@ -121,12 +124,16 @@ class Supervisor:
         except RoleFailed as e:
             self.stop()
             self.report_failure(e)
+            self.record_outcome("failed", role=e.name, reason=e.reason, exit_code=e.exit_code)
             return 1
         except Interrupted as e:
             self.stop()
-            self.say(f"stopped by signal ({signal.Signals(e.signum).name})", style="bold yellow")
+            name = signal.Signals(e.signum).name
+            self.say(f"stopped by signal ({name})", style="bold yellow")
+            self.record_outcome("stopped", signal_name=name)
             return 128 + e.signum
         self.stop()
+        self.record_outcome("finished")
         if not self.plan.node.head:
             self.say("run finished (the head node writes the summary)", style="bold green")
             return 0
@@ -193,7 +200,7 @@ class Supervisor:
         for child in self.children:
             code = child.exit_code()
             if code is not None and (code != 0 or child.role.is_server):
-                raise RoleFailed(child.role.name, child.role.log_file, f"failed ({describe_exit(code)})")
+                raise RoleFailed(child.role.name, child.role.log_file, f"failed ({describe_exit(code)})", code)
         peer = peer_failure(self.plan)
         if peer:  # multi-node: another node failed and ended the run
             raise RoleFailed(*peer, "failed")
@@ -221,6 +228,24 @@ class Supervisor:
             self.hurry = True  # asked twice: SIGKILL now
         else:
             self.signum = signum
+
+    @property
+    def outcome_file(self) -> Path:
+        node = self.plan.node
+        return RunDir(self.plan.run_dir).outcome(node.rank if node.multi else None)
+
+    def record_outcome(
+        self,
+        status: str,
+        role: str | None = None,
+        reason: str | None = None,
+        exit_code: int | None = None,
+        signal_name: str | None = None,
+    ) -> None:
+        """How this attempt ended, as data (RunDir.outcome): what the terminal and logs/launcher.log say in words.
+        status finished | failed (the role, why, its exit code where it exited) | stopped (the launcher's signal)."""
+        outcome = {"status": status, "role": role, "reason": reason, "exit_code": exit_code, "signal": signal_name}
+        write_text(self.outcome_file, json.dumps(outcome) + "\n")
 
     def report_failure(self, e: RoleFailed) -> None:
         self.say(f"error: role {e.name} {e.reason}; last lines of {e.log_file}:", style="bold red")

@@ -83,6 +83,12 @@ class RunDir:
         binds a port of the kernel's choosing, so only the launcher, reading it back, knows which)."""
         return self.root / "servers" / f"{role}.url"
 
+    def outcome(self, node_rank: int | None = None) -> Path:
+        """launcher -> tools, tests, the sweep report: how its last attempt ended (finished, failed: which role and
+        why, stopped: by which signal); absent while it runs, or when the launcher was killed outright.
+        Multi-node outcome.node<rank>.json, one per node's launcher."""
+        return self.root / ("outcome.json" if node_rank is None else f"outcome.node{node_rank}.json")
+
     def end_marker(self, attempt: str) -> Path:
         """Multi-node: written once when this attempt of the run is over, by the head or a failing node."""
         return self.root / "nodes" / f"end.{attempt}"

@@ -1,7 +1,8 @@
 """The sweep report: each job's swept values next to its final metrics, as a table, a CSV and PNGs.
 
 A multirun dir holds one subdir per job; Hydra writes the job's command-line overrides to
-`<job>/.hydra/overrides.yaml`, and the run writes metrics.jsonl and (once finished) summary.json.
+`<job>/.hydra/overrides.yaml`, and the run writes metrics.jsonl, (once finished) summary.json, and how its launch
+ended (outcome.json).
 """
 
 import csv
@@ -27,7 +28,7 @@ class Job:
     overrides: dict[str, object]  # key -> value, parsed as Hydra parses the command line
     rows: list[dict]  # metrics.jsonl
     summary: dict  # summary.json, or summarised from metrics.jsonl when the job did not finish
-    finished: bool  # summary.json exists: the launcher saw the run succeed
+    status: str  # done (summary.json: the launcher saw it succeed) | failed (<role>) | stopped (<signal>) | incomplete
 
 
 def load_jobs(sweep_dir: Path) -> list[Job]:
@@ -47,7 +48,17 @@ def load_job(job_dir: Path) -> Job:
     summary_file = job_dir / "summary.json"
     finished = summary_file.exists()
     summary = json.loads(summary_file.read_text()) if finished else summarize(rows)
-    return Job(job_dir, overrides, rows, summary, finished)
+    return Job(job_dir, overrides, rows, summary, "done" if finished else unfinished(RunDir(job_dir)))
+
+
+def unfinished(run_dir: RunDir) -> str:
+    """How a job without a summary ended, as its launcher recorded it; incomplete: running, or killed outright."""
+    if not run_dir.outcome().exists():
+        return "incomplete"
+    outcome = json.loads(run_dir.outcome().read_text())
+    if outcome["status"] == "failed":
+        return f"failed ({outcome['role']})"
+    return f"stopped ({outcome['signal']})" if outcome["status"] == "stopped" else "incomplete"
 
 
 def swept_keys(jobs: list[Job]) -> list[str]:
@@ -63,7 +74,7 @@ def report_table(jobs: list[Job], swept: list[str]) -> list[list[object]]:
     rows = [["job", "status", *swept, *metrics]]
     for job in jobs:
         values = [job.overrides.get(k) for k in swept] + [job.summary.get(m) for m in metrics]
-        rows.append([job.dir.name, "done" if job.finished else "incomplete", *values])
+        rows.append([job.dir.name, job.status, *values])
     return rows
 
 
