@@ -9,8 +9,7 @@ from pathlib import Path
 
 from prime_rl.config.user_error import run_or_exit
 from prime_rl.devstep.config import validated
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # as Ctrl-C: the server is stopped on the way out
+from prime_rl.devstep.server import stop_signals_as_ctrl_c
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -28,19 +27,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, interrupt)
+    stop_signals_as_ctrl_c()
     try:
         run_or_exit(lambda: devstep(args))
     except KeyboardInterrupt as e:
         name = e.args[0] if e.args else "SIGINT"
         print(f"stopped by signal ({name}); the student's server is stopped", file=sys.stderr, flush=True)
         sys.exit(128 + signal.Signals[name])
-
-
-def interrupt(signum: int, frame) -> None:
-    """SIGTERM and SIGHUP as Ctrl-C: a KeyboardInterrupt, so every `finally` on the way out runs."""
-    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def devstep(args: argparse.Namespace) -> None:

@@ -6,6 +6,7 @@ atexit, and after a SIGKILL of this process by the launcher's reaper."""
 
 import atexit
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +23,18 @@ from prime_rl.protocol.run_dir import RunDir
 from prime_rl.protocol.servers import SERVER_KEY_ENV
 
 ROLE = "inference"  # the student's server; this process is the plan's orchestrator and trainer
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # as Ctrl-C: the server is stopped on the way out
+
+
+def stop_signals_as_ctrl_c() -> None:
+    """SIGTERM and SIGHUP raise a KeyboardInterrupt (its argument: the signal's name), as Ctrl-C does, so every
+    `finally` on the way out runs: the student's server is stopped however this process is asked to end."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, interrupt)
+
+
+def interrupt(signum: int, frame) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def run_plan(cfg: Config, run_dir: Path) -> Plan:

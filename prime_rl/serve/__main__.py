@@ -4,17 +4,16 @@ Runs with the same overrides and `inference.url=<its URL>` use it instead of sta
 (launcher/standing_server.py); it answers only the key in `inference.api_key_env` (VLLM_API_KEY)."""
 
 import argparse
-import signal
 import sys
 import time
 from pathlib import Path
 
 from prime_rl.config.user_error import run_or_exit
 from prime_rl.devstep.config import claim, launch_config, prepared
+from prime_rl.devstep.server import run_plan, stop_signals_as_ctrl_c, student_server
 from prime_rl.launcher.standing_server import standing_key
 from prime_rl.protocol.run_dir import RunDir
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # as Ctrl-C: the server is stopped on the way out
 POLL_S = 0.5  # how often the server is checked: its death ends this process
 
 
@@ -27,24 +26,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, interrupt)
+    stop_signals_as_ctrl_c()
     try:
         run_or_exit(lambda: serve(args))
     except KeyboardInterrupt:
         print("stopped; the student's server is stopped", file=sys.stderr, flush=True)
 
 
-def interrupt(signum: int, frame) -> None:
-    """SIGTERM and SIGHUP as Ctrl-C: a KeyboardInterrupt, so every `finally` on the way out runs."""
-    raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
 def serve(args: argparse.Namespace) -> None:
     cfg = launch_config(args.overrides)  # a mistake: exit 2 with one line, before anything starts
     key = standing_key(cfg)
-    from prime_rl.devstep.server import run_plan, student_server  # the launcher's plan and supervision
-
     run_dir = claim(args.run_dir)
     plan = run_plan(prepared(cfg), run_dir)
     with student_server(plan, key) as supervisor:
