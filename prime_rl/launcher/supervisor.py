@@ -78,8 +78,7 @@ class Supervisor:
         (plan.run_dir / "logs").mkdir(parents=True, exist_ok=True)
         self.log = open(plan.launcher_log, "a", buffering=1)
         self.metrics = RunState(RunDir(plan.run_dir).metrics)
-        # A fresh key per run: the servers answer only the launcher's children, not another run or user.
-        # Multi-node, every node's launcher reads the one its run dir holds.
+        # the servers answer only the launcher's children, not another run or user
         self.server_key = server_key or run_server_key(plan)
 
     def run(self) -> int:
