@@ -57,14 +57,15 @@ class StandingServers:
 
     def start(self, overrides: tuple[str, ...]) -> tuple[subprocess.Popen, str]:
         run_dir = self.root / f"server{len(os.listdir(self.root))}"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "prime_rl.serve", *overrides, "--run-dir", str(run_dir)],
-            stdout=subprocess.PIPE,
-            stderr=open(self.root / f"{run_dir.name}.err", "w"),
-            text=True,
-            start_new_session=True,
-            env=os.environ | {SERVER_KEY_ENV: self.key},
-        )
+        with open(self.root / f"{run_dir.name}.err", "w") as err:  # the child keeps its own copy of the fd
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "prime_rl.serve", *overrides, "--run-dir", str(run_dir)],
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                start_new_session=True,
+                env=os.environ | {SERVER_KEY_ENV: self.key},
+            )
         ready, _, _ = select.select([proc.stdout], [], [], START_TIMEOUT_S)
         line = proc.stdout.readline() if ready else ""  # "… serves at <url>; …", or nothing when it failed
         if "serves at" not in line:
