@@ -2,7 +2,7 @@
 takes ~30 s to start on two cores, most of a few-step run. A run that does not test its own server's start asks
 the pool for the overrides that attach it to one; the pool starts `python -m prime_rl.serve` with the run's own
 overrides the first time a server of that recipe is asked for, and keeps it for the session. The recipe is the
-server's command line in the launcher's plan (inference/server.py vllm_command), so two runs share a server only
+server's command line in the launcher's plan (launcher/plan.py build_plan), so two runs share a server only
 where the launcher would have started the same one."""
 
 import os
@@ -15,25 +15,18 @@ from collections import OrderedDict
 from pathlib import Path
 
 from prime_rl.config import compose_config
-from prime_rl.config.schema import Config
-from prime_rl.inference.server import vllm_command
-from prime_rl.models import student_dir
-from prime_rl.protocol.servers import SERVER_KEY_ENV, STUDENT_MODEL_NAME
+from prime_rl.launcher.plan import build_plan
+from prime_rl.protocol.servers import SERVER_KEY_ENV
 
 MAX_SERVERS = 3  # ~1.3 GB each; the least recently used one stops for a fourth
 START_TIMEOUT_S = 600  # the first server of a recipe may build its student first
 
 
 def recipe(overrides: tuple[str, ...]) -> tuple:
-    """What makes two runs' student servers the same: the planned command line and env, port aside."""
+    """What makes two runs' student servers the same: the command line and env of the launcher's plan for it."""
     cfg = compose_config([o for o in overrides if not o.startswith(("hydra.", "+hydra."))])
-    command, env = vllm_command(cfg, student_dir(cfg), STUDENT_MODEL_NAME, 0, [], lora_rank(cfg), student=True)
-    return tuple(command), tuple(sorted(env.items()))
-
-
-def lora_rank(cfg: Config) -> int:
-    lora = cfg.trainer.lora
-    return lora.rank if lora.enabled else 0
+    server = build_plan(cfg, Path("run"), []).role("inference")  # no run dir is read or written
+    return tuple(server.command), tuple(sorted(server.env.items()))
 
 
 class StandingServers:

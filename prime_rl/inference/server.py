@@ -17,14 +17,18 @@ LOGITS_BYTES_PER_ENTRY = 8  # float32 logits and their float32 log-softmax
 MIN_BATCHED_TOKENS, MAX_BATCHED_TOKENS = 2048, 8192
 
 
+def student_context(cfg: Config) -> int:
+    """The student server's --max-model-len: the modes may keep the student's sequences shorter than the context
+    (a teacher scores them in a request for one token more)."""
+    return cfg.inference.max_model_len - context_margin(cfg)
+
+
 def vllm_command(
     cfg: Config, model: Path, served_name: str, port: int, gpus: list[str], lora_rank: int, student: bool
 ) -> tuple[list[str], dict[str, str]]:
     """(argv, env additions) of one vLLM server, the student's or a teacher's; `gpus` empty means the CPU build."""
     inf = cfg.inference
     on_gpu = bool(gpus)
-    # the modes may keep the student's sequences shorter than the context (a teacher scores one more token)
-    margin = context_margin(cfg) if student else 0
     argv = [
         sys.executable,
         "-m",
@@ -40,7 +44,7 @@ def vllm_command(
         "--dtype",
         server_dtype(cfg, on_gpu),
         "--max-model-len",
-        str(inf.max_model_len - margin),
+        str(student_context(cfg) if student else inf.max_model_len),
         "--seed",
         str(cfg.seed),
     ]

@@ -11,9 +11,9 @@ import os
 
 import httpx
 
-from prime_rl.config.modes import context_margin
 from prime_rl.config.schema import Config
 from prime_rl.config.user_error import UserError
+from prime_rl.inference.server import student_context
 from prime_rl.protocol.servers import STUDENT_MODEL_NAME
 
 TIMEOUT_S = 10.0
@@ -30,11 +30,6 @@ def standing_key(cfg: Config) -> str:
             f"key; fix: export {env}=<a key of your choosing> for the server and for the runs that use it"
         )
     return key
-
-
-def planned_context(cfg: Config) -> int:
-    """The --max-model-len the run's own student server would have (inference/server.py vllm_command)."""
-    return cfg.inference.max_model_len - context_margin(cfg)
 
 
 def check_standing_server(cfg: Config) -> None:
@@ -55,8 +50,8 @@ def check_standing_server(cfg: Config) -> None:
     student = served.get(STUDENT_MODEL_NAME)
     if student is None:
         raise UserError(f"the server at {url} serves {sorted(served)}, not the student [inference.url]; fix: {fix}")
-    if student.get("max_model_len") != planned_context(cfg):
+    if student.get("max_model_len") != student_context(cfg):
         raise UserError(
             f"the server at {url} has a context of {student.get('max_model_len')} tokens, this run plans "
-            f"{planned_context(cfg)} [inference.url, inference.max_model_len, training_mode]; fix: {fix}"
+            f"{student_context(cfg)} [inference.url, inference.max_model_len, training_mode]; fix: {fix}"
         )
