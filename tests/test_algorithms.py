@@ -1,17 +1,21 @@
 """Unit tests of the pure pieces: losses by hand, advantages, the batch file, vLLM response parsing."""
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
-from prime_rl.config.schema import KlDirection, LossConfig
+from prime_rl.config import compose_config
+from prime_rl.config.schema import CorrectionConfig, KlDirection, LossConfig
 from prime_rl.inference.client import InferenceError, parse_completions, parse_prompt_logprobs, parse_top_logprobs
 from prime_rl.orchestrator.advantages import grpo_advantages
 from prime_rl.protocol.batch import FORMAT, TEACHER_LOGPROBS, Batch, BatchFormatError, Sample, read_batch, write_batch
 from prime_rl.trainer.data import TokenBatch, collate, collate_rows
 from prime_rl.trainer.logprobs import token_logprobs
 from prime_rl.trainer.loss import distill_center, rl_loss, sft_loss, top_k_distill, top_k_kl, with_tail
+from prime_rl.trainer.step_metrics import metric_means
 
 
 def one_sequence_batch(mu, advantage=1.0, teacher=None):
@@ -30,12 +34,18 @@ def one_sequence_batch(mu, advantage=1.0, teacher=None):
     )
 
 
+def loss_with(adv_tau=1.0, teacher_tau=0.0, teacher_adv_clip=2.0, **correction) -> LossConfig:
+    """The loss's knobs with `correction`'s fields changed from the band preset's."""
+    fix = CorrectionConfig(**correction)
+    return LossConfig(adv_tau=adv_tau, teacher_tau=teacher_tau, teacher_adv_clip=teacher_adv_clip, correction=fix)
+
+
 def test_rl_loss_matches_a_hand_computation():
     pi = [math.log(0.5), math.log(0.4), math.log(0.9)]
     mu = [math.log(0.5), math.log(0.5), math.log(0.1)]  # token 3 leaves the 0.2 band: |0.9 - 0.1| = 0.8
     batch = one_sequence_batch(mu, advantage=2.0)
     logprobs = torch.tensor([[0.0, 0.0] + pi], requires_grad=True)
-    loss, sums = rl_loss(logprobs, batch, LossConfig(adv_tau=1.0, mask_band=0.2), total_tokens=4)
+    loss, sums = rl_loss(logprobs, batch, LossConfig(adv_tau=1.0), total_tokens=4)
     # kept tokens: ratio 1.0 and 0.8, advantage 2 -> -(2*1 + 2*0.8) / 4 (normalised by the step's 4 tokens)
     assert loss.item() == pytest.approx(-(2 * 1.0 + 2 * 0.8) / 4)
     assert sums["masked_fraction"] == pytest.approx(1.0)
@@ -51,12 +61,12 @@ def test_the_importance_ratio_is_bounded_on_both_sides():
     mu = [math.log(0.001), math.log(0.25), math.log(0.5)]
     batch = one_sequence_batch(mu, advantage=1.0)
     logprobs = torch.tensor([[0.0, 0.0] + pi], requires_grad=True)
-    loss, sums = rl_loss(logprobs, batch, LossConfig(mask_band=0.2, ratio_low=0.5, ratio_high=5.0), total_tokens=3)
+    loss, sums = rl_loss(logprobs, batch, LossConfig(), total_tokens=3)
     assert loss.item() == pytest.approx(-1.0 / 3)
-    assert (sums["masked/ratio"], sums["masked/prob_band"], sums["masked_fraction"]) == (2.0, 0.0, 2.0)
+    assert (sums["correction/masked_token"], sums["correction/masked_prob_band"], sums["masked_fraction"]) == (2, 0, 2)
     loss.backward()
     assert logprobs.grad[0, 2:4].tolist() == [0.0, 0.0] and logprobs.grad[0, 4] != 0
-    wide, _ = rl_loss(logprobs, batch, LossConfig(mask_band=0.2, ratio_low=0.0, ratio_high=1e9), total_tokens=3)
+    wide, _ = rl_loss(logprobs, batch, loss_with(mask_low=0.0, mask_high=0.0), total_tokens=3)
     assert wide.item() == pytest.approx(-(150 + 0.4 + 1.0) / 3, rel=1e-4)  # unbounded, token 1 dominates
 
 
@@ -65,9 +75,9 @@ def test_a_token_the_sampler_gave_no_probability_is_masked_not_a_nan_step():
     pi = [math.log(0.5), math.log(0.1)]  # in the probability band: the ratio mask must catch it
     batch = one_sequence_batch([math.log(0.5), -9999.0], advantage=1.0)
     logprobs = torch.tensor([[0.0, 0.0] + pi], requires_grad=True)
-    loss, sums = rl_loss(logprobs, batch, LossConfig(mask_band=0.2, kl_tau=0.1), total_tokens=2)
+    loss, sums = rl_loss(logprobs, batch, LossConfig(kl_tau=0.1), total_tokens=2)
     loss.backward()
-    assert loss.item() == pytest.approx(-1.0 / 2) and sums["masked/ratio"] == 1.0
+    assert loss.item() == pytest.approx(-1.0 / 2) and sums["correction/masked_token"] == 1.0
     assert logprobs.grad[0].tolist() == pytest.approx([0.0, 0.0, -1.0 / 2, 0.0])
 
 
@@ -201,6 +211,69 @@ def test_a_sequence_level_ratio_is_each_samples_geometric_mean_with_its_own_clip
         assert sums["clipped/sequence"] == clipped
 
 
+PRESETS = Path(__file__).resolve().parents[1] / "conf" / "correction"
+SQRT_18 = math.sqrt(1.8)  # sample a's geometric-mean weight: its tokens' weights are 1.8 and 1
+# each preset on the two samples below: (each trained token's weight on its policy term, 0 = dropped; metric sums)
+CORRECTIONS = {
+    "none": ([1.8, 1, 9, 1], {}),
+    "band": ([0, 1, 0, 1], {"correction/masked_prob_band": 2}),  # |0.9 - 0.5| and |0.45 - 0.05| exceed 0.2
+    "token_tis": ([1.8, 1, 2, 1], {"correction/truncated_token": 1}),  # b's first weight 9 truncated at 2
+    "seq_tis": ([1.8, 1, 9 * 2 / 3, 2 / 3], {"correction/truncated_sequence": 2}),  # b's weight 3: scaled by 2/3
+    "icepop": ([1.8, 1, 0, 1], {"correction/masked_token": 1}),  # 9 leaves [0.5, 5]
+    "seq_mask_tis": ([1.8, 1, 0, 0], {"correction/masked_sequence": 2}),  # b's 3 leaves [0.5, 2]: dropped whole
+}
+
+
+@pytest.mark.parametrize("preset", sorted(CORRECTIONS))
+def test_each_correction_preset_weighs_and_drops_tokens_as_computed_by_hand(preset):
+    """Two samples packed in one row: a (advantage +1) with token weights pi/mu = 0.9/0.5 and 0.5/0.5, b (-1) with
+    0.45/0.05 = 9 and 1; sequence weights sqrt(1.8) and 3. The loss is -sum A w / N and d loss / d log pi_t =
+    -A_t w_t / N at each trained token (N = 4), whatever the preset; the weight metrics do not depend on it."""
+    a = Sample([7], [9, 10], [math.log(0.5)] * 2, advantage=1.0, source="a")
+    b = Sample([7], [11, 12], [math.log(0.05), math.log(0.5)], advantage=-1.0, source="b")
+    batch = collate_rows([[a, b]], pad_id=0)
+    logprobs = torch.tensor(
+        [[0.0, math.log(0.9), math.log(0.5), 0.0, math.log(0.45), math.log(0.5)]], requires_grad=True
+    )
+    fix = CorrectionConfig(**OmegaConf.to_container(OmegaConf.load(PRESETS / f"{preset}.yaml")))
+    loss, sums = rl_loss(logprobs, batch, LossConfig(correction=fix), total_tokens=4)
+    loss.backward()
+    weights, counts = CORRECTIONS[preset]
+    advantages = [1, 1, -1, -1]
+    assert loss.item() == pytest.approx(-sum(A * w for A, w in zip(advantages, weights)) / 4)
+    grads = [logprobs.grad[0, t].item() for t in (1, 2, 4, 5)]
+    assert grads == pytest.approx([-A * w / 4 for A, w in zip(advantages, weights)])
+    levels = ("masked_prob_band", "masked_token", "masked_sequence", "truncated_token", "truncated_sequence")
+    assert {k: sums[f"correction/{k}"] for k in levels} == {k: counts.get(f"correction/{k}", 0) for k in levels}
+    assert sums["masked_fraction"] == weights.count(0)
+    assert sums["correction/token_weight_mean"] == pytest.approx(1.8 + 1 + 9 + 1)
+    assert sums["correction/token_weight_max"] == pytest.approx(9)
+    assert sums["correction/sequence_weight_mean"] == pytest.approx(2 * SQRT_18 + 2 * 3)
+    assert sums["correction/sequence_weight_max"] == pytest.approx(3)
+    # in a mix, each source's masked share over its own tokens
+    means = metric_means(sums, total_tokens=4)
+    assert (
+        means["masked_fraction/a"] == weights[:2].count(0) / 2
+        and means["masked_fraction/b"] == weights[2:].count(0) / 2
+    )
+
+
+def test_the_band_preset_is_the_schemas_default_and_the_configs():
+    band = OmegaConf.load(PRESETS / "band.yaml")
+    assert CorrectionConfig(**OmegaConf.to_container(band)) == CorrectionConfig()
+    assert compose_config([]).trainer.loss.correction == CorrectionConfig()
+
+
+def test_a_weight_that_overflows_is_truncated_without_a_nan():
+    """token_tis drops nothing: a token the sampler gave no probability (-9999) trains with the cap's weight 2."""
+    batch = one_sequence_batch([math.log(0.5), -9999.0], advantage=1.0)
+    logprobs = torch.tensor([[0.0, 0.0, math.log(0.5), math.log(0.1)]], requires_grad=True)
+    loss, sums = rl_loss(logprobs, batch, loss_with(prob_band=0.0, mask_low=0.0, mask_high=0.0, truncate_at=2.0), 2)
+    loss.backward()
+    assert loss.item() == pytest.approx(-(1 + 2) / 2) and sums["correction/truncated_token"] == 1
+    assert logprobs.grad[0].tolist() == pytest.approx([0.0, 0.0, -1 / 2, -2 / 2])
+
+
 def test_collate_aligns_completion_logprobs_with_the_loss_mask():
     tb = collate([Sample([7, 8], [9, 10], [-0.1, -0.2], advantage=1.0), Sample([7], [9], [-0.3])], pad_id=0)
     assert tb.input_ids.tolist() == [[7, 8, 9, 10], [7, 9, 0, 0]]
@@ -218,7 +291,7 @@ def test_collate_decides_per_sample_the_trained_tokens_and_the_teacher_term():
     assert tb.streams[TEACHER_LOGPROBS].tolist() == [[0.0, -1.0, -2.0], [0.0, 0.0, 0.0]]
     # teacher advantage log p_T - log pi = -1 on the one scored, trained token; the unscored sample gets none
     logprobs = torch.zeros(2, 3, requires_grad=True)
-    cfg = LossConfig(adv_tau=0.0, teacher_tau=1.0, teacher_adv_clip=0.0, mask_band=2.0, ratio_high=1e9)
+    cfg = loss_with(prob_band=0.0, mask_high=0.0, adv_tau=0.0, teacher_tau=1.0, teacher_adv_clip=0.0)
     assert distill_center([tb], cfg) == pytest.approx(-1.0 - (-0.1))  # estimated with mu, on the scored token
     loss, sums = rl_loss(logprobs, tb, cfg, total_tokens=2, teacher_center=0.0)
     loss.backward()

@@ -263,10 +263,20 @@ RULES = {
         ["training_mode=opd", "orchestrator.sampling.top_p=0.9"],
         "orchestrator.sampling.top_p",
     ),
-    "ratio band contains 1": (
-        ["trainer.loss.ratio_low=0", "trainer.loss.ratio_high=1"],
-        ["trainer.loss.ratio_low=1.5", "trainer.loss.ratio_high=2"],
-        "trainer.loss.ratio_low",
+    "the weight's mask bounds contain 1": (
+        ["trainer.loss.correction.mask_low=0", "trainer.loss.correction.mask_high=1"],
+        ["trainer.loss.correction.mask_low=1.5", "trainer.loss.correction.mask_high=2"],
+        "trainer.loss.correction.mask_low",
+    ),
+    "no upper mask bound": (
+        ["correction=none"],
+        ["trainer.loss.correction.mask_high=0.5"],
+        "trainer.loss.correction.mask_high",
+    ),
+    "the weight is truncated at 1 or above": (
+        ["correction=token_tis", "trainer.loss.correction.truncate_at=1"],
+        ["correction=token_tis", "trainer.loss.correction.truncate_at=0.5"],
+        "trainer.loss.correction.truncate_at",
     ),
     "max_steps >= 1": (["max_steps=1"], ["max_steps=0"], "max_steps"),
     "lr >= 0": (["trainer.optim.lr=0"], ["trainer.optim.lr=-1"], "trainer.optim.lr"),

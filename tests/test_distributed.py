@@ -66,11 +66,11 @@ def run_config(tmp_path, model_dir, name: str, **trainer):
             "trainer.optim.lr=1e-2",
             "trainer.optim.warmup_steps=1",
             "trainer.loss.kl_tau=0.1",
-            # no ratio band: these synthetic mu drift far from pi at lr 1e-2, and the band then leaves one embedding
+            # no weight mask: these synthetic mu drift far from pi at lr 1e-2, and the mask then leaves one embedding
             # entry with a gradient that cancels to float noise, which Adam turns into a 5e-5 move (the masked
-            # counts agree; the band itself is tested in test_algorithms.py)
-            "trainer.loss.ratio_low=0",
-            "trainer.loss.ratio_high=1e9",
+            # counts agree; the masks themselves are tested in test_algorithms.py)
+            "trainer.loss.correction.mask_low=0",
+            "trainer.loss.correction.mask_high=0",
             "trainer.device=cpu",
         ]
     )

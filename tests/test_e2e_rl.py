@@ -137,6 +137,35 @@ def test_rl_improves_eval_reward_and_lr_zero_does_not(tmp_path, standing_servers
     # same weights and temperature on both sides, in float32: the server's logprobs are the trainer's (a broken
     # reload, or a trainer ignoring the sampling temperature, would show here)
     assert max(abs(r["mismatch_kl"]) for r in frozen_train) < 1e-6, [r["mismatch_kl"] for r in frozen_train]
+    # so the default correction (band) has nothing to drop, and every weight is 1
+    assert all(r["masked_fraction"] == 0 for r in frozen_train)
+    assert all(r["correction/token_weight_max"] == pytest.approx(1, abs=1e-5) for r in frozen_train)
+
+
+@pytest.mark.vllm
+def test_the_off_policy_corrections_act_where_the_trainer_computes_in_bf16(tmp_path, standing_servers):
+    """The server samples in float32, the trainer computes in bf16: every weight pi/mu is off 1 by bf16's rounding
+    (mismatch_kl ~1e-5), so each family member has tokens to act on. Truncation at 1 (token_tis) scales down every
+    token the trainer likes more than the sampler did and drops nothing; a sequence mask of [0.999, 1.001]
+    (seq_mask_tis) drops whole samples, whose tokens the masked share counts, and truncates within the rest."""
+    common = ["debug=smoke", "trainer.dtype=bfloat16", "monitor=off", "trainer.loss.correction.truncate_at=1"]
+    runs = {
+        "token_tis": [],
+        "seq_mask_tis": ["trainer.loss.correction.mask_low=0.999", "trainer.loss.correction.mask_high=1.001"],
+    }
+    train = {}
+    for preset, bounds in runs.items():
+        proc = launch(tmp_path / preset, *common, f"correction={preset}", *bounds, standing=standing_servers)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        train[preset] = [r for r in rows(tmp_path / preset) if "loss" in r]
+        assert [r["step"] for r in train[preset]] == [0, 1, 2]
+        for r in train[preset]:
+            assert r["mismatch_kl"] > 1e-8 and r["correction/token_weight_max"] > 1, r
+            assert 0 < r["correction/truncated_token"] < 1 and r["correction/truncated_sequence"] == 0, r
+    assert all(r["masked_fraction"] == 0 for r in train["token_tis"])
+    for r in train["seq_mask_tis"]:
+        assert 0 < r["correction/masked_sequence"] == r["masked_fraction"] < 1, r
+        assert r["correction/masked_token"] == r["correction/masked_prob_band"] == 0, r
 
 
 @pytest.mark.vllm

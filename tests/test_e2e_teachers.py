@@ -140,6 +140,9 @@ def test_a_mix_trains_each_source_with_its_own_mode_and_teacher_in_the_same_step
         assert r["teacher/api/completion_tokens"] > 0 and "teacher/completion_tokens" not in r, r
         assert all(f"reward/{mode}_part" in r for mode in ("rl", "opd", "sft", "opsd")), r
         assert r["time/self_score"] > 0 and r["self_score/too_long"] == 0, r
+        # the correction's metrics per source, over each source's student samples (sft's are the teacher's: none)
+        per_source = [r[f"mismatch_kl/{mode}_part"] for mode in ("rl", "opd", "opsd")]
+        assert max(per_source) < 1e-6 and "mismatch_kl/sft_part" not in r and "masked_fraction/rl_part" in r, r
     assert max(abs(r["mismatch_kl"]) for r in train) < 1e-6, [r["mismatch_kl"] for r in train]
     # step 0 trains the starting weights: KL 0 to the reference
     assert train[0]["kl_ref"] == 0.0 and all(r["kl_ref"] >= 0 for r in train), train

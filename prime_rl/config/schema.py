@@ -50,6 +50,11 @@ class RatioLevel(str, Enum):
     sequence = "sequence"  # GSPO: each sample's length-normalised ratio exp(mean log pi/mu), clipped
 
 
+class WeightLevel(str, Enum):
+    token = "token"  # each token's importance weight pi/mu
+    sequence = "sequence"  # each sample's: the geometric mean of its tokens' pi/mu, exp(mean log pi/mu)
+
+
 class ReferenceSource(str, Enum):
     trainer = "trainer"  # a frozen copy of the starting weights in the trainer (LoRA: the base, adapter off)
     vllm = "vllm"  # a vLLM server of the starting weights scores every sample (prompt logprobs), as opd's teacher
@@ -233,6 +238,19 @@ class OrchestratorConfig:
 
 
 @dataclass
+class CorrectionConfig:
+    """Off-policy correction between the trainer's policy pi and the sampler's mu (docs/off_policy.md); the
+    `correction` group's presets set it: band (default), none, token_tis, seq_tis, icepop, seq_mask_tis."""
+
+    prob_band: Fraction = 0.2  # drop tokens whose |pi - mu| (probabilities) exceeds this; 0 = no band
+    mask_level: WeightLevel = WeightLevel.token  # MIS: the weight the bounds below drop by: token | sequence
+    mask_low: NonNeg = 0.5  # MIS: drop what the weight puts below this (0 = no lower bound)
+    mask_high: NonNeg = 5.0  # MIS: drop what the weight puts above this (0 = no upper bound)
+    truncate_level: WeightLevel = WeightLevel.token  # TIS: the weight truncated: token | sequence
+    truncate_at: NonNeg = 0.0  # TIS: the policy term's weight is min(w, this), scaled down where w exceeds it; 0 = off
+
+
+@dataclass
 class LossConfig:
     adv_tau: NonNeg = 1.0  # weight of the reward advantage; 0 = pure distillation
     teacher_tau: NonNeg = 0.0  # weight of the per-token distillation term log p_T - log pi; > 0 in opd and opsd
@@ -240,9 +258,7 @@ class LossConfig:
     kl_ref_tau: NonNeg = 0.0  # weight of the KL to the frozen starting policy (k3 estimator, over the trained tokens)
     kl_ref_from: ReferenceSource = ReferenceSource.trainer  # where the reference's logprobs come from: trainer | vllm
     entropy_tau: NonNeg = 0.0  # weight of an entropy bonus: minus this times the mean entropy of the trained tokens
-    mask_band: Positive = 0.2  # drop tokens whose |pi - mu| (probabilities, trainer vs inference) exceeds this
-    ratio_low: float = 0.5  # drop tokens whose importance ratio pi/mu is below this (0 = no lower bound)
-    ratio_high: float = 5.0  # drop tokens whose importance ratio pi/mu is above this
+    correction: CorrectionConfig = field(default_factory=CorrectionConfig)  # off-policy correction (correction=)
     ratio_level: RatioLevel = RatioLevel.token  # importance ratio: token | sequence (GSPO; the token masks still apply)
     seq_clip_low: Fraction = 3e-4  # sequence level: clip each sample's ratio at 1 - this (GSPO's value)
     seq_clip_high: NonNeg = 4e-4  # sequence level: clip each sample's ratio at 1 + this (GSPO's value)

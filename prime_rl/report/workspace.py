@@ -15,6 +15,15 @@ from prime_rl.report.sweep import load_jobs, swept_keys
 SECTIONS = {
     "reward and eval": ["eval/reward", "reward/mean", "eval/exact", "reward/exact", "eval/teacher_reward"],
     "loss and masks": ["loss", "entropy", "mismatch_kl", "masked_fraction", "clipped/sequence", "grad_norm"],
+    "off-policy correction": [
+        "correction/token_weight_mean",
+        "correction/token_weight_max",
+        "correction/sequence_weight_max",
+        "correction/masked_token",
+        "correction/masked_sequence",
+        "correction/truncated_token",
+        "correction/truncated_sequence",
+    ],
     "teacher": ["teacher_kl", "teacher/truncated", "teacher/requests"],
     "throughput and time": [
         "time/step",

@@ -30,6 +30,7 @@ class TokenBatch:
     teacher_top_ids: torch.Tensor | None = None
     teacher_top_logprobs: torch.Tensor | None = None
     has_teacher_top: torch.Tensor | None = None
+    sources: tuple[str, ...] = ()  # each sample's source in a mix, by its index in sample_ids ("" outside a mix)
 
     def model_inputs(self) -> dict:
         """The forward pass's inputs, without a KV cache (training needs none). Packed rows go by their position ids
@@ -93,6 +94,7 @@ def collate_rows(rows: list[Row], pad_id: int) -> TokenBatch:
         top_ids,
         top_logprobs,
         has_top,
+        tuple(s.source for row in rows for s in row),
     )
 
 
@@ -135,8 +137,8 @@ def micro_batches(samples: list[Sample], size: int, pad_id: int, pack_tokens: in
 
 def to_device(mb: TokenBatch, device) -> TokenBatch:
     def move(value):
-        if value is None:
-            return None
+        if value is None or isinstance(value, tuple):
+            return value
         return {k: v.to(device) for k, v in value.items()} if isinstance(value, dict) else value.to(device)
 
     return TokenBatch(**{k: move(v) for k, v in vars(mb).items()})

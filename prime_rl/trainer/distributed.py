@@ -134,12 +134,21 @@ def _no_loss(sample: Sample) -> Sample:
 
 def all_sum(values: dict[str, float], world: World) -> dict[str, float]:
     """Sum each value over the ranks (same keys on every rank)."""
-    if world.size == 1:
+    return all_reduce(values, world, dist.ReduceOp.SUM)
+
+
+def all_max(values: dict[str, float], world: World) -> dict[str, float]:
+    """Each value's maximum over the ranks (same keys on every rank)."""
+    return all_reduce(values, world, dist.ReduceOp.MAX)
+
+
+def all_reduce(values: dict[str, float], world: World, op) -> dict[str, float]:
+    if world.size == 1 or not values:
         return values
     device = "cuda" if dist.get_backend() == "nccl" else "cpu"
     keys = sorted(values)
     t = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=device)
-    dist.all_reduce(t)
+    dist.all_reduce(t, op=op)
     return dict(zip(keys, t.tolist()))
 
 

@@ -19,10 +19,13 @@ from prime_rl.config.sources import source_losses
 from prime_rl.protocol.batch import TEACHER_LOGPROBS, Sample
 from prime_rl.trainer.data import TokenBatch
 from prime_rl.trainer.logprobs import Logprobs
+from prime_rl.trainer.off_policy import correct, sample_mean
+from prime_rl.trainer.step_metrics import source_sums
 
 # the least tail mass a top-k distribution gets (with_tail): its log stays finite; at k = the vocabulary the tail
 # is 0 but for rounding (~1e-7 in float32), which this floor keeps from adding more than ~2e-7 nats to a KL
 TAIL_FLOOR = 1e-8
+SOURCE_METRICS = ("mismatch_kl", "masked_fraction")  # in a mix, also per source: <name>/<label>
 
 
 def teacher_logprobs(batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -48,16 +51,12 @@ def distill_advantage(logprobs: torch.Tensor, batch: TokenBatch, cfg: LossConfig
 def rl_loss(
     logprobs: torch.Tensor, batch: TokenBatch, cfg: LossConfig, total_tokens: int, teacher_center: float | None = None
 ):
-    """Importance-weighted policy gradient with a trust-region mask; returns (loss, metric sums).
-    `teacher_center`: opd's distillation term, centred on this step mean; None (rl): no teacher term."""
+    """Importance-weighted policy gradient with the run's off-policy correction (trainer/off_policy.py); returns
+    (loss, metric sums). `teacher_center`: opd's distillation term, centred on this step mean; None (rl): none."""
     mask = batch.loss_mask.float()
     log_ratio = (logprobs - batch.inference_logprobs) * mask
-    ratio = log_ratio.exp()
-    # A token trains only where trainer and sampler agree both in probability and in ratio: the probability band
-    # alone keeps a token sampled at mu = 1e-3 that the trainer now gives 0.15, with a ratio of 150.
-    off_band = ((logprobs.exp() - batch.inference_logprobs.exp()).abs() > cfg.mask_band).float() * mask
-    off_ratio = ((ratio < cfg.ratio_low) | (ratio > cfg.ratio_high)).float() * mask * (1 - off_band)
-    kept = mask - off_band - off_ratio
+    fix = correct(log_ratio, logprobs, batch.inference_logprobs, mask, batch.sample_ids, cfg.correction)
+    kept = fix.kept
     adv = cfg.adv_tau * batch.advantages
     if teacher_center is not None:
         adv = adv + cfg.teacher_tau * distill_advantage(logprobs, batch, cfg, teacher_center)
@@ -67,18 +66,17 @@ def rl_loss(
     sums = {}
     if cfg.ratio_level == RatioLevel.sequence:
         policy, clipped = sequence_policy_term(kept_log_ratio, kept, adv.detach(), batch.sample_ids, cfg)
+        policy = policy * fix.log_scale.exp()
         sums["clipped/sequence"] = clipped.sum().item()
     else:
-        policy = -adv.detach() * kept_log_ratio.exp()
+        # value: the weight; gradient: the weight times grad log pi
+        policy = -adv.detach() * (fix.log_weight + (kept_log_ratio - kept_log_ratio.detach())).exp()
     per_token = policy + cfg.kl_tau * kept_log_ratio**2
     loss = torch.where(kept > 0, per_token, 0.0).sum() / total_tokens
     seen = log_ratio.detach().clamp(max=20)  # for the metric: a runaway token reads large, not inf
-    sums |= {
-        "mismatch_kl": ((seen.exp() - 1 - seen) * mask).sum().item(),
-        "masked_fraction": (mask - kept).sum().item(),
-        "masked/prob_band": off_band.sum().item(),  # |pi - mu| > mask_band
-        "masked/ratio": off_ratio.sum().item(),  # in the band, but pi/mu outside [ratio_low, ratio_high]
-    }
+    k3 = seen.exp() - 1 - seen
+    sums |= {"mismatch_kl": (k3 * mask).sum().item(), **fix.sums}
+    sums |= source_sums(batch, {name: values for name, values in zip(SOURCE_METRICS, (k3, mask - kept))}, mask)
     if teacher_center is not None:
         sums["teacher_kl"] = sampled_teacher_kl(logprobs, batch)
     return loss, sums
@@ -97,11 +95,7 @@ def sequence_policy_term(
     -min(s_t A_t, clip(s_t, 1 - seq_clip_low, 1 + seq_clip_high) A_t), with s_t = sg[s] pi_t / sg[pi_t], whose
     value is the sample's ratio s = exp(mean of its kept tokens' log pi/mu) and whose gradient is s grad log pi_t.
     Returns (the term, 1 at the kept tokens whose sample's ratio was clipped: they get no gradient)."""
-    ids = sample_ids.flatten()
-    count = int(ids.max()) + 1
-    totals = torch.zeros(count, device=ids.device).index_add_(0, ids, kept_log_ratio.detach().flatten())
-    tokens = torch.zeros(count, device=ids.device).index_add_(0, ids, kept.flatten())
-    mean_log_ratio = (totals / tokens.clamp(min=1))[ids].view_as(kept_log_ratio)
+    mean_log_ratio = sample_mean(kept_log_ratio.detach(), kept, sample_ids)
     ratio = (mean_log_ratio + kept_log_ratio - kept_log_ratio.detach()).exp()
     bounded = ratio.clamp(1 - cfg.seq_clip_low, 1 + cfg.seq_clip_high)
     # the clipped side is the one min() takes: above the band for a positive advantage, below it for a negative one
@@ -178,10 +172,6 @@ def with_tail(top: torch.Tensor) -> torch.Tensor:
     mass = top.double().exp().sum(-1)
     tail = (1 - mass).clamp(min=TAIL_FLOOR).log().to(top.dtype)
     return torch.cat([top, tail[..., None]], dim=-1)
-
-
-def metric_means(sums: dict[str, float], total_tokens: int) -> dict[str, float]:
-    return {k: v / total_tokens for k, v in sums.items()}
 
 
 # (the micro-batch's logprobs, the micro-batch, total_tokens=the step's token count) -> (loss, metric sums)

@@ -11,11 +11,12 @@ import torch
 from prime_rl.config.schema import Config
 from prime_rl.protocol.batch import Batch, Sample
 from prime_rl.trainer.data import micro_batches, to_device
-from prime_rl.trainer.distributed import SINGLE, World, all_sum, rank_micro_batches
+from prime_rl.trainer.distributed import SINGLE, World, all_max, all_sum, rank_micro_batches
 from prime_rl.trainer.logprobs import Logprobs, head_logprobs, token_logprobs
-from prime_rl.trainer.loss import Objective, entropy_bonus, metric_means, reference_kl
+from prime_rl.trainer.loss import SOURCE_METRICS, Objective, entropy_bonus, reference_kl
 from prime_rl.trainer.lr_schedule import lr_factor
 from prime_rl.trainer.model import compute_dtype, decoder_and_head
+from prime_rl.trainer.step_metrics import add, is_max, metric_means, step_sums
 from prime_rl.weight_transfer.gather import full_tensor
 
 AUTO_MICRO_BATCH = 64  # samples per micro-batch when the logits are never whole (the fused head)
@@ -74,7 +75,7 @@ def train_step(
     )
     trained = int(counts["tokens"])
     total_tokens = max(trained, 1)
-    sums = {"loss": 0.0, "entropy": 0.0}
+    sums = {"loss": 0.0, "entropy": 0.0} | step_sums(batch.samples, SOURCE_METRICS)
     compute = compute_dtype(cfg, device)
     for mode_loss, step_loss, mb in work:
         mb = to_device(mb, device)
@@ -90,10 +91,10 @@ def train_step(
         loss.backward()
         sums["loss"] += loss.item() * total_tokens
         sums["entropy"] += (out.entropy * mb.loss_mask).sum().item()
-        for k, v in extra.items():
-            sums[k] = sums.get(k, 0.0) + v
+        add(sums, extra)
     grad_norm = float(full_tensor(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.optim.max_grad_norm)))
-    sums = all_sum(sums, world)
+    maxima = {k: v for k, v in sums.items() if is_max(k)}
+    sums = all_sum({k: v for k, v in sums.items() if not is_max(k)}, world) | all_max(maxima, world)
     lr = scheduler.get_last_lr()[0]
     # A non-finite gradient (an overflow, a bad sample) would turn every weight it touches into NaN: skip the
     # update and its schedule step instead, and say so. The norm is the global one: every rank decides alike.

@@ -61,11 +61,18 @@ def pairs(cfg: Config, _: int) -> None:
         f"the band [{band.min_pass_rate}, {band.max_pass_rate}] is empty",
         "keep min_pass_rate below max_pass_rate, e.g. 0.0 and 1.0 (skip what always fails or always passes)",
     )
+    fix = loss.correction
     check(
-        0 <= loss.ratio_low <= 1 <= loss.ratio_high,
-        ["trainer.loss.ratio_low", "trainer.loss.ratio_high"],
-        f"the ratio band [{loss.ratio_low}, {loss.ratio_high}] must contain 1 (an on-policy token)",
-        "use e.g. ratio_low=0.5 ratio_high=5",
+        fix.mask_low <= 1 and (fix.mask_high >= 1 or fix.mask_high == 0),
+        ["trainer.loss.correction.mask_low", "trainer.loss.correction.mask_high"],
+        f"the weight's bounds [{fix.mask_low}, {fix.mask_high}] must contain 1 (an on-policy token)",
+        "use e.g. mask_low=0.5 mask_high=5 (0 = no upper bound), or a preset: correction=icepop",
+    )
+    check(
+        fix.truncate_at == 0 or fix.truncate_at >= 1,
+        ["trainer.loss.correction.truncate_at"],
+        f"truncating the weight at {fix.truncate_at} < 1 would scale down on-policy tokens too",
+        "use e.g. truncate_at=2 (TIS's usual cap), or 0 (off)",
     )
     check(
         tiny.hidden_size % tiny.num_heads == 0 and tiny.num_heads % tiny.num_kv_heads == 0,
