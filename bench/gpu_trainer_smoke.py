@@ -9,7 +9,8 @@ tied embeddings) built from its config. Every figure is one `FIG key=value` line
 
 Stages: the model; full fine-tuning in bf16 (step time, peak memory, the bf16 export and its size, a sharded
 checkpoint, then a resume that continues it); the trainer's logprobs (fused head and from logits) against a plain
-transformers forward; LoRA (step time, peak memory, the adapter export).
+transformers forward; LoRA (step time, peak memory, the adapter export); the off-policy correction (a sequence mask
+and a truncation: what they dropped and truncated, and the step time).
 """
 
 import argparse
@@ -63,15 +64,19 @@ def build_model(path: Path, shape: dict) -> None:
     save_model(Qwen3ForCausalLM(config), tok, path)
 
 
-def write_batches(run_dir: RunDir, steps: range, samples: int, prompt: int, completion: int, vocab: int) -> None:
+def write_batches(
+    run_dir: RunDir, steps: range, samples: int, prompt: int, completion: int, vocab: int, drift: float = 0.0
+) -> None:
     """rl batches of random token ids: a group of 8 per prompt with spread advantages, mu near a random
-    model's uniform logprob (so the trust-region mask keeps most tokens)."""
+    model's uniform logprob (so the trust-region mask keeps most tokens); every other sample's mu raised by `drift`
+    (a sampler that liked those samples' tokens e^drift times more than the trainer does)."""
     rng = random.Random(0)
     for step in steps:
         batch = []
         for i in range(samples):
             ids = [rng.randrange(vocab) for _ in range(prompt + completion)]
-            mu = [-torch.log(torch.tensor(float(vocab))).item() + rng.uniform(-0.1, 0.1) for _ in range(completion)]
+            base = -torch.log(torch.tensor(float(vocab))).item() + (i % 2) * drift
+            mu = [base + rng.uniform(-0.1, 0.1) for _ in range(completion)]
             batch.append(Sample(ids[:prompt], ids[prompt:], mu, advantage=(i % 8 - 3.5) / 2.3, reward=0.5))
         write_batch(Batch(step, step, batch, {}), run_dir.rollouts(step))
 
@@ -199,6 +204,25 @@ def lora(work: Path, model: Path, args) -> None:
     fig("lora_export_mb", round(dir_bytes(run.weights(args.lora_steps)) / 1e6, 2))
 
 
+def correction(work: Path, model: Path, args) -> None:
+    """The off-policy correction in the real trainer on the device: seq_mask_tis (samples whose geometric-mean
+    weight leaves [0.5, 2] dropped, the rest truncated per token) on batches where every other sample's mu is e
+    times the trainer's (weight ~1/e: dropped), truncated at 1 so that the kept samples' noise has tokens to scale
+    down; medians over the steps of the shares it dropped and truncated, and its step time against full's."""
+    run = RunDir(work / "correction")
+    shutil.rmtree(run.root, ignore_errors=True)
+    steps = 3
+    write_batches(run, range(steps), args.samples, args.prompt, args.completion, args.vocab, drift=1.0)
+    overrides = ["correction=seq_mask_tis", "trainer.loss.correction.truncate_at=1"]
+    _, config = trainer_config(run.root, model, args.device, steps, *overrides)
+    fig("correction_process_s", round(run_trainer(config, work / "correction.log"), 1))
+    step_figures("correction", run)
+    rows = read_rows(run.metrics)
+    for key in ("masked_fraction", "correction/masked_sequence", "correction/truncated_token",
+                "correction/token_weight_max", "correction/sequence_weight_max", "mismatch_kl"):  # fmt: skip
+        fig(f"correction_{key.removeprefix('correction/')}", round(statistics.median(r[key] for r in rows), 5))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", help="cuda, or cpu to try the stages here")
@@ -232,6 +256,7 @@ def main() -> None:
         ("full", lambda: full_fine_tuning(work, model, args)),
         ("lora", lambda: lora(work, model, args)),
         ("logprobs", lambda: logprob_agreement(model, args)),
+        ("correction", lambda: correction(work, model, args)),
     ]:
         stage(work, name, run)
         out.write_text(json.dumps(FIGURES, indent=1))  # what finished is kept if a later stage fails

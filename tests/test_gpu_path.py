@@ -325,3 +325,7 @@ def test_the_trainers_gpu_check_runs_its_stages_here_on_a_small_model(tmp_path):
     assert figures["full_export_dtype"] == "torch.bfloat16" and figures["full_resumed_steps"] == "4,5"
     assert figures["full_checkpoint_gb"] > 3 * figures["full_export_gb"]  # fp32 weights and AdamW's moments
     assert figures["logprobs_fused_max_abs_diff"] < 0.05 and figures["lora_export_mb"] < 1
+    # the correction's stage: the sequence mask drops the half of the samples whose sampler drifted, and no other;
+    # truncation at 1 scales down tokens of the rest
+    assert figures["correction_masked_sequence"] == figures["correction_masked_fraction"] == pytest.approx(0.5)
+    assert 0 < figures["correction_truncated_token"] < 1
