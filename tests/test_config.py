@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from prime_rl.config import ConfigError, TeacherKind, compose_config, load_config
 from prime_rl.config.teachers import DEFAULT, REFERENCE, local_teachers, teacher_names, teacher_view
+from prime_rl.launcher.auto_dtype import BF16_MIN_PARAMS, auto_cpu_dtype, cpu_bf16_flag
 from prime_rl.launcher.plan import build_plan
 from prime_rl.launcher.preflight import check_at_job, check_at_launch
 from prime_rl.models.recipe import student_dir, teacher_dir
@@ -506,6 +507,26 @@ def test_opd_dry_run_plan(tmp_path):
         command = roles[server]["command"]
         assert roles[server]["port"] == 0 and command[command.index("--port") + 1] == "0"
     assert not (run_dir / "logs").exists()  # nothing was started
+    # dtype=auto on a CPU: float32 for the tiny student on any CPU; the plan says which it chose and why, and every
+    # role reads the choice (the servers' --dtype, the trainer's compute dtype)
+    assert plan["dtype"]["trainer"] == plan["dtype"]["inference"] == cfg.trainer.dtype == "float32"
+    assert plan["dtype"]["auto"].startswith("inference and trainer dtype auto: float32 (")
+    command = roles["inference"]["command"]
+    assert command[command.index("--dtype") + 1] == "float32"
+
+
+def test_dtype_auto_picks_bf16_only_on_a_cpu_that_computes_it_and_a_student_it_pays_for(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16\n\nprocessor\t: 1\n")
+    assert cpu_bf16_flag(cpuinfo) == "avx512_bf16"
+    cpuinfo.write_text("flags\t\t: fpu avx2 amx_tile amx_bf16\n")
+    assert cpu_bf16_flag(cpuinfo) == "amx_bf16"
+    cpuinfo.write_text("flags\t\t: fpu avx2 avx512f\n")
+    assert cpu_bf16_flag(cpuinfo) is None and cpu_bf16_flag(tmp_path / "absent") is None
+    assert auto_cpu_dtype(None, 10**9)[0] == "float32"
+    assert auto_cpu_dtype("avx512_bf16", None)[0] == "float32"  # a dry run before the student is built
+    assert auto_cpu_dtype("avx512_bf16", BF16_MIN_PARAMS - 1)[0] == "float32"
+    assert auto_cpu_dtype("amx_bf16", BF16_MIN_PARAMS)[0] == "bfloat16"
 
 
 def test_gpu_slices_are_disjoint_and_ordered(tmp_path):

@@ -299,7 +299,7 @@ class TrainerConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)  # set by the lora group
     micro_batch_size: NonNegInt = 0  # rows per forward/backward; 0 = auto: 64 samples' tokens, fewer if logits whole
     pack_tokens: NonNegInt = 0  # sequence packing: samples share rows of up to this many tokens; 0 = a sample per row
-    dtype: str = "auto"  # compute dtype: auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16; weights, AdamW stay fp32
+    dtype: str = "auto"  # compute: auto (bf16 on GPU; CPU: docs/off_policy.md) | float32 | bfloat16; weights stay fp32
     activation_checkpointing: bool = False  # recompute layer activations in the backward pass: less memory, more time
     device: str = "auto"  # auto (cuda when visible) | cpu | cuda
     num_threads: NonNegInt = 0  # torch CPU threads; 0 = auto: every core colocated, cores / GPUs on GPUs, else 1
@@ -311,7 +311,7 @@ class TrainerConfig:
 class InferenceConfig:
     host: str = "127.0.0.1"  # bind address of the vLLM servers
     port: Port = 0  # student server port; 0 = one the kernel picks when the server binds (no races)
-    dtype: str = "auto"  # vLLM --dtype; auto = float32 on CPU, bfloat16 on GPU
+    dtype: str = "auto"  # vLLM --dtype; auto = bfloat16 on GPU, on CPU as trainer.dtype's auto (docs/off_policy.md)
     max_model_len: int = 512  # vLLM --max-model-len (opd: the student server one less, so the teacher can score)
     kv_cache_bytes: Count = 67108864  # CPU: vLLM --kv-cache-memory-bytes
     gpu_memory_utilization: Share = 0.9  # GPU: vLLM --gpu-memory-utilization

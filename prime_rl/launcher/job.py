@@ -182,6 +182,8 @@ def print_plan(plan: Plan) -> None:
     )
     for line in layout_lines(plan):
         console.print(line, soft_wrap=True)
+    if plan.dtype_choice:
+        console.print(plan.dtype_choice, soft_wrap=True)
     if plan.node.multi:
         n = plan.node
         console.print(f"[bold]node {n.rank}[/bold] {n.hostname}: {', '.join(n.roles)}{' (head)' if n.head else ''}")

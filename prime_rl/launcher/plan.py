@@ -24,6 +24,7 @@ from prime_rl.config.teachers import (
 )
 from prime_rl.inference.server import vllm_command
 from prime_rl.launcher.allocator import preload_env
+from prime_rl.launcher.auto_dtype import with_auto_dtypes
 from prime_rl.launcher.gpus import gpu_slices
 from prime_rl.models import student_dir, teacher_dir
 from prime_rl.protocol.atomic import write_text
@@ -88,6 +89,7 @@ class Plan:
     roles: list[Role] = field(default_factory=list)
     node: Node = LOCAL
     remote_servers: list[RemoteServer] = field(default_factory=list)  # multi-node head: the other nodes' servers
+    dtype_choice: str = ""  # what dtype=auto chose on this CPU node and why (launcher/auto_dtype.py); "": none auto
 
     @property
     def one_by_one(self) -> bool:
@@ -110,13 +112,13 @@ class Plan:
 def build_plan(cfg: Config, run_dir: Path, visible: list[str], node: Node = LOCAL) -> Plan:
     """The roles `node` runs (on one machine: every role of the job)."""
     run_dir = run_dir.resolve()
-    cfg = replace(cfg, run_dir=str(run_dir))
+    cfg, dtype_choice = with_auto_dtypes(replace(cfg, run_dir=str(run_dir)))
     if cfg.inference.url:  # a standing student server (launcher/standing_server.py): used by the run, not started
         cfg = replace(cfg, inference=replace(cfg.inference, urls=[cfg.inference.url]))
     teachers = {server_role(name): name for name in local_teachers(cfg)}
     here = teachers if SERVER_ROLE in node.roles else {}  # the node that runs a teacher server runs them all
     slices = gpu_slices(cfg.deployment, visible, (*node.roles, *here), list(teachers))
-    plan = Plan(run_dir, cfg, node=node)
+    plan = Plan(run_dir, cfg, node=node, dtype_choice=dtype_choice)
     # only the orchestrator talks to the teachers, and to a standing student server (which a server of the run gets
     # the key of, as its own: launcher/supervisor.py run_server_key)
     secrets = teacher_secrets(cfg) + ((cfg.inference.api_key_env,) if cfg.inference.url else ())
@@ -239,6 +241,7 @@ def plan_record(plan: Plan) -> dict:
         "turns": [asdict(t) for t in turns(c)] if colocated else [],
         "gpu_shares": gpu_shares(c) if colocated and on_gpu(c) else {},
         "weights": c.inference.weight_transfer.value if pushes_weights(c) else "files",
+        "dtype": {"trainer": c.trainer.dtype, "inference": c.inference.dtype, "auto": plan.dtype_choice},
         "standing_server": c.inference.url,  # the student server the run uses instead of starting one (None: its own)
         # the checkpoint a resumed run continues from (0: none yet), None for a fresh run (launcher/resume.py)
         "resume_from": (RunDir(plan.run_dir).latest_checkpoint() or 0) if c.ckpt.resume else None,
