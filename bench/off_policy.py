@@ -1,0 +1,122 @@
+"""The off-policy correction's presets (issue 48, docs/off_policy.md) where the mismatch between sampler and trainer
+is real: the default run at max_async_level=2 (float32: the mismatch is staleness), and the 13 M size of
+bench/model_size.py with server and trainer in bf16 (max_async_level=1: rounding and staleness). Per preset,
+medians over seeds: the eval reward at the last step (its standard error beside it) and at a fixed wall-clock (the
+last evaluation every preset's run had reached by then), steps/min, and what the correction did per step
+(mismatch_kl, the largest token weight, the shares dropped and truncated).
+
+    .venv/bin/python bench/off_policy.py --runs 3                        # both points: ~80 min on 2 cores
+    .venv/bin/python bench/off_policy.py --runs 1 --points async2        # ~12 min
+    .venv/bin/python bench/off_policy.py --runs 1 --steps 4 --smoke --presets band,token_tis
+"""
+
+import argparse
+from pathlib import Path
+
+from common import (
+    add_runs_arg,
+    bench_dir,
+    compare_variants,
+    compose,
+    finish,
+    median,
+    print_table,
+    run_launcher,
+    run_outcome,
+    steady_rows,
+)
+from model_size import SIZES
+from model_size import overrides as size_overrides
+
+NAME = "off_policy"
+PRESETS = ["band", "none", "token_tis", "seq_tis", "icepop", "seq_mask_tis"]
+BF16 = ["inference.dtype=bfloat16", "trainer.dtype=bfloat16"]
+PER_STEP = {  # what the run reports per step -> the result's key
+    "mismatch_kl": "mismatch_kl",
+    "correction/token_weight_max": "weight_max",
+    "masked_fraction": "masked",
+    "correction/truncated_token": "truncated_token",
+    "correction/truncated_sequence": "truncated_sequence",
+    "optim/skipped": "skipped",
+}
+
+
+def point_overrides(point: str, steps: int, seed: int) -> list[str]:
+    """The run of a point, without its preset: evaluations every quarter of the run, for the fixed wall-clock."""
+    common = ["monitor=off", f"seed={seed}", f"max_steps={steps}", f"orchestrator.eval.interval={max(1, steps // 4)}"]
+    if point == "async2":
+        return [*common, "orchestrator.max_async_level=2"]
+    args = argparse.Namespace(
+        warm_start_steps=30,
+        min_len=48,
+        max_len=64,
+        prompts=8,
+        group=4,
+        eval_examples=32,
+        steps=steps,
+        trainer_threads=0,
+    )
+    return [*size_overrides(SIZES["s"], args, seed), *BF16, *common, "orchestrator.max_async_level=1"]
+
+
+def run_preset(args, point: str, preset: str, seed: int, out: Path) -> dict:
+    launch = run_launcher(
+        [*point_overrides(point, args.steps, seed), f"correction={preset}"],
+        out / f"{point}-{preset}-{seed}",
+        timeout_s=args.timeout,
+    )
+    rows = steady_rows(launch)
+    return {
+        **run_outcome(launch),
+        "evals": [(t, r["eval/reward"]) for t, r in launch.eval_rows()],  # for the fixed wall-clock
+        **{key: median(r.get(metric) for r in rows) for metric, key in PER_STEP.items()},
+    }
+
+
+def eval_at(evals: list[tuple[float, float]], wall_s: float) -> float | None:
+    """The eval reward of the last evaluation logged by `wall_s` seconds into the run."""
+    before = [reward for t, reward in evals if t <= wall_s]
+    return before[-1] if before else None
+
+
+def with_fixed_wall(runs: list[dict]) -> float:
+    """Each run's eval at the wall-clock every run had reached its last evaluation by; returns that time."""
+    wall_s = min(run["evals"][-1][0] for run in runs if run["evals"])
+    for run in runs:
+        run["eval_at_wall"] = eval_at(run["evals"], wall_s)
+    return wall_s
+
+
+KEYS = ["eval_last", "eval_last_stderr", "eval_at_wall", "steps_per_min", *PER_STEP.values()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_runs_arg(parser)
+    parser.add_argument("--steps", type=int, default=80, help="optimizer steps per run")
+    parser.add_argument("--points", default="async2,bf16_13m", help="comma-separated, of async2, bf16_13m")
+    parser.add_argument("--presets", default=",".join(PRESETS), help="comma-separated, of " + ", ".join(PRESETS))
+    parser.add_argument("--timeout", type=float, default=1200, help="seconds per run")
+    args = parser.parse_args()
+    from prime_rl.prepare import prepare_student
+
+    out, presets, record = bench_dir(NAME), args.presets.split(","), {"runs": args.runs, "steps": args.steps}
+    for point in args.points.split(","):
+        prepare_student(compose(point_overrides(point, args.steps, 0)))  # built before any clock starts
+        run_one = lambda p, seed, point=point: run_preset(args, point, p, seed, out)  # noqa: E731
+        runs, _ = compare_variants(args.runs, presets, run_one)
+        wall_s = with_fixed_wall([record for seed in runs for record in seed.values()])
+        summary = {p: {k: median(seed[p][k] for seed in runs) for k in KEYS} for p in presets}
+        print_table(
+            f"off-policy correction at {point}, {args.steps} steps: medians of {args.runs} run(s); "
+            f"eval at {wall_s:.0f} s",
+            ["preset", "eval last", "± stderr", "eval @ wall", "steps/min", "mismatch_kl", "weight max", "masked"]
+            + ["trunc tok", "trunc seq", "skipped"],
+            [[p, *(summary[p][k] for k in KEYS)] for p in presets],
+        )
+        record[point] = {"wall_s": wall_s, "presets": summary, "per_run": runs}
+    finish(NAME, record, args.smoke)
+
+
+if __name__ == "__main__":
+    main()
