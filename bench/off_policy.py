@@ -97,13 +97,15 @@ def main() -> None:
     parser.add_argument("--points", default="async2,bf16_13m", help="comma-separated, of async2, bf16_13m")
     parser.add_argument("--presets", default=",".join(PRESETS), help="comma-separated, of " + ", ".join(PRESETS))
     parser.add_argument("--timeout", type=float, default=1200, help="seconds per run")
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + runs - 1")
     args = parser.parse_args()
     from prime_rl.prepare import prepare_student
 
-    out, presets, record = bench_dir(NAME), args.presets.split(","), {"runs": args.runs, "steps": args.steps}
+    out, presets = bench_dir(NAME), args.presets.split(",")
+    record = {"runs": args.runs, "first_seed": args.first_seed, "steps": args.steps}
     for point in args.points.split(","):
         prepare_student(compose(point_overrides(point, args.steps, 0)))  # built before any clock starts
-        run_one = lambda p, seed, point=point: run_preset(args, point, p, seed, out)  # noqa: E731
+        run_one = lambda p, seed, point=point: run_preset(args, point, p, args.first_seed + seed, out)  # noqa: E731
         runs, _ = compare_variants(args.runs, presets, run_one)
         wall_s = with_fixed_wall([record for seed in runs for record in seed.values()])
         summary = {p: {k: median(seed[p][k] for seed in runs) for k in KEYS} for p in presets}

@@ -61,23 +61,25 @@ def correct(
     if cfg.truncate_level == WeightLevel.token and cfg.truncate_at:
         log_weight = torch.where(truncated > 0, math.log(cfg.truncate_at), log_ratio)
     log_weight = torch.where(kept > 0, log_weight, 0.0)
-    level_masked = {level: masked if cfg.mask_level == level else torch.zeros_like(mask) for level in WeightLevel}
-    level_truncated = {
-        level: truncated if cfg.truncate_level == level else torch.zeros_like(mask) for level in WeightLevel
-    }
-    sums = {
-        "masked_fraction": (mask - kept).sum().item(),
-        "correction/masked_prob_band": off_band.sum().item(),
-    }
-    for level in WeightLevel:
-        w = log_w[level].clamp(max=LOG_WEIGHT_CAP).exp()
-        sums |= {
-            f"correction/{level.value}_weight_mean": (w * mask).sum().item(),
-            f"correction/{level.value}_weight_max": float((w * mask).max()) if mask.any() else 0.0,
-            f"correction/masked_{level.value}": level_masked[level].sum().item(),
-            f"correction/truncated_{level.value}": level_truncated[level].sum().item(),
-        }
+    sums = correction_sums(mask, kept, off_band, {cfg.mask_level: masked}, {cfg.truncate_level: truncated}, log_w)
     return Correction(kept, log_scale, log_weight, sums)
+
+
+def correction_sums(
+    mask: torch.Tensor, kept: torch.Tensor, off_band: torch.Tensor, masked: dict, truncated: dict, log_w: dict
+) -> dict[str, float]:
+    """The step's metric sums: the tokens dropped (by each mask) and truncated, per level, and the weights' sum and
+    maximum over the trained tokens at both levels."""
+    sums = {"masked_fraction": (mask - kept).sum().item(), "correction/masked_prob_band": off_band.sum().item()}
+    for level in WeightLevel:
+        w = log_w[level].clamp(max=LOG_WEIGHT_CAP).exp() * mask
+        sums |= {
+            f"correction/{level.value}_weight_mean": w.sum().item(),
+            f"correction/{level.value}_weight_max": w.max().item() if mask.any() else 0.0,
+            f"correction/masked_{level.value}": masked[level].sum().item() if level in masked else 0.0,
+            f"correction/truncated_{level.value}": truncated[level].sum().item() if level in truncated else 0.0,
+        }
+    return sums
 
 
 def mask_by_weight(log_w: torch.Tensor, cfg: CorrectionConfig) -> torch.Tensor:
