@@ -2,8 +2,9 @@
 is real: the default run at max_async_level=2 (float32: the mismatch is staleness), and the 13 M size of
 bench/model_size.py with server and trainer in bf16 (max_async_level=1: rounding and staleness). Per preset,
 medians over seeds: the eval reward at the last step (its standard error beside it) and at a fixed wall-clock (the
-last evaluation every preset's run had reached by then), steps/min, and what the correction did per step
-(mismatch_kl, the largest token weight, the shares dropped and truncated).
+last evaluation every preset's run had reached by then), steps/min, and what the correction did (the median
+mismatch_kl, the run's largest token weight, the mean shares of tokens dropped and truncated, the steps where it
+dropped or truncated any).
 
     .venv/bin/python bench/off_policy.py --runs 3                        # both points: ~80 min on 2 cores
     .venv/bin/python bench/off_policy.py --runs 1 --points async2        # ~12 min
@@ -31,14 +32,12 @@ from model_size import overrides as size_overrides
 NAME = "off_policy"
 PRESETS = ["band", "none", "token_tis", "seq_tis", "icepop", "seq_mask_tis"]
 BF16 = ["inference.dtype=bfloat16", "trainer.dtype=bfloat16"]
-PER_STEP = {  # what the run reports per step -> the result's key
-    "mismatch_kl": "mismatch_kl",
-    "correction/token_weight_max": "weight_max",
+SHARES = {  # per step, the share of tokens -> the result's key (its mean over the run's steps)
     "masked_fraction": "masked",
     "correction/truncated_token": "truncated_token",
     "correction/truncated_sequence": "truncated_sequence",
-    "optim/skipped": "skipped",
 }
+PER_RUN = ["mismatch_kl", "weight_max", *SHARES.values(), "steps_acted", "skipped"]
 
 
 def point_overrides(point: str, steps: int, seed: int) -> list[str]:
@@ -66,10 +65,15 @@ def run_preset(args, point: str, preset: str, seed: int, out: Path) -> dict:
         timeout_s=args.timeout,
     )
     rows = steady_rows(launch)
+    acted = [any(r.get(metric, 0) > 0 for metric in SHARES) for r in rows]
     return {
         **run_outcome(launch),
         "evals": [(t, r["eval/reward"]) for t, r in launch.eval_rows()],  # for the fixed wall-clock
-        **{key: median(r.get(metric) for r in rows) for metric, key in PER_STEP.items()},
+        "mismatch_kl": median(r.get("mismatch_kl") for r in rows),
+        "weight_max": max((r["correction/token_weight_max"] for r in rows), default=None),  # over the whole run
+        **{key: sum(r.get(metric, 0) for r in rows) / max(len(rows), 1) for metric, key in SHARES.items()},
+        "steps_acted": sum(acted),  # steps where the correction dropped or truncated a token
+        "skipped": sum(r.get("optim/skipped", 0) for r in rows),
     }
 
 
@@ -87,7 +91,7 @@ def with_fixed_wall(runs: list[dict]) -> float:
     return wall_s
 
 
-KEYS = ["eval_last", "eval_last_stderr", "eval_at_wall", "steps_per_min", *PER_STEP.values()]
+KEYS = ["eval_last", "eval_last_stderr", "eval_at_wall", "steps_per_min", *PER_RUN]
 
 
 def main() -> None:
@@ -113,7 +117,7 @@ def main() -> None:
             f"off-policy correction at {point}, {args.steps} steps: medians of {args.runs} run(s); "
             f"eval at {wall_s:.0f} s",
             ["preset", "eval last", "± stderr", "eval @ wall", "steps/min", "mismatch_kl", "weight max", "masked"]
-            + ["trunc tok", "trunc seq", "skipped"],
+            + ["trunc tok", "trunc seq", "steps acted", "skipped"],
             [[p, *(summary[p][k] for k in KEYS)] for p in presets],
         )
         record[point] = {"wall_s": wall_s, "presets": summary, "per_run": runs}

@@ -10,13 +10,14 @@ Hydra composes the config; a bad input then exits 2 with one line naming the key
 - a command line Hydra cannot compose (unknown key, wrong type, no such option): launch.py, from Hydra's error.
 """
 
-import itertools
 import os
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.plugins import Plugins
 from hydra.errors import HydraException, MissingConfigException
 from hydra.experimental.callback import Callback
+from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
@@ -47,18 +48,20 @@ class ValidateRun(Callback):
 
 
 def sweep_points(config_loader, overrides: list[str]) -> list[list[str]]:
-    """The overrides of every job of `-m a=1,2 b=x,y`: the cartesian product, in the order Hydra runs them."""
+    """The overrides of every job of `-m a=1,2 b=x,y`, as Hydra's own basic sweeper expands them (its cartesian
+    product, in its order; a key given twice counts once, its last value: `a=1,2 a=3` is one job, a=3)."""
     parsed = OverridesParser.create(config_loader=config_loader).parse_overrides(overrides)
-    choices = []
     for o in parsed:
-        key = o.get_key_element()
-        if not o.is_sweep_override():
-            choices.append([f"{key}={o.get_value_element_as_str()}"])
-        elif o.is_discrete_sweep():
-            choices.append([f"{key}={value}" for value in o.sweep_string_iterator()])
-        else:
+        if o.is_sweep_override() and not o.is_discrete_sweep():
+            key = o.get_key_element()
             exit_with(f"invalid sweep [{key}]: {o.input_line} is not a list of values; fix: use {key}=a,b or range()")
-    return [list(point) for point in itertools.product(*choices)]
+    (points,) = basic_sweeper().split_arguments(parsed, max_batch_size=None)
+    return points
+
+
+def basic_sweeper() -> type:
+    """Hydra's BasicSweeper class, found through Hydra's public plugin registry (its module is Hydra's private)."""
+    return next(cls for cls in Plugins.instance().discover(Sweeper) if cls.__name__ == "BasicSweeper")
 
 
 def check_sweep(config_loader, master: DictConfig, points: list[list[str]]) -> list[tuple[list[str], Path]]:
