@@ -17,7 +17,7 @@ import yaml
 
 from prime_rl.config import ConfigError, check_rules, compose_config, load_config
 from prime_rl.inference.client import InferenceClient
-from prime_rl.launcher.multinode import announce_end, build_node_plan, read_end, shared_server_key
+from prime_rl.launcher.multinode import announce_end, build_node_plan, job_nodes, read_end, shared_server_key
 from prime_rl.launcher.plan import ROLES, Node, Plan, RemoteServer, build_plan
 from prime_rl.launcher.supervisor import run_plan
 from prime_rl.orchestrator.students import StudentServers, student_client
@@ -276,6 +276,18 @@ def test_a_real_multi_node_run_needs_a_slurm_job(tmp_path):
 @needs_slurm
 @pytest.mark.slurm
 @pytest.mark.timeout(120)
+def test_a_jobs_compressed_node_list_gives_each_node_its_rank_without_scontrol(monkeypatch):
+    """SLURM_JOB_NODELIST in SLURM's compressed form, expanded in its order (submitit's parser: no scontrol, which
+    containers often lack); this node is SLURM_NODEID of them."""
+    cfg = compose_config(["deployment=gpu", "deployment.num_infer_nodes=2", "deployment.num_train_nodes=2"])
+    monkeypatch.setenv("PATH", "")  # no scontrol, nor anything else
+    monkeypatch.setenv("SLURM_JOB_ID", "17")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu[01-03],cpu5")
+    monkeypatch.setenv("SLURM_NODEID", "2")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    assert job_nodes(cfg) == ([2], ["gpu01", "gpu02", "gpu03", "cpu5"], "17.1")
+
+
 def test_a_one_node_slurm_job_refuses_a_two_node_deployment(tmp_path):
     """Inside a real job the launcher reads its node list from SLURM: one node is not the two asked for."""
     two_nodes = launch_cmd(

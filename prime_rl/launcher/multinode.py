@@ -16,7 +16,6 @@ writes it when the run is over, any node that fails writes it first; every node 
 
 import os
 import secrets
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -155,12 +154,11 @@ def lock_name(cfg: Config) -> str:
 
 
 def slurm_hostnames() -> list[str]:
-    """The job's nodes in SLURM's order (the order of SLURM_NODEID), expanded from SLURM_JOB_NODELIST."""
-    nodelist = os.environ["SLURM_JOB_NODELIST"]
-    out = subprocess.run(
-        ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True, timeout=60
-    ).stdout
-    return out.split()
+    """The job's nodes in SLURM's order (the order of SLURM_NODEID), expanded from SLURM_JOB_NODELIST by submitit's
+    parser (no `scontrol` at job time: containers often lack it)."""
+    from submitit.slurm.slurm import SlurmJobEnvironment
+
+    return SlurmJobEnvironment().hostnames
 
 
 # --- what the nodes share through the run dir ---------------------------------------------------------------
