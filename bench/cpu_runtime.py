@@ -22,8 +22,7 @@ import sys
 from pathlib import Path
 
 from common import STEP_TIMES, add_runs_arg, bench_dir, compose, finish, median, print_table, run_launcher, step_times
-from model_size import SIZES
-from model_size import overrides as size_overrides
+from model_size import SIZES, short_run
 
 NAME = "cpu_runtime"
 TCMALLOC = Path("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")
@@ -47,10 +46,7 @@ def point_overrides(point: str, seed: int) -> list[str]:
     common = ["deployment.layout=colocated", "orchestrator.max_async_level=0", "monitor=off", f"seed={seed}"]
     if point == "default":
         return [*common, "max_steps=80", "orchestrator.eval.interval=80"]
-    args = argparse.Namespace(
-        warm_start_steps=30, min_len=48, max_len=64, prompts=8, group=4, eval_examples=32, steps=12, trainer_threads=0
-    )
-    return [*size_overrides(SIZES[point], args, seed), *common[:2]]
+    return [*short_run(SIZES[point], 12, seed), *common[:2]]
 
 
 def run_variant(point: str, variant: str, seed: int, out: Path, timeout: float) -> dict:

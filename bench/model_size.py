@@ -80,6 +80,13 @@ def overrides(size: Size, args, seed: int) -> list[str]:
     ]
 
 
+def short_run(size: Size, steps: int, seed: int) -> list[str]:
+    """A size's run in the shorter shape other benchmarks measure it in (cpu_runtime.py, off_policy.py): 8 prompts
+    x 4, completions of 48-64 tokens, 32 eval prompts, a 30-step warm start, `steps` steps."""
+    size_args = dict(warm_start_steps=30, min_len=48, max_len=64, prompts=8, group=4, eval_examples=32)
+    return overrides(size, argparse.Namespace(**size_args, steps=steps, trainer_threads=0), seed)
+
+
 def steps(size: Size, args) -> int:
     return args.steps or size.steps
 

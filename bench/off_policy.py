@@ -26,8 +26,7 @@ from common import (
     run_outcome,
     steady_rows,
 )
-from model_size import SIZES
-from model_size import overrides as size_overrides
+from model_size import SIZES, short_run
 
 NAME = "off_policy"
 PRESETS = ["band", "none", "token_tis", "seq_tis", "icepop", "seq_mask_tis"]
@@ -45,17 +44,7 @@ def point_overrides(point: str, steps: int, seed: int) -> list[str]:
     common = ["monitor=off", f"seed={seed}", f"max_steps={steps}", f"orchestrator.eval.interval={max(1, steps // 4)}"]
     if point == "async2":
         return [*common, "orchestrator.max_async_level=2"]
-    args = argparse.Namespace(
-        warm_start_steps=30,
-        min_len=48,
-        max_len=64,
-        prompts=8,
-        group=4,
-        eval_examples=32,
-        steps=steps,
-        trainer_threads=0,
-    )
-    return [*size_overrides(SIZES["s"], args, seed), *BF16, *common, "orchestrator.max_async_level=1"]
+    return [*short_run(SIZES["s"], steps, seed), *BF16, *common, "orchestrator.max_async_level=1"]
 
 
 def run_preset(args, point: str, preset: str, seed: int, out: Path) -> dict:
