@@ -178,7 +178,8 @@ def test_a_mix_trains_each_source_with_its_own_mode_and_teacher_in_the_same_step
 
 
 @pytest.mark.integration
-def test_opd_with_a_different_tokenizer_fails_before_anything_starts(tmp_path, teacher_dir):
+def test_opd_that_wants_the_students_tokens_from_another_tokenizer_fails_before_anything_starts(tmp_path, teacher_dir):
+    """teacher.alignment=tokens: the teacher must score the student's own tokens (auto would align on text)."""
     other = tmp_path / "other-teacher"
     shutil.copytree(teacher_dir, other)
     config = json.loads((other / "tokenizer.json").read_text())
@@ -194,7 +195,9 @@ def test_opd_with_a_different_tokenizer_fails_before_anything_starts(tmp_path, t
         }
     )
     (other / "tokenizer.json").write_text(json.dumps(config))
-    run = launch(tmp_path / "run", "training_mode=opd", f"teacher.model={other}", "max_steps=3")
+    run = launch(
+        tmp_path / "run", "training_mode=opd", f"teacher.model={other}", "teacher.alignment=tokens", "max_steps=3"
+    )
     assert_refused_before_start(run, tmp_path / "run", f"error: teacher tokenizer at {other} differs from the student")
 
 

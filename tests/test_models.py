@@ -154,7 +154,7 @@ def test_prompt_lengths_are_measured_once_per_tokenizer_and_prompts(tmp_path):
 def test_an_opd_teacher_with_the_students_tokenizer_files_is_checked_without_loading_a_tokenizer(tmp_path):
     """The launcher's opd check (launcher/preflight.py) compares a local teacher's tokenizer with the student's:
     the same files tell it without loading either; other files are loaded and compared, and a vocabulary that
-    differs is refused."""
+    differs is refused where the run wants the teacher to score the student's tokens (teacher.alignment=tokens)."""
     student, same, other = tmp_path / "student", tmp_path / "same", tmp_path / "other"
     for d in (student, same, other):
         build_tokenizer().save_pretrained(d)
@@ -170,8 +170,13 @@ def test_an_opd_teacher_with_the_students_tokenizer_files_is_checked_without_loa
         return AutoTokenizer.from_pretrained(student)
 
     def check(teacher):
-        cfg = compose_config(["training_mode=opd", f"model.name={student}", f"teacher.model={teacher}"])
-        _opd_teachers(cfg, None, tokenizer)
+        overrides = [
+            "training_mode=opd",
+            f"model.name={student}",
+            f"teacher.model={teacher}",
+            "teacher.alignment=tokens",
+        ]
+        _opd_teachers(compose_config(overrides), tokenizer)
 
     check(same)
     assert loads == []

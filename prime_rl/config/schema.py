@@ -81,6 +81,12 @@ class ReasoningMode(str, Enum):
     keep = "keep"  # train on the reasoning too, as <think>\n…\n</think>\n\n before the answer
 
 
+class TeacherAlignment(str, Enum):
+    auto = "auto"  # tokens where the teacher's tokenizer is the student's, else text (the launcher resolves it)
+    tokens = "tokens"  # the teacher scores the student's own tokens: its tokenizer must be the student's
+    text = "text"  # the teacher scores the student's text in its own tokens, compared chunk by chunk
+
+
 class Layout(str, Enum):
     auto = "auto"  # colocated on a CPU of one node with one trainer process (measured faster), else separate
     separate = "separate"  # every role on its own share of the devices (cores or GPUs), working at once
@@ -349,6 +355,8 @@ class TeacherConfig:
     gpu_memory_utilization: Share | None = None  # local_vllm on a GPU: its server's share (None: inference's)
     max_num_batched_tokens: NonNegInt = 0  # local_vllm on a GPU: tokens per forward; 0 = auto: ~2 GiB of prompt logits
     extra_args: list[str] = field(default_factory=list)  # local_vllm: more vLLM CLI arguments of its server
+    alignment: TeacherAlignment = TeacherAlignment.auto  # opd: auto | tokens | text (docs/cross_tokenizer.md)
+    tokenizer: str | None = None  # opd, external, another tokenizer: a model dir or Hub id with the teacher's tokenizer
     max_retries: NonNegInt = 5  # retries (with backoff and jitter) of a failed teacher request
     request_timeout_s: NonNeg = 0.0  # per teacher request; 0 = auto: 120 s + its max_tokens / 10 tokens/s
     max_concurrency: Count = 32  # teacher requests in flight at once

@@ -96,5 +96,5 @@ def prepared(cfg: Config) -> Config:
     tokenizer, and the servers' ready timeout resolved."""
     cfg = with_hub_snapshots(cfg)
     prepare_models(cfg)
-    check_with_student_tokenizer(cfg)
+    cfg, _ = check_with_student_tokenizer(cfg)
     return with_ready_timeout(cfg, server_model_dirs(cfg))

@@ -67,12 +67,14 @@ def job(cfg: DictConfig) -> None:
     if requeued(run_dir):  # a SLURM job's next attempt continues from the latest checkpoint in its run dir
         typed.ckpt.resume = True
     typed = with_hub_snapshots(check_at_job(typed, run_dir.resolve(), warn))
+    alignments = {}  # by opd teacher: how its scores meet the student's tokens, and why
     if not typed.launcher.dry_run:
         prepare_models(typed)
-        if not typed.launcher.prepare_only:
-            check_with_student_tokenizer(typed)  # needs the student's tokenizer; before anything is written or started
+        if not typed.launcher.prepare_only:  # needs the student's tokenizer; before anything is written or started
+            typed, alignments = check_with_student_tokenizer(typed)
     plans = plans_of_job(with_ready_timeout(typed, server_model_dirs(typed)), run_dir)
     for plan in plans:
+        plan.teacher_alignment = alignments
         write_role_configs(plan)
         print_plan(plan)
     if typed.launcher.dry_run or typed.launcher.prepare_only:
@@ -184,6 +186,8 @@ def print_plan(plan: Plan) -> None:
         console.print(line, soft_wrap=True)
     if plan.dtype_choice:
         console.print(plan.dtype_choice, soft_wrap=True)
+    for teacher, alignment in plan.teacher_alignment.items():
+        console.print(f"{teacher} scores on {alignment}", soft_wrap=True)
     if plan.node.multi:
         n = plan.node
         console.print(f"[bold]node {n.rank}[/bold] {n.hostname}: {', '.join(n.roles)}{' (head)' if n.head else ''}")

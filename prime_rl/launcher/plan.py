@@ -90,6 +90,8 @@ class Plan:
     node: Node = LOCAL
     remote_servers: list[RemoteServer] = field(default_factory=list)  # multi-node head: the other nodes' servers
     dtype_choice: str = ""  # what dtype=auto chose on this CPU node and why (launcher/auto_dtype.py); "": none auto
+    # by opd teacher key: "tokens (why)" or "text (why)", resolved once the models are built (a dry run: none)
+    teacher_alignment: dict[str, str] = field(default_factory=dict)
 
     @property
     def one_by_one(self) -> bool:
@@ -242,6 +244,7 @@ def plan_record(plan: Plan) -> dict:
         "gpu_shares": gpu_shares(c) if colocated and on_gpu(c) else {},
         "weights": c.inference.weight_transfer.value if pushes_weights(c) else "files",
         "dtype": {"trainer": c.trainer.dtype, "inference": c.inference.dtype, "auto": plan.dtype_choice},
+        "teacher_alignment": plan.teacher_alignment,
         "standing_server": c.inference.url,  # the student server the run uses instead of starting one (None: its own)
         # the checkpoint a resumed run continues from (0: none yet), None for a fresh run (launcher/resume.py)
         "resume_from": (RunDir(plan.run_dir).latest_checkpoint() or 0) if c.ckpt.resume else None,

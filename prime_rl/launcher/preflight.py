@@ -23,6 +23,7 @@ import asyncio
 import functools
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from prime_rl.config.layout import on_gpu
@@ -73,11 +74,10 @@ from prime_rl.tasks.verifiers_adapter import has_toolsets
 from prime_rl.teacher.chat_api import resolve_teacher_api
 from prime_rl.teacher.client import teacher_client
 from prime_rl.teacher.scoring import (
-    check_remote_scorer,
-    check_same_tokenizer,
     check_top_k_served,
     check_top_k_vocab,
-    probe_ids,
+    probe_teacher,
+    resolve_alignment,
 )
 
 
@@ -119,20 +119,22 @@ def check_at_job(cfg: Config, run_dir: Path, warn: Callable[[str], None]) -> Con
     return cfg
 
 
-def check_with_student_tokenizer(cfg: Config) -> None:
+def check_with_student_tokenizer(cfg: Config) -> tuple[Config, dict[str, str]]:
     """What needs the student's tokenizer and chat template (and a local teacher's config, a Hub model's attention
     heads): at job time, once the models are built, and before any server starts. The tokenizer loads only when a
-    check needs it: the prompts' lengths are cached (models/prompt_lengths.py)."""
+    check needs it: the prompts' lengths are cached (models/prompt_lengths.py). Returns the config with each opd
+    teacher's alignment resolved, and by teacher key what it got and why."""
     tokenizer = functools.cache(lambda: _student_tokenizer(cfg))
     task = load_task(cfg.task)
     _prompt_lengths(cfg, task, tokenizer)
     _teacher_tool_calls(cfg, tokenizer)
-    _opd_teachers(cfg, task, tokenizer)
+    cfg, alignments = _opd_teachers(cfg, tokenizer)
     check_top_k_vocab(cfg)
     for name, view in named_views(cfg):
         with named_errors(name):
             check_top_k_vocab(view)
     _tensor_parallel(cfg)
+    return cfg, alignments
 
 
 def _student_tokenizer(cfg: Config):
@@ -147,24 +149,29 @@ def _student_tokenizer(cfg: Config):
         ) from e
 
 
-def _opd_teachers(cfg: Config, task: Task, tokenizer: Callable) -> None:
-    """Each teacher of an opd source scores the student's own tokens (teacher/scoring.py): a local one has the
-    student's tokenizer, an external one tokenizes like the student and returns prompt logprobs. The orchestrator
-    checks again (it may run alone), with a local teacher's server up."""
+def _opd_teachers(cfg: Config, tokenizer: Callable) -> tuple[Config, dict[str, str]]:
+    """Each teacher of an opd source scores the student's tokens where its tokenizer is the student's, else the
+    student's text in its own tokens (teacher.alignment, resolved here: teacher/scoring.py); an external one also
+    answers prompt logprobs. The orchestrator checks again (it may run alone), with a local teacher's server up."""
+    alignments = {}
     for name, view in [(DEFAULT, cfg), *named_views(cfg)]:
         if not teaches(cfg, name, lambda m: m.scorer == Scorer.teacher):
             continue
-        if view.teacher.kind == TeacherKind.local_vllm:
-            check_same_tokenizer(tokenizer, student_dir(cfg), teacher_dir(view))
-        else:
-            asyncio.run(_remote_scorer(view, tokenizer(), task))
+        with named_errors(name):
+            alignment = asyncio.run(_alignment(view, tokenizer))
+        cfg = with_teacher(cfg, name, replace(view.teacher, alignment=alignment.kind))
+        alignments[teacher_key(name)] = f"{alignment.kind.value} ({alignment.reason})"
+    return cfg, alignments
 
 
-async def _remote_scorer(cfg: Config, tokenizer, task: Task) -> None:
-    probe = probe_ids(tokenizer, task.train[0], cfg.inference.max_model_len)
+async def _alignment(cfg: Config, tokenizer: Callable):
     client, model = teacher_client(cfg)
+    task = load_task(cfg.task)
     try:
-        await check_remote_scorer(client, model, tokenizer, probe)
+        alignment = await resolve_alignment(cfg, client, model, tokenizer, task)
+        if cfg.teacher.kind != TeacherKind.local_vllm:  # a local one's server is not up yet
+            await probe_teacher(client, model, alignment, tokenizer(), task, cfg)
+        return alignment
     finally:
         await client.close()
 

@@ -8,6 +8,8 @@ template closes an assistant turn with (which is also where sampling stops), unl
 import functools
 import itertools
 import re
+from pathlib import Path
+from typing import Any
 
 from transformers import AutoTokenizer
 
@@ -138,8 +140,14 @@ def final_answer(text: str) -> str:
 def student_tokenizer(cfg: Config):
     """The student's tokenizer, its chat template rendered with `model.chat_template_args` everywhere (Qwen3's
     enable_thinking: false makes every prompt end with an empty <think></think> block)."""
-    tokenizer = AutoTokenizer.from_pretrained(student_dir(cfg))
-    args = pinned_date(tokenizer.chat_template) | cfg.model.chat_template_args
+    return chat_tokenizer(student_dir(cfg), cfg.model.chat_template_args)
+
+
+def chat_tokenizer(source: str | Path, template_args: dict[str, Any]):
+    """The tokenizer of a model dir (or Hub id), its chat template rendered with `template_args` (and a pinned
+    date) everywhere."""
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    args = pinned_date(tokenizer.chat_template) | template_args
     if args:
         # bound to the instance, so every render (prompt, answer, end of turn) sees the same variables
         tokenizer.apply_chat_template = functools.partial(tokenizer.apply_chat_template, **args)

@@ -12,9 +12,13 @@ import torch
 
 from prime_rl.protocol.atomic import write_file
 
-# 2: per-token loss mask, named per-token streams, each sample's mode and teacher; 3: teacher top-k; 4: failed
-FORMAT = 4
-TEACHER_LOGPROBS = "teacher_logprobs"  # stream: the teacher's log p_T of each completion token (opd)
+# 2: per-token loss mask, named per-token streams, each sample's mode and teacher; 3: teacher top-k; 4: failed;
+# 5: teacher chunks (a teacher with another tokenizer)
+FORMAT = 5
+TEACHER_LOGPROBS = "teacher_logprobs"  # stream: the teacher's log p_T of each completion token (opd), or of its chunk
+# stream, with a teacher of another tokenizer: 1 at the first token of each chunk of text both tokenizations share,
+# 0 at the others; its tokens' teacher_logprobs each hold the teacher's log p_T of the whole chunk
+TEACHER_CHUNKS = "teacher_chunks"
 REF_LOGPROBS = "ref_logprobs"  # stream: the served reference's log of each completion token (kl_ref_from=vllm)
 
 

@@ -1,15 +1,21 @@
-"""opd: the teacher scores the student's own tokens (vLLM prompt logprobs), after checks that it can."""
+"""opd: the teacher scores the student's tokens (vLLM prompt logprobs), or its text in the teacher's own tokens where
+the tokenizers differ (teacher/alignment.py), after checks that it can."""
 
 import asyncio
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from prime_rl.config.modes import distill_top_k
-from prime_rl.config.schema import Config, TeacherKind
+from prime_rl.config.rules.teachers import sampled_signal_on_text
+from prime_rl.config.schema import Config, TeacherAlignment, TeacherKind
 from prime_rl.config.user_error import check, first_line
 from prime_rl.inference.client import InferenceClient, InferenceError, TopLogprobs
 from prime_rl.inference.server import vocab_size
+from prime_rl.models.recipe import teacher_dir
 from prime_rl.models.tokenizer_files import same_tokenizer_files
+from prime_rl.teacher.alignment import unreadable
 from prime_rl.teacher.client import TeacherError, teacher_client
 
 
@@ -37,8 +43,19 @@ def completion_top(top: TopLogprobs | None, prompt_length: int) -> TopLogprobs |
     return TopLogprobs(top.ids[start:], top.logprobs[start:])
 
 
-SAME_FAMILY_FIX = "fix: give opd a teacher with the student's tokenizer, or learn from its answers (training_mode=sft)"
+TOKENS_FIX = (
+    "fix: set teacher.alignment=auto to compare them on text (docs/cross_tokenizer.md), or learn from its answers"
+)
 VLLM_TEACHER_FIX = "fix: serve the teacher with vLLM, or learn from its answers (training_mode=sft)"
+
+
+@dataclass
+class Alignment:
+    """How an opd teacher's scores meet the student's tokens (teacher.alignment resolved), and why."""
+
+    kind: TeacherAlignment  # tokens | text
+    reason: str
+    tokenizer: str | Path | None = None  # text: where the teacher's tokenizer loads from
 
 
 def probe_ids(tokenizer, example, max_model_len: int) -> list[int]:
@@ -50,45 +67,141 @@ def probe_ids(tokenizer, example, max_model_len: int) -> list[int]:
     return ids[: max_model_len - 1]
 
 
-async def check_remote_scorer(client: InferenceClient, model: str, student_tok, probe: list[int]) -> None:
-    """A teacher behind an endpoint scores the student's tokens: it tokenizes the probe as the student does and
-    returns a logprob for each of its tokens."""
-    await check_same_tokenization(client, model, student_tok, student_tok.decode(probe))
-    await probe_prompt_logprobs(client, model, probe)
-
-
-def check_same_tokenizer(student_tok: Callable, student_dir: Path, teacher_dir: Path) -> None:
-    """A local teacher's tokenizer files must define the student's vocab and special tokens exactly. Files the
-    same as the student's do, and neither tokenizer is loaded (`student_tok` loads the student's)."""
-    if same_tokenizer_files(student_dir, teacher_dir):
-        return
-    from transformers import AutoTokenizer
-
-    student_tok, teacher_tok = student_tok(), AutoTokenizer.from_pretrained(teacher_dir)
-    if student_tok.get_vocab() != teacher_tok.get_vocab():
+async def resolve_alignment(cfg: Config, client: InferenceClient, model: str, student_tok: Callable, task) -> Alignment:
+    """teacher.alignment of a teacher that scores a source's samples (`cfg`: as it sees the run), checked: tokens
+    where its tokenizer is the student's (its files; an endpoint's /tokenize), else text, where the teacher reads
+    the task's text back, the run distils from sampled tokens and plays no episodes. A local teacher's server need
+    not be up."""
+    local = cfg.teacher.kind == TeacherKind.local_vllm
+    text = None if local else probe_text(student_tok(), task, cfg)
+    if local:
+        difference = local_difference(cfg, student_tok)
+    else:
+        difference = await remote_difference(client, model, student_tok(), text)
+    wanted = cfg.teacher.alignment
+    if wanted != TeacherAlignment.text and difference is None:
+        return Alignment(TeacherAlignment.tokens, "its tokenizer is the student's")
+    if wanted == TeacherAlignment.tokens:
         raise TeacherError(
-            f"teacher tokenizer at {teacher_dir} differs from the student's (vocab), and opd scores the student's "
-            f"tokens; {SAME_FAMILY_FIX}"
+            f"teacher tokenizer at {teacher_dir(cfg) if local else client.root} differs from the student's "
+            f"({difference}), and teacher.alignment=tokens scores the student's tokens; {TOKENS_FIX}"
         )
-    if student_tok.all_special_tokens != teacher_tok.all_special_tokens:
+    source = teacher_tokenizer_source(cfg, difference)
+    if not local:
+        await check_endpoint_tokenizer(client, model, load_tokenizer(source), text, source)
+    check_text_alignment(cfg, task, load_tokenizer(source), source)
+    reason = (
+        "teacher.alignment=text" if difference is None else f"its tokenizer differs from the student's: {difference}"
+    )
+    return Alignment(TeacherAlignment.text, reason, source)
+
+
+async def probe_teacher(
+    client: InferenceClient, model: str, alignment: Alignment, student_tok, task, cfg: Config
+) -> None:
+    """One scoring request before training, in the tokens the teacher will be sent."""
+    tokens = probe_ids(student_tok, task.train[0], cfg.inference.max_model_len)
+    if alignment.kind == TeacherAlignment.text:
+        teacher_tok = load_tokenizer(alignment.tokenizer)
+        tokens = teacher_tok.encode(student_tok.decode(tokens), add_special_tokens=False)
+    await probe_prompt_logprobs(client, model, tokens[: cfg.inference.max_model_len - 1])
+
+
+def probe_text(student_tok, task, cfg: Config) -> str:
+    return student_tok.decode(probe_ids(student_tok, task.train[0], cfg.inference.max_model_len))
+
+
+@functools.cache
+def load_tokenizer(source: str | Path):
+    from prime_rl.models.chat import chat_tokenizer  # transformers: not for a launch's validation
+
+    return chat_tokenizer(source, {})
+
+
+def local_difference(cfg: Config, student_tok: Callable) -> str | None:
+    """What tells a local teacher's tokenizer from the student's: None (the same), `vocab` or `special tokens`.
+    Files the same as the student's are, and neither tokenizer is loaded (`student_tok` loads the student's)."""
+    from prime_rl.models import student_dir
+
+    if same_tokenizer_files(student_dir(cfg), teacher_dir(cfg)):
+        return None
+    student, teacher = student_tok(), load_tokenizer(teacher_dir(cfg))
+    if student.get_vocab() != teacher.get_vocab():
+        return "vocab"
+    return "special tokens" if student.all_special_tokens != teacher.all_special_tokens else None
+
+
+async def remote_difference(client: InferenceClient, model: str, student_tok, text: str) -> str | None:
+    """An endpoint's tokenizer, seen through vLLM's /tokenize: None where `text` splits into the student's ids."""
+    same = await endpoint_tokens(client, model, text) == student_tok.encode(text, add_special_tokens=False)
+    return None if same else "its /tokenize splits the task's text otherwise"
+
+
+def teacher_tokenizer_source(cfg: Config, difference: str | None) -> str | Path:
+    """Where a text-aligned teacher's tokenizer loads from: a local teacher's model dir; an external teacher's
+    teacher.tokenizer (the student's where it tokenizes as the student does)."""
+    from prime_rl.models import student_dir
+
+    t = cfg.teacher
+    if t.kind == TeacherKind.local_vllm:
+        return teacher_dir(cfg)
+    if t.tokenizer:
+        return t.tokenizer
+    if difference is None:
+        return student_dir(cfg)
+    raise TeacherError(
+        f"teacher at {t.base_url} tokenizes differently from the student, and opd then compares the two on text in "
+        "the teacher's tokens [teacher.tokenizer]; fix: set teacher.tokenizer to a model dir or Hub id with the "
+        "teacher's tokenizer, or learn from its answers (training_mode=sft)"
+    )
+
+
+async def check_endpoint_tokenizer(client: InferenceClient, model: str, teacher_tok, text: str, source) -> None:
+    """teacher.tokenizer tokenizes as the endpoint does (seen through its /tokenize)."""
+    if await endpoint_tokens(client, model, text) != teacher_tok.encode(text, add_special_tokens=False):
         raise TeacherError(
-            f"teacher tokenizer at {teacher_dir} has other special tokens than the student's; {SAME_FAMILY_FIX}"
+            f"teacher.tokenizer {source} tokenizes otherwise than the teacher at {client.root}; fix: point "
+            "teacher.tokenizer at the served model's own tokenizer"
         )
 
 
-async def check_same_tokenization(client: InferenceClient, model: str, student_tok, probe_text: str) -> None:
-    """A remote teacher's tokenizer, seen through vLLM's /tokenize: the probe must split into the student's ids."""
-    root = client.root
+def check_text_alignment(cfg: Config, task, teacher_tok, source) -> None:
+    """Scoring on text: the run distils from sampled tokens, plays no episodes, and the teacher's tokenizer reads
+    back every prompt and answer of the task (a character it maps to <unk> would be lost to the comparison)."""
+    why = f"its tokenizer at {source} is not the student's"
+    sampled_signal_on_text(cfg, why)
+    check(
+        all(ex.env is None for ex in task.train),
+        ["task", "teacher.alignment"],
+        f"opd compares a teacher on text in single-turn replies, not episodes, and this teacher scores on text ({why})",
+        "give opd a teacher with the student's tokenizer for an episode task",
+    )
+    texts = [
+        (f"train example {i}'s {part}", text)
+        for i, ex in enumerate(task.train)
+        for part, text in [("prompt", ex.prompt), ("answer", ex.answer), ("system message", ex.system or "")]
+    ]
+    found = unreadable(teacher_tok, [text for _, text in texts])
+    where, rest = (texts[found[0]][0], found[1]) if found else ("", "")
+    check(
+        found is None,
+        ["teacher.model", "task"],
+        f"the teacher's tokenizer at {source} does not read back {where} from {rest!r}, and opd compares the "
+        "teacher and the student on the same text",
+        "give opd a teacher whose tokenizer covers the task's text, or learn from its answers (training_mode=sft)",
+    )
+
+
+async def endpoint_tokens(client: InferenceClient, model: str, text: str) -> list[int]:
+    """The ids a vLLM endpoint's /tokenize gives `text`."""
     try:
-        data = await client.post_root("/tokenize", {"model": model, "prompt": probe_text, "add_special_tokens": False})
-        teacher_ids = data["tokens"]
+        data = await client.post_root("/tokenize", {"model": model, "prompt": text, "add_special_tokens": False})
+        return data["tokens"]
     except (InferenceError, KeyError, TypeError) as e:
         raise TeacherError(
-            f"cannot check the teacher's tokenizer at {root}/tokenize (opd needs a vLLM teacher): "
+            f"cannot check the teacher's tokenizer at {client.root}/tokenize (opd needs a vLLM teacher): "
             f"{first_line(e)[:300]}; {VLLM_TEACHER_FIX}"
         ) from e
-    if teacher_ids != student_tok.encode(probe_text, add_special_tokens=False):
-        raise TeacherError(f"teacher at {root} tokenizes differently from the student; {SAME_FAMILY_FIX}")
 
 
 async def probe_prompt_logprobs(client: InferenceClient, model: str, token_ids: list[int]) -> None:

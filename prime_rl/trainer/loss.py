@@ -16,7 +16,7 @@ import torch
 from prime_rl.config.modes import Mode, distill_top_k, import_object, mode_named, run_modes
 from prime_rl.config.schema import Config, KlDirection, LossConfig, RatioLevel
 from prime_rl.config.sources import source_losses
-from prime_rl.protocol.batch import TEACHER_LOGPROBS, Sample
+from prime_rl.protocol.batch import TEACHER_CHUNKS, TEACHER_LOGPROBS, Sample
 from prime_rl.trainer.data import TokenBatch
 from prime_rl.trainer.logprobs import Logprobs
 from prime_rl.trainer.off_policy import correct, sample_mean
@@ -38,11 +38,29 @@ def teacher_logprobs(batch: TokenBatch) -> tuple[torch.Tensor, torch.Tensor]:
     return batch.streams[TEACHER_LOGPROBS], scored
 
 
+def teacher_chunks(batch: TokenBatch, scored: torch.Tensor) -> torch.Tensor:
+    """[B, T] 1 at the first scored token of each chunk the teacher scored as one: every scored token, but for a
+    teacher with another tokenizer, whose log p_T is of chunks of text (docs/cross_tokenizer.md)."""
+    if TEACHER_CHUNKS not in batch.streams:
+        return scored
+    return torch.where(batch.has_stream[TEACHER_CHUNKS], batch.streams[TEACHER_CHUNKS], 1.0) * scored
+
+
+def chunk_sums(values: torch.Tensor, batch: TokenBatch, scored: torch.Tensor) -> torch.Tensor:
+    """[B, T] at each scored token, `values` summed over its chunk (the student's log pi of the chunk's text):
+    `values` itself where every token is a chunk of its own, as with one tokenizer."""
+    if TEACHER_CHUNKS not in batch.streams:
+        return values
+    chunk = teacher_chunks(batch, scored).flatten().cumsum(0).long()  # a token's chunk: the starts up to it
+    sums = torch.zeros(chunk.numel() + 1, dtype=values.dtype, device=values.device)
+    return sums.index_add_(0, chunk, (values * scored).flatten())[chunk].view_as(values)
+
+
 def distill_advantage(logprobs: torch.Tensor, batch: TokenBatch, cfg: LossConfig, center: float) -> torch.Tensor:
-    """Per-token log p_T - log pi (no gradient), clamped to +-teacher_adv_clip, minus the step's mean `center`;
-    0 where no teacher scored."""
+    """Per-token log p_T - log pi (no gradient; of the token's chunk with a teacher of another tokenizer), clamped to
+    +-teacher_adv_clip, minus the step's mean `center`; 0 where no teacher scored."""
     teacher, scored = teacher_logprobs(batch)
-    adv = (teacher - logprobs).detach()
+    adv = (teacher - chunk_sums(logprobs, batch, scored)).detach()
     if cfg.teacher_adv_clip > 0:
         adv = adv.clamp(-cfg.teacher_adv_clip, cfg.teacher_adv_clip)
     return (adv - center) * scored
@@ -83,9 +101,10 @@ def rl_loss(
 
 
 def sampled_teacher_kl(logprobs: torch.Tensor, batch: TokenBatch) -> float:
-    """The sum of log pi - log p_T over the scored tokens: the single-sample estimate of KL(pi || p_T)."""
+    """The sum of log pi - log p_T over the scored tokens (chunks): the single-sample estimate of KL(pi || p_T)."""
     teacher, scored = teacher_logprobs(batch)
-    return ((logprobs - teacher).detach() * scored).sum().item()
+    gap = (chunk_sums(logprobs, batch, scored) - teacher).detach()
+    return (gap * teacher_chunks(batch, scored)).sum().item()
 
 
 def sequence_policy_term(
@@ -126,7 +145,12 @@ def distill_center(mbs: list[TokenBatch], cfg: LossConfig) -> float:
     if not cfg.teacher_adv_center:
         return 0.0
     pairs = [teacher_logprobs(mb) for mb in mbs]
-    adv = torch.cat([(teacher - mb.inference_logprobs).flatten() for (teacher, _), mb in zip(pairs, mbs)])
+    adv = torch.cat(
+        [
+            (teacher - chunk_sums(mb.inference_logprobs, mb, scored)).flatten()
+            for (teacher, scored), mb in zip(pairs, mbs)
+        ]
+    )
     mask = torch.cat([scored.flatten() for _, scored in pairs])
     if cfg.teacher_adv_clip > 0:
         adv = adv.clamp(-cfg.teacher_adv_clip, cfg.teacher_adv_clip)

@@ -1,36 +1,44 @@
 """opd: the student samples the rollouts as in rl; the teacher scores every sampled token (prompt logprobs), which
-the trainer turns into the per-token advantage teacher_tau * (log p_T - log pi)."""
+the trainer turns into the per-token advantage teacher_tau * (log p_T - log pi). A teacher with another tokenizer
+scores the sample's text in its own tokens, chunk by chunk (teacher/alignment.py, docs/cross_tokenizer.md)."""
 
 import asyncio
 import time
 
 from prime_rl.config.modes import Scorer, distill_top_k
+from prime_rl.config.schema import TeacherAlignment
 from prime_rl.config.teachers import teaches
-from prime_rl.models import student_dir, teacher_dir
 from prime_rl.orchestrator.algo.rl import RL
 from prime_rl.orchestrator.context import Context, Teacher
 from prime_rl.orchestrator.scoring import keep_scores, scored
-from prime_rl.protocol.batch import Sample
-from prime_rl.teacher.scoring import (
-    check_remote_scorer,
-    check_same_tokenizer,
-    probe_ids,
-    probe_prompt_logprobs,
-)
+from prime_rl.protocol.batch import TEACHER_CHUNKS, Sample
+from prime_rl.tasks import Example
+from prime_rl.teacher.alignment import Chunks, TextAlignment
+from prime_rl.teacher.scoring import load_tokenizer, probe_teacher, resolve_alignment
 
 
 class OPD(RL):
+    def __init__(self):
+        self.aligners: dict[str, TextAlignment] = {}  # by teacher name: those with another tokenizer
+        self.prompts: dict[int, list[dict]] = {}  # by id() of a sample made this step: its prompt's messages
+
     async def preflight(self, ctx: Context) -> None:
-        """Each teacher of an opd source tokenizes like the student, and its endpoint returns prompt logprobs."""
-        probe = probe_ids(ctx.tokenizer, ctx.task.train[0], ctx.cfg.inference.max_model_len)
+        """Each teacher of an opd source scores the student's tokens, or its text where their tokenizers differ, and
+        its endpoint returns prompt logprobs."""
         for t in ctx.teachers.values():
             if not teaches(ctx.cfg, t.name, lambda m: m.scorer == Scorer.teacher):
                 continue
-            if t.local:  # its files are the launcher's check too; its server's logprobs only this one's
-                check_same_tokenizer(lambda: ctx.tokenizer, student_dir(ctx.cfg), teacher_dir(t.cfg))
-                await probe_prompt_logprobs(t.client, t.model, probe)
-            else:
-                await check_remote_scorer(t.client, t.model, ctx.tokenizer, probe)
+            alignment = await resolve_alignment(t.cfg, t.client, t.model, lambda: ctx.tokenizer, ctx.task)
+            await probe_teacher(t.client, t.model, alignment, ctx.tokenizer, ctx.task, ctx.cfg)
+            if alignment.kind == TeacherAlignment.text:
+                self.aligners[t.name] = TextAlignment(ctx.tokenizer, load_tokenizer(alignment.tokenizer))
+
+    async def rollouts(self, ctx: Context, examples: list[Example]) -> tuple[list[list[Sample]], dict[str, float]]:
+        groups, metrics = await super().rollouts(ctx, examples)
+        if self.aligners:  # a teacher with another tokenizer renders the prompt in its own chat template
+            for ex, group in zip(examples, groups):
+                self.prompts.update((id(s), ex.messages) for s in group)
+        return groups, metrics
 
     async def teacher_signal(self, ctx: Context, samples: list[Sample]) -> dict[str, float]:
         """Each sample's teacher scores it (its source's), in orchestrator.requests_per_step requests per teacher,
@@ -40,8 +48,27 @@ class OPD(RL):
         by_teacher: dict[str, list[Sample]] = {}
         for s in scored:
             by_teacher.setdefault(ctx.teacher_of(s.source).name, []).append(s)
-        await asyncio.gather(*(score(ctx, ctx.teachers[name], mine) for name, mine in by_teacher.items()))
-        return {"time/teacher": time.monotonic() - start}
+        on_text = {name: mine for name, mine in by_teacher.items() if name in self.aligners}
+        done = await asyncio.gather(
+            *(score(ctx, ctx.teachers[name], mine) for name, mine in by_teacher.items() if name not in on_text),
+            *(self.score_text(ctx, ctx.teachers[name], mine) for name, mine in on_text.items()),
+        )
+        self.prompts.clear()
+        chunks = [c for found in done if found for c in found]  # the text-aligned teachers' chunks
+        return {"time/teacher": time.monotonic() - start, **chunk_metrics(chunks, sum(map(len, on_text.values())))}
+
+    async def score_text(self, ctx: Context, teacher: Teacher, samples: list[Sample]) -> list[Chunks]:
+        """A teacher with another tokenizer scores each sample's text in its own tokens, after its own rendering of
+        the prompt; a sample whose text it does not read back, or that would not fit its context, is not scored
+        (its tokens train on the rewards' advantage alone). Returns the chunks of the samples it scored."""
+        aligner, room = self.aligners[teacher.name], ctx.cfg.inference.max_model_len - 1  # and a token to score
+        pairs = [(s, aligner.teacher_pair(self.prompts[id(s)], s.completion_ids, s.truncated)) for s in samples]
+        fit = [(s, pair) for s, pair in pairs if pair and len(pair[0]) + len(pair[1]) <= room]
+        replies = await scored(ctx, teacher.client, teacher.model, [(p, c) for _, (p, c, _) in fit])
+        for (s, (_, _, chunks)), (logprobs, _) in zip(fit, replies):
+            keep_scores(s, chunks.teacher_sums(logprobs), None, 0, teacher.label)
+            s.streams[TEACHER_CHUNKS] = chunks.starts()
+        return [chunks for _, (_, _, chunks) in fit]
 
 
 async def score(ctx: Context, teacher: Teacher, samples: list[Sample]) -> None:
@@ -50,3 +77,18 @@ async def score(ctx: Context, teacher: Teacher, samples: list[Sample]) -> None:
     pairs = [(s.prompt_ids, s.completion_ids) for s in samples]
     for s, (logprobs, top) in zip(samples, await scored(ctx, teacher.client, teacher.model, pairs, k)):
         keep_scores(s, logprobs, top, k, teacher.label)
+
+
+def chunk_metrics(chunks: list[Chunks], samples: int) -> dict[str, float]:
+    """Where teachers with another tokenizer scored: the share of student tokens in chunks of one token each side,
+    the tokens per chunk each side, the share of their samples left unscored."""
+    if not samples:
+        return {}
+    student = sum(sum(c.student) for c in chunks)
+    count = max(sum(len(c.student) for c in chunks), 1)
+    return {
+        "distill/aligned_fraction": sum(c.one_to_one for c in chunks) / max(student, 1),
+        "distill/chunk_student_tokens": student / count,
+        "distill/chunk_teacher_tokens": sum(sum(c.teacher) for c in chunks) / count,
+        "distill/unscored": 1 - len(chunks) / samples,
+    }

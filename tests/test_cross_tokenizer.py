@@ -1,0 +1,229 @@
+"""opd from a teacher with another tokenizer (docs/cross_tokenizer.md): the text offsets of two tokenizations, the
+chunks they share, the chunk-level advantage in the trainer, exactness where the tokenizers agree, and a run on
+real vLLM servers with a teacher of another tokenizer and chat template."""
+
+import json
+import math
+import random
+
+import pytest
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+from prime_rl.config import compose_config
+from prime_rl.config.schema import LossConfig
+from prime_rl.config.user_error import UserError
+from prime_rl.models.chat import answer_ids, prompt_ids
+from prime_rl.models.tokenizer import build_bpe_tokenizer, build_tokenizer
+from prime_rl.prepare import prepare_teacher
+from prime_rl.protocol.batch import TEACHER_CHUNKS, TEACHER_LOGPROBS, Sample
+from prime_rl.teacher.alignment import TextAlignment, align, char_ends, decoded, text_ends, unreadable
+from prime_rl.trainer.data import collate_rows
+from prime_rl.trainer.loss import distill_center, rl_loss
+from tests.test_e2e_rl import launch, rows
+
+FOREIGN_TEACHER = ("model.tiny.tokenizer=bpe", "model.tiny.vocab_size=512")
+ALPHABET = "abc xyz,.é🦊ü\n"  # one-byte, two-byte and four-byte characters, spaces, a newline
+WORDS = ["hello", "world", "abcdef", "the quick brown fox", "naïve café", "zebra"]
+CONVERSATIONS = [
+    [{"role": "user", "content": f"reverse: {w}"}, {"role": "assistant", "content": w[::-1]}] for w in WORDS
+]
+
+
+def sentencepiece_like() -> PreTrainedTokenizerFast:
+    """A Metaspace tokenizer (word-start `▁`, byte fallback) as Llama 2, Mistral and Gemma have: its decoder
+    strips the text's leading space, which a token's offset must read as the whole text does."""
+    tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("▁"), behavior="merged_with_next")
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    bytes_ = [f"<0x{b:02X}>" for b in range(256)]
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", "</s>", *bytes_], show_progress=False)
+    tok.train_from_iterator([" ".join(WORDS)] * 10, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>", unk_token="<unk>")
+
+
+@pytest.fixture(scope="module")
+def tokenizers() -> dict[str, PreTrainedTokenizerFast]:
+    return {"char": build_tokenizer(), "bpe": build_bpe_tokenizer(CONVERSATIONS, 400), "sp": sentencepiece_like()}
+
+
+def random_texts(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return ["".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, 120))) for _ in range(n)]
+
+
+def test_each_tokens_end_offset_is_where_the_whole_texts_prefix_ends(tokenizers):
+    """char_ends decodes in windows; its offsets are those of decoding every prefix (the slow, plain definition),
+    for byte-level, character and SentencePiece-like tokenizers; text_ends reads them in bytes, and a token that
+    ends inside a character has a byte offset where its bytes are known (byte-level and byte-fallback tokens)."""
+    for name, tok in tokenizers.items():
+        for text in random_texts(150):
+            ids = tok.encode(text, add_special_tokens=False)
+            prefixes = decoded(tok, [ids[: i + 1] for i in range(len(ids))])
+            whole, chars = char_ends(tok, ids)
+            assert chars == [len(p) if whole.startswith(p) else None for p in prefixes][: len(ids)], (name, text)
+            assert whole == decoded(tok, [ids])[0] and text_ends(tok, ids)[0] == whole
+            in_bytes = text_ends(tok, ids)[1]
+            assert all(b == len(whole[:c].encode()) for b, c in zip(in_bytes, chars) if c is not None), (name, text)
+    fox = tokenizers["char"].encode("🦊", add_special_tokens=False)  # four bytes, four tokens
+    assert char_ends(tokenizers["char"], fox) == ("🦊", [None, None, None, 1])
+    assert text_ends(tokenizers["char"], fox) == ("🦊", [1, 2, 3, 4])
+    beyond = len(tokenizers["char"]) + 10  # an id of the tiny model's padded embedding: sampled, it has no text
+    assert text_ends(tokenizers["char"], [*fox, beyond]) == ("🦊", [1, 2, 3, 4, 4])
+    sp = tokenizers["sp"]
+    emoji = sp.encode("a🦊", add_special_tokens=False)  # `▁` (no text: stripped), `a`, then 4 byte-fallback tokens
+    assert sp.convert_ids_to_tokens(emoji)[-4:] == ["<0xF0>", "<0x9F>", "<0xA6>", "<0x8A>"]
+    assert text_ends(sp, emoji) == ("a🦊", [0, 1, 2, 3, 4, 5])
+
+
+def test_two_tokenizations_of_a_text_share_chunks_that_hold_the_same_text(tokenizers):
+    """Every chunk's student tokens hold exactly the bytes its teacher tokens hold, the chunks cover both sides in
+    order, and a teacher of the same tokenizer gives chunks of one token each side, multi-byte characters too."""
+    pairs = [("char", "bpe"), ("bpe", "char"), ("char", "sp"), ("sp", "bpe"), ("char", "char"), ("bpe", "bpe")]
+    for text in random_texts(60, seed=1):
+        for student_name, teacher_name in pairs:
+            student, teacher = tokenizers[student_name], tokenizers[teacher_name]
+            s_ids = student.encode(text, add_special_tokens=False)
+            t_ids = teacher.encode(decoded(student, [s_ids])[0], add_special_tokens=False)
+            s_text, s_ends = text_ends(student, s_ids)
+            t_text, t_ends = text_ends(teacher, t_ids)
+            if s_text != t_text:  # the SentencePiece stand-in strips a leading space: not read back
+                assert "sp" in (student_name, teacher_name), (text, s_text, t_text)
+                continue
+            chunks = align(s_ends, t_ends)
+            assert sum(chunks.student) == len(s_ids) and sum(chunks.teacher) == len(t_ids)
+            i = j = 0
+            for s, t in zip(chunks.student, chunks.teacher):
+                assert s_ends[i + s - 1] == t_ends[j + t - 1], (text, student_name, teacher_name)
+                i, j = i + s, j + t
+            if student_name == teacher_name:
+                assert chunks.one_to_one == len(s_ids), (text, student_name)
+
+
+def test_the_teacher_sees_its_own_chat_template_and_the_students_end_of_turn_as_its_own(tokenizers):
+    """A sampled reply (its end-of-turn token included) becomes the teacher's prompt in its own template and the
+    reply's text in its own tokens, its end of turn a chunk of one token each side; a reply cut off has none."""
+    char, bpe = tokenizers["char"], tokenizers["bpe"]
+    messages = [{"role": "user", "content": "reverse: hello"}]
+    reply = answer_ids(char, messages, "olleh")
+    prompt, completion, chunks = TextAlignment(char, bpe).teacher_pair(messages, reply, truncated=False)
+    assert prompt == prompt_ids(bpe, messages) and "You are a helpful assistant." in bpe.decode(prompt)
+    assert completion == answer_ids(bpe, messages, "olleh")  # the teacher's own tokens of the text, its end of turn
+    assert (chunks.student[-1], chunks.teacher[-1]) == (1, 1) and sum(chunks.student) == len(reply)
+    _, cut, cut_chunks = TextAlignment(char, bpe).teacher_pair(messages, reply[:-1], truncated=True)
+    assert bpe.decode(cut) == "olleh" and sum(cut_chunks.teacher) == len(cut)
+
+
+def test_where_the_tokenizers_agree_the_text_path_sends_the_same_tokens_and_the_trainer_the_same_signal(tokenizers):
+    """The exactness the fast path is measured against: a teacher with the student's tokenizer, aligned on text,
+    is asked for the very tokens today's path sends, every chunk is one token, and the loss, its gradient and
+    teacher_kl are the same to the bit."""
+    char = tokenizers["char"]
+    messages = [{"role": "user", "content": "reverse: naïve 🦊"}]
+    reply = answer_ids(char, messages, "🦊 evïan")
+    prompt, completion, chunks = TextAlignment(char, char).teacher_pair(messages, reply, truncated=False)
+    assert (prompt, completion) == (prompt_ids(char, messages), reply) and chunks.one_to_one == len(reply)
+    teacher = [-0.5 - 0.01 * i for i in range(len(reply))]
+    assert chunks.teacher_sums(teacher) == teacher and chunks.starts() == [1.0] * len(reply)
+    base = Sample(prompt, reply, [-0.7] * len(reply), advantage=0.5, streams={TEACHER_LOGPROBS: teacher})
+    on_text = Sample(**{**vars(base), "streams": {TEACHER_LOGPROBS: teacher, TEACHER_CHUNKS: chunks.starts()}})
+    results = [loss_and_grad([[base]]), loss_and_grad([[on_text]])]
+    assert results[0] == results[1]
+
+
+def loss_and_grad(rows: list[list[Sample]], seed: int = 0):
+    """opd's loss on `rows` with the same made-up policy logprobs: (loss, gradient, teacher_kl, the step's centre)."""
+    batch = collate_rows(rows, pad_id=0)
+    torch.manual_seed(seed)
+    logprobs = (batch.inference_logprobs + 0.1 * torch.randn(batch.inference_logprobs.shape)).requires_grad_()
+    cfg = LossConfig(adv_tau=1.0, teacher_tau=0.5, teacher_adv_clip=0.0)
+    center = distill_center([batch], cfg)
+    loss, sums = rl_loss(logprobs, batch, cfg, total_tokens=10, teacher_center=center)
+    loss.backward()
+    return loss.item(), logprobs.grad.tolist(), sums["teacher_kl"], center
+
+
+def test_a_chunks_advantage_is_the_teachers_log_p_of_its_text_less_the_students_at_each_of_its_tokens():
+    """By hand, in a packed row beside a sample scored token by token: chunk (a, b | A) and (c | C) give a and b
+    the advantage log p_T(A) - (log pi(a) + log pi(b)), c its own; teacher_kl sums each chunk once."""
+    t_ab, t_c = -1.0, -0.3
+    chunked = Sample([1], [5, 6, 7], [-0.4, -0.6, -0.2], streams={TEACHER_LOGPROBS: [t_ab, t_ab, t_c]})
+    chunked.streams[TEACHER_CHUNKS] = [1.0, 0.0, 1.0]
+    per_token = Sample([2, 3], [8, 9], [-0.5, -0.1], streams={TEACHER_LOGPROBS: [-0.2, -0.9]})
+    batch = collate_rows([[chunked, per_token]], pad_id=0)
+    logprobs = batch.inference_logprobs.clone().requires_grad_()  # on policy: the ratio is 1
+    cfg = LossConfig(adv_tau=0.0, teacher_tau=1.0, teacher_adv_clip=0.0, teacher_adv_center=False)
+    loss, sums = rl_loss(logprobs, batch, cfg, total_tokens=5, teacher_center=0.0)
+    loss.backward()
+    chunk_ab = t_ab - (-0.4 - 0.6)
+    advantages = [chunk_ab, chunk_ab, t_c + 0.2, -0.2 + 0.5, -0.9 + 0.1]
+    completion = [1, 2, 3, 6, 7]  # the completion tokens' positions in the packed row
+    assert logprobs.grad[0, completion].tolist() == pytest.approx([-a / 5 for a in advantages])
+    assert sums["teacher_kl"] == pytest.approx(-(chunk_ab + t_c + 0.2 - 0.2 + 0.5 - 0.9 + 0.1))
+    with_center = LossConfig(adv_tau=0.0, teacher_tau=1.0, teacher_adv_clip=0.0)
+    assert distill_center([batch], with_center) == pytest.approx(sum(advantages) / 5)
+
+
+def test_a_tokenizer_that_cannot_read_a_text_back_names_it():
+    """A word-level tokenizer maps what it does not know to <unk>: the first text it loses is named from there."""
+    vocab = {"<unk>": 0, "reverse": 1, "abc": 2, "cba": 3}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    words = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>")
+    assert unreadable(words, ["reverse abc", "cba"]) is None
+    assert unreadable(words, ["reverse abc", "reverse xyz now"]) == (1, "xyz now")
+
+
+def test_a_teacher_of_another_tokenizer_is_aligned_on_text_unless_the_run_wants_tokens(tmp_path):
+    """The launcher's resolution (launcher/preflight.py; tests/test_models.py: without loading a tokenizer where
+    the files agree): the student's tokenizer gets tokens, another vocabulary text, named with the reason."""
+    from prime_rl.launcher.preflight import _opd_teachers
+
+    student, other = tmp_path / "student", tmp_path / "other"
+    build_tokenizer().save_pretrained(student)
+    build_bpe_tokenizer(CONVERSATIONS, 400).save_pretrained(other)
+
+    def alignment(teacher, *more):
+        cfg = compose_config(["training_mode=opd", f"model.name={student}", f"teacher.model={teacher}", *more])
+        resolved, alignments = _opd_teachers(cfg, build_tokenizer)
+        assert resolved.teacher.alignment.value == alignments["teacher"].split()[0]
+        return alignments["teacher"]
+
+    assert alignment(student) == "tokens (its tokenizer is the student's)"
+    assert alignment(other) == "text (its tokenizer differs from the student's: vocab)"
+    assert alignment(student, "teacher.alignment=text") == "text (teacher.alignment=text)"
+    with pytest.raises(UserError, match=r"differs from the student's \(vocab\), and teacher.alignment=tokens"):
+        alignment(other, "teacher.alignment=tokens")
+    with pytest.raises(UserError, match=r"\[trainer.loss.distill, teacher.alignment\]"):
+        alignment(other, "trainer.loss.distill=topk", "trainer.loss.distill_top_k=4")
+
+
+@pytest.fixture(scope="module")
+def bpe_teacher():
+    """The built-in teacher's recipe on a byte-level BPE of the task's text (512 tokens: merges of letter pairs)
+    with a Qwen-style chat template (a default system turn): another tokenizer and template than the default
+    student's one token per byte."""
+    return prepare_teacher(compose_config(["training_mode=opd", *FOREIGN_TEACHER]))
+
+
+@pytest.mark.vllm
+def test_opd_from_a_teacher_with_another_tokenizer_scores_chunks_of_text(tmp_path, bpe_teacher, standing_servers):
+    """A real run: the plan says the teacher scores on text and why, every step scores every sample in chunks
+    (the BPE teacher's tokens span several of the student's), and the teacher term is in the loss."""
+    run_dir = tmp_path / "run"
+    run = launch(run_dir, "training_mode=opd", f"teacher.model={bpe_teacher}", "debug=smoke", standing=standing_servers)
+    assert run.returncode == 0, run.stderr[-3000:]
+    plan = json.loads((run_dir / "configs" / "plan.json").read_text())
+    assert plan["teacher_alignment"] == {"teacher": "text (its tokenizer differs from the student's: vocab)"}
+    train = [r for r in rows(run_dir) if "loss" in r]
+    assert [r["step"] for r in train] == [0, 1, 2]
+    for r in train:
+        # a sampled reply the teacher does not read back is not scored: bytes of no character, a mark NFC composes
+        assert r["distill/unscored"] < 0.05 and 0 < r["distill/aligned_fraction"] < 1, r
+        assert r["distill/chunk_student_tokens"] > 1 and r["distill/chunk_teacher_tokens"] >= 1, r
+        assert math.isfinite(r["teacher_kl"]) and r["teacher_kl"] != 0, r
