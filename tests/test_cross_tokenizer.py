@@ -23,7 +23,6 @@ from prime_rl.trainer.data import collate_rows
 from prime_rl.trainer.loss import distill_center, rl_loss
 from tests.test_e2e_rl import launch, rows
 
-FOREIGN_TEACHER = ("model.tiny.tokenizer=bpe", "model.tiny.vocab_size=512")
 ALPHABET = "abc xyz,.é🦊ü\n"  # one-byte, two-byte and four-byte characters, spaces, a newline
 WORDS = ["hello", "world", "abcdef", "the quick brown fox", "naïve café", "zebra"]
 CONVERSATIONS = [
@@ -205,10 +204,10 @@ def test_a_teacher_of_another_tokenizer_is_aligned_on_text_unless_the_run_wants_
 
 @pytest.fixture(scope="module")
 def bpe_teacher():
-    """The built-in teacher's recipe on a byte-level BPE of the task's text (512 tokens: merges of letter pairs)
-    with a Qwen-style chat template (a default system turn): another tokenizer and template than the default
-    student's one token per byte."""
-    return prepare_teacher(compose_config(["training_mode=opd", *FOREIGN_TEACHER]))
+    """The built-in teacher's recipe on a byte-level BPE of the task's text (320 tokens: its merges keep the reversal
+    learnable, 0.96 eval reward; at 512 it reached 0.16) with a Qwen-style chat template (a default system turn):
+    another tokenizer and template than the default student's one token per byte."""
+    return prepare_teacher(compose_config(["training_mode=opd", "model.tiny.tokenizer=bpe"]))
 
 
 @pytest.mark.vllm
