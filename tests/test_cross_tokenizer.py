@@ -18,10 +18,13 @@ from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.models.tokenizer import build_bpe_tokenizer, build_tokenizer
 from prime_rl.prepare import prepare_teacher
 from prime_rl.protocol.batch import TEACHER_CHUNKS, TEACHER_LOGPROBS, Sample
+from prime_rl.protocol.servers import TEACHER_MODEL_NAME
+from prime_rl.tasks import load_task
 from prime_rl.teacher.alignment import TextAlignment, align, char_ends, decoded, text_ends, unreadable
 from prime_rl.trainer.data import collate_rows
 from prime_rl.trainer.loss import distill_center, rl_loss
 from tests.test_e2e_rl import launch, rows
+from tests.vllm_server import serve
 
 ALPHABET = "abc xyz,.é🦊ü\n"  # one-byte, two-byte and four-byte characters, spaces, a newline
 WORDS = ["hello", "world", "abcdef", "the quick brown fox", "naïve café", "zebra"]
@@ -101,6 +104,24 @@ def test_two_tokenizations_of_a_text_share_chunks_that_hold_the_same_text(tokeni
                 i, j = i + s, j + t
             if student_name == teacher_name:
                 assert chunks.one_to_one == len(s_ids), (text, student_name)
+
+
+def test_any_sampled_ids_are_scored_in_whole_chunks_or_not_at_all(tokenizers):
+    """What a student samples need not be text: bytes of no character, ids of its padded embedding with no token,
+    special tokens mid-reply. Each reply either aligns (the chunks cover both sides) or is left unscored."""
+    char, bpe = tokenizers["char"], tokenizers["bpe"]
+    aligner, rng = TextAlignment(char, bpe), random.Random(2)
+    messages = [{"role": "user", "content": "reverse: abc"}]
+    scored = 0
+    for _ in range(300):
+        reply = [rng.randrange(len(char) + 20) for _ in range(rng.randint(0, 40))]
+        pair = aligner.teacher_pair(messages, reply, truncated=rng.random() < 0.5)
+        if pair is not None:
+            _, completion, chunks = pair
+            assert sum(chunks.student) == len(reply) and sum(chunks.teacher) == len(completion)
+            assert min(chunks.student + chunks.teacher, default=1) >= 1
+            scored += 1
+    assert scored > 150  # most are: a reply is lost only where the teacher cannot read its text back
 
 
 def test_the_teacher_sees_its_own_chat_template_and_the_students_end_of_turn_as_its_own(tokenizers):
@@ -189,7 +210,7 @@ def test_a_teacher_of_another_tokenizer_is_aligned_on_text_unless_the_run_wants_
 
     def alignment(teacher, *more):
         cfg = compose_config(["training_mode=opd", f"model.name={student}", f"teacher.model={teacher}", *more])
-        resolved, alignments = _opd_teachers(cfg, build_tokenizer)
+        resolved, alignments = _opd_teachers(cfg, load_task(cfg.task), build_tokenizer)
         assert resolved.teacher.alignment.value == alignments["teacher"].split()[0]
         return alignments["teacher"]
 
@@ -204,21 +225,42 @@ def test_a_teacher_of_another_tokenizer_is_aligned_on_text_unless_the_run_wants_
 
 @pytest.fixture(scope="module")
 def bpe_teacher():
-    """The built-in teacher's recipe on a byte-level BPE of the task's text (320 tokens: its merges keep the reversal
-    learnable, 0.96 eval reward; at 512 it reached 0.16) with a Qwen-style chat template (a default system turn):
-    another tokenizer and template than the default student's one token per byte."""
-    return prepare_teacher(compose_config(["training_mode=opd", "model.tiny.tokenizer=bpe"]))
+    """A teacher on a byte-level BPE of the task's text (320 tokens) with a Qwen-style chat template (a default system
+    turn): another tokenizer and template than the default student's one token per byte. 60 warm-start steps: the
+    run tests the mechanics; how it teaches is bench/cross_tokenizer.py's."""
+    overrides = ["training_mode=opd", "model.tiny.tokenizer=bpe", "teacher.warm_start.steps=60"]
+    return prepare_teacher(compose_config(overrides))
 
 
 @pytest.mark.vllm
-def test_opd_from_a_teacher_with_another_tokenizer_scores_chunks_of_text(tmp_path, bpe_teacher, standing_servers):
-    """A real run: the plan says the teacher scores on text and why, every step scores every sample in chunks
-    (the BPE teacher's tokens span several of the student's), and the teacher term is in the loss."""
+def test_opd_from_teachers_with_another_tokenizer_scores_chunks_of_text(tmp_path, bpe_teacher, standing_servers):
+    """A real run, a mix of two opd sources: one taught by a local teacher of another tokenizer and chat template,
+    one by the same model behind an external vLLM endpoint (its tokenizer named by teacher.tokenizer). The plan
+    says each scores on text and why; every step scores the samples in chunks (the BPE teacher's tokens span
+    several of the student's) at the right teacher, and the teacher term is in the loss."""
     run_dir = tmp_path / "run"
-    run = launch(run_dir, "training_mode=opd", f"teacher.model={bpe_teacher}", "debug=smoke", standing=standing_servers)
+    with serve(bpe_teacher, tmp_path, served_name="foreign", student=False) as url:
+        remote = f"++teachers={{remote:{{kind:external,model:foreign,base_url:'{url}/v1',tokenizer:'{bpe_teacher}'}}}}"
+        run = launch(
+            run_dir,
+            "training_mode=opd",
+            f"teacher.model={bpe_teacher}",
+            "task=mix",
+            "task.mix=[{name:reverse,label:local},{name:reverse,label:remote,teacher:remote}]",
+            remote,
+            "model.warm_start.task=reverse",  # the built-in reverse student: no build for the mix
+            "orchestrator.log_samples=128",  # every sample: both sources' teachers are seen
+            "debug=smoke",
+            standing=standing_servers,
+        )
+        endpoint_log = next(tmp_path.glob("vllm-foreign-*.log")).read_text()
     assert run.returncode == 0, run.stderr[-3000:]
     plan = json.loads((run_dir / "configs" / "plan.json").read_text())
-    assert plan["teacher_alignment"] == {"teacher": "text (its tokenizer differs from the student's: vocab)"}
+    assert plan["teacher_alignment"] == {
+        "teacher": "text (its tokenizer differs from the student's: vocab)",
+        "teachers.remote": "text (its tokenizer differs from the student's: its /tokenize splits the task's text "
+        "otherwise)",
+    }
     train = [r for r in rows(run_dir) if "loss" in r]
     assert [r["step"] for r in train] == [0, 1, 2]
     for r in train:
@@ -226,3 +268,7 @@ def test_opd_from_a_teacher_with_another_tokenizer_scores_chunks_of_text(tmp_pat
         assert r["distill/unscored"] < 0.05 and 0 < r["distill/aligned_fraction"] < 1, r
         assert r["distill/chunk_student_tokens"] > 1 and r["distill/chunk_teacher_tokens"] >= 1, r
         assert math.isfinite(r["teacher_kl"]) and r["teacher_kl"] != 0, r
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    scored = {(s["source"], s["teacher"]) for s in samples if s["teacher"]}  # unscored: no teacher
+    assert scored == {("local", TEACHER_MODEL_NAME), ("remote", "teachers.remote")}
+    assert "POST /tokenize" in endpoint_log and "POST /v1/completions" in endpoint_log, endpoint_log[-2000:]

@@ -176,7 +176,8 @@ def test_an_opd_teacher_with_the_students_tokenizer_files_is_checked_without_loa
             f"teacher.model={teacher}",
             "teacher.alignment=tokens",
         ]
-        _opd_teachers(compose_config(overrides), tokenizer)
+        cfg = compose_config(overrides)
+        _opd_teachers(cfg, load_task(cfg.task), tokenizer)
 
     check(same)
     assert loads == []

@@ -78,6 +78,7 @@ from prime_rl.teacher.scoring import (
     check_top_k_vocab,
     probe_teacher,
     resolve_alignment,
+    scored_examples,
 )
 
 
@@ -128,7 +129,7 @@ def check_with_student_tokenizer(cfg: Config) -> tuple[Config, dict[str, str]]:
     task = load_task(cfg.task)
     _prompt_lengths(cfg, task, tokenizer)
     _teacher_tool_calls(cfg, tokenizer)
-    cfg, alignments = _opd_teachers(cfg, tokenizer)
+    cfg, alignments = _opd_teachers(cfg, task, tokenizer)
     check_top_k_vocab(cfg)
     for name, view in named_views(cfg):
         with named_errors(name):
@@ -149,7 +150,7 @@ def _student_tokenizer(cfg: Config):
         ) from e
 
 
-def _opd_teachers(cfg: Config, tokenizer: Callable) -> tuple[Config, dict[str, str]]:
+def _opd_teachers(cfg: Config, task: Task, tokenizer: Callable) -> tuple[Config, dict[str, str]]:
     """Each teacher of an opd source scores the student's tokens where its tokenizer is the student's, else the
     student's text in its own tokens (teacher.alignment, resolved here: teacher/scoring.py); an external one also
     answers prompt logprobs. The orchestrator checks again (it may run alone), with a local teacher's server up."""
@@ -158,19 +159,18 @@ def _opd_teachers(cfg: Config, tokenizer: Callable) -> tuple[Config, dict[str, s
         if not teaches(cfg, name, lambda m: m.scorer == Scorer.teacher):
             continue
         with named_errors(name):
-            alignment = asyncio.run(_alignment(view, tokenizer))
+            alignment = asyncio.run(_alignment(view, tokenizer, scored_examples(cfg, task, name)))
         cfg = with_teacher(cfg, name, replace(view.teacher, alignment=alignment.kind))
         alignments[teacher_key(name)] = f"{alignment.kind.value} ({alignment.reason})"
     return cfg, alignments
 
 
-async def _alignment(cfg: Config, tokenizer: Callable):
+async def _alignment(cfg: Config, tokenizer: Callable, examples: list):
     client, model = teacher_client(cfg)
-    task = load_task(cfg.task)
     try:
-        alignment = await resolve_alignment(cfg, client, model, tokenizer, task)
+        alignment = await resolve_alignment(cfg, client, model, tokenizer, examples)
         if cfg.teacher.kind != TeacherKind.local_vllm:  # a local one's server is not up yet
-            await probe_teacher(client, model, alignment, tokenizer(), task, cfg)
+            await probe_teacher(client, model, alignment, tokenizer(), examples[0], cfg)
         return alignment
     finally:
         await client.close()

@@ -1,7 +1,9 @@
 """opd from a teacher with another tokenizer (docs/cross_tokenizer.md): the student's sampled completion as text,
-the teacher's tokenization of that text, and the chunks both tokenizations cut it into: runs of tokens whose
-boundaries are character boundaries of both. On each chunk both models give a logprob to the same text."""
+the teacher's tokenization of that text, and the chunks both tokenizations cut it into: runs of tokens that end
+at the same byte offset of the text's UTF-8 on both sides. On each chunk both models give a logprob to the same
+text."""
 
+import functools
 import itertools
 import re
 from dataclasses import dataclass
@@ -64,15 +66,20 @@ def ends_inside(start: int, stop: int, sizes: list[int | None]) -> list[int | No
 def token_sizes(tokenizer, ids: list[int]) -> list[int | None]:
     """Each token's size in bytes where its string spells its bytes: a byte-level BPE's (one character a byte) or
     a byte-fallback token (`<0xE2>`); None for others."""
-    from prime_rl.models.tokenizer import byte_alphabet  # transformers: not for a launch's validation
-
     decoder = tokenizer.backend_tokenizer.decoder
     byte_level = decoder is not None and b'"ByteLevel"' in decoder.__getstate__()
-    alphabet = set(byte_alphabet())
-    return [piece_size(piece, byte_level, alphabet) for piece in tokenizer.convert_ids_to_tokens(ids)]
+    return [piece_size(piece, byte_level, byte_chars()) for piece in tokenizer.convert_ids_to_tokens(ids)]
 
 
-def piece_size(piece: str | None, byte_level: bool, alphabet: set[str]) -> int | None:
+@functools.cache
+def byte_chars() -> frozenset[str]:
+    """The characters byte-level BPE spells bytes with."""
+    from prime_rl.models.tokenizer import byte_alphabet  # transformers: not for a launch's validation
+
+    return frozenset(byte_alphabet())
+
+
+def piece_size(piece: str | None, byte_level: bool, alphabet: frozenset[str]) -> int | None:
     """A token string's size in bytes; None where it does not spell them (or the id has no token: a model whose
     embedding is larger than its vocabulary may sample one)."""
     if piece is None:

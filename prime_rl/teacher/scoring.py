@@ -7,9 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from prime_rl.config.modes import distill_top_k
+from prime_rl.config.modes import Scorer, distill_top_k, example_mode
 from prime_rl.config.rules.teachers import sampled_signal_on_text
 from prime_rl.config.schema import Config, TeacherAlignment, TeacherKind
+from prime_rl.config.teachers import DEFAULT, source_teachers
 from prime_rl.config.user_error import check, first_line
 from prime_rl.inference.client import InferenceClient, InferenceError, TopLogprobs
 from prime_rl.inference.server import vocab_size
@@ -67,13 +68,25 @@ def probe_ids(tokenizer, example, max_model_len: int) -> list[int]:
     return ids[: max_model_len - 1]
 
 
-async def resolve_alignment(cfg: Config, client: InferenceClient, model: str, student_tok: Callable, task) -> Alignment:
-    """teacher.alignment of a teacher that scores a source's samples (`cfg`: as it sees the run), checked: tokens
+def scored_examples(run: Config, task, name: str) -> list:
+    """The train examples teacher `name` scores (their source's mode takes a teacher's scores, and it teaches it)."""
+    teachers = source_teachers(run)
+    return [
+        ex
+        for ex in task.train
+        if example_mode(run, ex).scorer == Scorer.teacher and teachers.get(ex.source, DEFAULT) == name
+    ]
+
+
+async def resolve_alignment(
+    cfg: Config, client: InferenceClient, model: str, student_tok: Callable, examples: list
+) -> Alignment:
+    """teacher.alignment of a teacher (`cfg`: as it sees the run) that scores `examples`' samples, checked: tokens
     where its tokenizer is the student's (its files; an endpoint's /tokenize), else text, where the teacher reads
-    the task's text back, the run distils from sampled tokens and plays no episodes. A local teacher's server need
+    their text back, the run distils from sampled tokens and they are no episodes. A local teacher's server need
     not be up."""
     local = cfg.teacher.kind == TeacherKind.local_vllm
-    text = None if local else probe_text(student_tok(), task, cfg)
+    text = None if local else probe_text(student_tok(), examples[0], cfg)
     if local:
         difference = local_difference(cfg, student_tok)
     else:
@@ -89,7 +102,7 @@ async def resolve_alignment(cfg: Config, client: InferenceClient, model: str, st
     source = teacher_tokenizer_source(cfg, difference)
     if not local:
         await check_endpoint_tokenizer(client, model, load_tokenizer(source), text, source)
-    check_text_alignment(cfg, task, load_tokenizer(source), source)
+    check_text_alignment(cfg, examples, load_tokenizer(source), source)
     reason = (
         "teacher.alignment=text" if difference is None else f"its tokenizer differs from the student's: {difference}"
     )
@@ -97,18 +110,18 @@ async def resolve_alignment(cfg: Config, client: InferenceClient, model: str, st
 
 
 async def probe_teacher(
-    client: InferenceClient, model: str, alignment: Alignment, student_tok, task, cfg: Config
+    client: InferenceClient, model: str, alignment: Alignment, student_tok, example, cfg: Config
 ) -> None:
-    """One scoring request before training, in the tokens the teacher will be sent."""
-    tokens = probe_ids(student_tok, task.train[0], cfg.inference.max_model_len)
+    """One scoring request before training (`example`'s prompt and answer), in the tokens the teacher is sent."""
+    tokens = probe_ids(student_tok, example, cfg.inference.max_model_len)
     if alignment.kind == TeacherAlignment.text:
         teacher_tok = load_tokenizer(alignment.tokenizer)
         tokens = teacher_tok.encode(student_tok.decode(tokens), add_special_tokens=False)
     await probe_prompt_logprobs(client, model, tokens[: cfg.inference.max_model_len - 1])
 
 
-def probe_text(student_tok, task, cfg: Config) -> str:
-    return student_tok.decode(probe_ids(student_tok, task.train[0], cfg.inference.max_model_len))
+def probe_text(student_tok, example, cfg: Config) -> str:
+    return student_tok.decode(probe_ids(student_tok, example, cfg.inference.max_model_len))
 
 
 @functools.cache
@@ -165,20 +178,21 @@ async def check_endpoint_tokenizer(client: InferenceClient, model: str, teacher_
         )
 
 
-def check_text_alignment(cfg: Config, task, teacher_tok, source) -> None:
-    """Scoring on text: the run distils from sampled tokens, plays no episodes, and the teacher's tokenizer reads
-    back every prompt and answer of the task (a character it maps to <unk> would be lost to the comparison)."""
+def check_text_alignment(cfg: Config, examples: list, teacher_tok, source) -> None:
+    """Scoring on text: the run distils from sampled tokens, the examples are no episodes, and the teacher's
+    tokenizer reads back each one's prompt and answer (a character it maps to <unk> would be lost to the
+    comparison)."""
     why = f"its tokenizer at {source} is not the student's"
     sampled_signal_on_text(cfg, why)
     check(
-        all(ex.env is None for ex in task.train),
+        all(ex.env is None for ex in examples),
         ["task", "teacher.alignment"],
         f"opd compares a teacher on text in single-turn replies, not episodes, and this teacher scores on text ({why})",
         "give opd a teacher with the student's tokenizer for an episode task",
     )
     texts = [
         (f"train example {i}'s {part}", text)
-        for i, ex in enumerate(task.train)
+        for i, ex in enumerate(examples)
         for part, text in [("prompt", ex.prompt), ("answer", ex.answer), ("system message", ex.system or "")]
     ]
     found = unreadable(teacher_tok, [text for _, text in texts])

@@ -14,7 +14,7 @@ from prime_rl.orchestrator.scoring import keep_scores, scored
 from prime_rl.protocol.batch import TEACHER_CHUNKS, Sample
 from prime_rl.tasks import Example
 from prime_rl.teacher.alignment import Chunks, TextAlignment
-from prime_rl.teacher.scoring import load_tokenizer, probe_teacher, resolve_alignment
+from prime_rl.teacher.scoring import load_tokenizer, probe_teacher, resolve_alignment, scored_examples
 
 
 class OPD(RL):
@@ -28,8 +28,9 @@ class OPD(RL):
         for t in ctx.teachers.values():
             if not teaches(ctx.cfg, t.name, lambda m: m.scorer == Scorer.teacher):
                 continue
-            alignment = await resolve_alignment(t.cfg, t.client, t.model, lambda: ctx.tokenizer, ctx.task)
-            await probe_teacher(t.client, t.model, alignment, ctx.tokenizer, ctx.task, ctx.cfg)
+            examples = scored_examples(ctx.cfg, ctx.task, t.name)
+            alignment = await resolve_alignment(t.cfg, t.client, t.model, lambda: ctx.tokenizer, examples)
+            await probe_teacher(t.client, t.model, alignment, ctx.tokenizer, examples[0], ctx.cfg)
             if alignment.kind == TeacherAlignment.text:
                 self.aligners[t.name] = TextAlignment(ctx.tokenizer, load_tokenizer(alignment.tokenizer))
 
