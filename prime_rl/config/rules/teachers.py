@@ -144,7 +144,7 @@ def sampled_signal_on_text(cfg: Config, why: str) -> None:
         ["trainer.loss.distill", "teacher.alignment"],
         f"trainer.loss.distill=topk needs the teacher's top k over the student's vocabulary, and it scores on text "
         f"({why})",
-        "set trainer.loss.distill=sampled (chunk by chunk), or give opd a teacher with the student's tokenizer",
+        "set trainer.loss.distill=sampled (chunk by chunk), or use a teacher with the student's tokenizer",
     )
 
 
