@@ -270,6 +270,33 @@ def reached(rows: Rows, target: float | None) -> tuple[float, int] | None:
     return next(((t, r["step"]) for t, r in rows if r.get("eval/reward", -1.0) >= target), None)
 
 
+def add_target_args(parser, eval_interval: int = 5, timeout: float = 1800) -> None:
+    """The arguments of runs held to a fraction of their teacher's eval reward."""
+    parser.add_argument(
+        "--eval-interval", type=int, default=eval_interval, help="evaluate every N steps (the step resolution)"
+    )
+    parser.add_argument("--fraction", type=float, default=0.9, help="target = this x the teacher's eval reward")
+    parser.add_argument("--timeout", type=float, default=timeout, help="seconds per run")
+
+
+def run_to_target(overrides: list[str], run_dir: Path, timeout_s: float, target_of: Callable) -> tuple[Launch, dict]:
+    """A launch stopped at its first eval at or above `target_of(rows)`, and what it reached: whether it ran, its
+    teacher's level, the target's step and second, its last eval, its eval curve."""
+    launch = run_launcher(
+        overrides, run_dir, timeout_s=timeout_s, stop_when=lambda rows: reached(rows, target_of(rows)) is not None
+    )
+    hit = reached(launch.rows, target_of(launch.rows))
+    evals = launch.eval_rows()
+    return launch, {
+        "ok": launch.ok or hit is not None,
+        "teacher_reward": teacher_reward(launch.rows),
+        "target_step": hit[1] if hit else None,
+        "target_s": hit[0] if hit else None,
+        "eval_last": evals[-1][1]["eval/reward"] if evals else None,
+        "curve": [(r["step"], r["eval/reward"]) for _, r in evals],
+    }
+
+
 def steps_to_target(run: dict) -> float:
     """A run that never reached the target took more steps than its budget: inf, so medians stay honest."""
     return run["target_step"] if run["target_step"] is not None else math.inf

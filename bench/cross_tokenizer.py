@@ -17,13 +17,13 @@ import statistics
 
 from common import (
     add_runs_arg,
+    add_target_args,
     bench_dir,
     compose,
     finish,
     median,
     print_table,
-    reached,
-    run_launcher,
+    run_to_target,
     shown,
     steady_rows,
     steps_to_target,
@@ -53,27 +53,20 @@ def run_variant(args, overrides: list[str], name: str, seed: int, fallback: floa
         return None if teacher is None else args.fraction * teacher
 
     steps = [f"max_steps={args.steps}"] if args.steps else []
-    launch = run_launcher(
+    launch, reached_ = run_to_target(
         [*overrides, *steps, f"orchestrator.eval.interval={args.eval_interval}", "monitor=off", f"seed={seed}"],
         bench_dir(NAME) / f"{name}-{seed}",
-        timeout_s=args.timeout,
-        stop_when=lambda rows: reached(rows, target_of(rows)) is not None,
+        args.timeout,
+        target_of,
     )
-    hit = reached(launch.rows, target_of(launch.rows))
     rows = steady_rows(launch)
-    evals = launch.eval_rows()
-    return {
-        "ok": launch.ok or hit is not None,
-        "teacher_reward": teacher_reward(launch.rows) or fallback,
-        "target_step": hit[1] if hit else None,
-        "target_s": hit[0] if hit else None,
-        "eval_last": evals[-1][1]["eval/reward"] if evals else None,
+    return reached_ | {
+        "teacher_reward": reached_["teacher_reward"] or fallback,
         "step_s": median(r.get("time/step") for r in rows),
         "teacher_s": median(r.get("time/teacher") for r in rows),
         "aligned_fraction": median(r.get("distill/aligned_fraction") for r in rows),
         "chunk_student_tokens": median(r.get("distill/chunk_student_tokens") for r in rows),
         "chunk_teacher_tokens": median(r.get("distill/chunk_teacher_tokens") for r in rows),
-        "curve": [(r["step"], r["eval/reward"]) for _, r in evals],
     }
 
 
@@ -93,10 +86,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_runs_arg(parser)
     parser.add_argument("--steps", type=int, default=0, help="step budget (0: each experiment's max_steps)")
-    parser.add_argument("--eval-interval", type=int, default=5, help="evaluate every N steps (the step resolution)")
-    parser.add_argument("--fraction", type=float, default=0.9, help="target = this x the teacher's eval reward")
+    add_target_args(parser)
     parser.add_argument("--variants", default="opd_foreign,opd_same,sft_foreign,rl", help="comma-separated")
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     args = parser.parse_args()
     from prime_rl.prepare import prepare_student, prepare_teacher
 

@@ -20,13 +20,13 @@ from pathlib import Path
 from common import (
     REPO,
     add_runs_arg,
+    add_target_args,
     bench_dir,
     compose,
     finish,
     median,
     print_table,
-    reached,
-    run_launcher,
+    run_to_target,
     shown,
     steady_rows,
     steps_to_target,
@@ -54,21 +54,9 @@ def run_variant(args, overrides: list[str], name: str, seed: int, out: Path) -> 
         teacher = teacher_reward(rows)
         return None if teacher is None else args.fraction * teacher
 
-    launch = run_launcher(
-        [*base(args, seed), *overrides],
-        out / f"{name}-{seed}",
-        timeout_s=args.timeout,
-        stop_when=lambda rows: reached(rows, target_of(rows)) is not None,
-    )
-    hit = reached(launch.rows, target_of(launch.rows))
+    launch, reached_ = run_to_target([*base(args, seed), *overrides], out / f"{name}-{seed}", args.timeout, target_of)
     rows = steady_rows(launch)
-    evals = launch.eval_rows()
-    return {
-        "ok": launch.ok or hit is not None,
-        "teacher_reward": teacher_reward(launch.rows),
-        "target_step": hit[1] if hit else None,
-        "target_s": hit[0] if hit else None,
-        "eval_last": evals[-1][1]["eval/reward"] if evals else None,
+    return reached_ | {
         "step_s": median(r.get("time/step") for r in rows),
         "teacher_s": median(r.get("time/teacher") for r in rows),
         "train_s": median(r.get("time/train") for r in rows),
@@ -77,7 +65,6 @@ def run_variant(args, overrides: list[str], name: str, seed: int, out: Path) -> 
         "teacher_entropy": median(r.get("distill/teacher_entropy") for r in rows),
         "teacher_tail": median(r.get("distill/teacher_tail") for r in rows),
         "teacher_kl": median(r.get("teacher_kl") for r in rows[-10:]),
-        "curve": [(r["step"], r["eval/reward"]) for _, r in evals],
     }
 
 
@@ -125,10 +112,8 @@ def main() -> None:
     add_runs_arg(parser)
     parser.add_argument("--model", default="", help="a model group (e.g. tiny_qwen3); default: the default model")
     parser.add_argument("--steps", type=int, default=0, help="step budget (0: experiment=opd's max_steps)")
-    parser.add_argument("--eval-interval", type=int, default=5, help="evaluate every N steps (the step resolution)")
-    parser.add_argument("--fraction", type=float, default=0.9, help="target = this x the teacher's eval reward")
+    add_target_args(parser)
     parser.add_argument("--variants", default="sampled,topk8,topk32,exact", help="comma-separated")
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     args = parser.parse_args()
     from prime_rl.prepare import prepare_student, prepare_teacher
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from common import (
     add_runs_arg,
+    add_target_args,
     bench_dir,
     compose,
     finish,
@@ -79,10 +80,8 @@ def main() -> None:
     add_runs_arg(parser)
     parser.add_argument("--rl-steps", type=int, default=400, help="rl's step budget (it needed ~330 in earlier runs)")
     parser.add_argument("--opd-steps", type=int, default=0, help="opd's step budget (0: experiment=opd's max_steps)")
-    parser.add_argument("--eval-interval", type=int, default=10, help="evaluate every N steps (the step resolution)")
-    parser.add_argument("--fraction", type=float, default=0.9, help="target = this x the teacher's eval reward")
+    add_target_args(parser, eval_interval=10, timeout=3600)
     parser.add_argument("--full", action="store_true", help="run every step instead of stopping at the target")
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds per run")
     args = parser.parse_args()
 
     from prime_rl.models import student_dir
