@@ -14,7 +14,7 @@ from prime_rl.config.teachers import DEFAULT, source_teachers
 from prime_rl.config.user_error import check, first_line
 from prime_rl.inference.client import InferenceClient, InferenceError, TopLogprobs
 from prime_rl.inference.server import vocab_size
-from prime_rl.models.recipe import teacher_dir
+from prime_rl.models.recipe import student_dir, teacher_dir
 from prime_rl.models.tokenizer_files import same_tokenizer_files
 from prime_rl.teacher.alignment import unreadable
 from prime_rl.teacher.client import TeacherError, teacher_client
@@ -86,10 +86,10 @@ async def resolve_alignment(
     their text back, the run distils from sampled tokens and they are no episodes. A local teacher's server need
     not be up."""
     local = cfg.teacher.kind == TeacherKind.local_vllm
-    text = None if local else probe_text(student_tok(), examples[0], cfg)
     if local:
-        difference = local_difference(cfg, student_tok)
+        text, difference = None, local_difference(cfg, student_tok)
     else:
+        text = probe_text(student_tok(), examples[0], cfg)
         difference = await remote_difference(client, model, student_tok(), text)
     wanted = cfg.teacher.alignment
     if wanted != TeacherAlignment.text and difference is None:
@@ -113,10 +113,11 @@ async def probe_teacher(
     client: InferenceClient, model: str, alignment: Alignment, student_tok, example, cfg: Config
 ) -> None:
     """One scoring request before training (`example`'s prompt and answer), in the tokens the teacher is sent."""
-    tokens = probe_ids(student_tok, example, cfg.inference.max_model_len)
     if alignment.kind == TeacherAlignment.text:
-        teacher_tok = load_tokenizer(alignment.tokenizer)
-        tokens = teacher_tok.encode(student_tok.decode(tokens), add_special_tokens=False)
+        text = probe_text(student_tok, example, cfg)
+        tokens = load_tokenizer(alignment.tokenizer).encode(text, add_special_tokens=False)
+    else:
+        tokens = probe_ids(student_tok, example, cfg.inference.max_model_len)
     await probe_prompt_logprobs(client, model, tokens[: cfg.inference.max_model_len - 1])
 
 
@@ -134,8 +135,6 @@ def load_tokenizer(source: str | Path):
 def local_difference(cfg: Config, student_tok: Callable) -> str | None:
     """What tells a local teacher's tokenizer from the student's: None (the same), `vocab` or `special tokens`.
     Files the same as the student's are, and neither tokenizer is loaded (`student_tok` loads the student's)."""
-    from prime_rl.models import student_dir
-
     if same_tokenizer_files(student_dir(cfg), teacher_dir(cfg)):
         return None
     student, teacher = student_tok(), load_tokenizer(teacher_dir(cfg))
@@ -153,8 +152,6 @@ async def remote_difference(client: InferenceClient, model: str, student_tok, te
 def teacher_tokenizer_source(cfg: Config, difference: str | None) -> str | Path:
     """Where a text-aligned teacher's tokenizer loads from: a local teacher's model dir; an external teacher's
     teacher.tokenizer (the student's where it tokenizes as the student does)."""
-    from prime_rl.models import student_dir
-
     t = cfg.teacher
     if t.kind == TeacherKind.local_vllm:
         return teacher_dir(cfg)
