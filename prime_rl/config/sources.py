@@ -12,10 +12,15 @@ def mix_sources(cfg: TaskConfig) -> list[tuple[str, TaskSourceConfig]]:
     """Each source with its label: its `label`, else its dataset, file or task name (numbered when repeated)."""
     labelled, seen = [], {}
     for src in cfg.mix:
-        base = src.label or src.dataset or src.env or (Path(src.path).stem if src.path else None) or src.name
+        base = source_label(src)
         seen[base] = seen.get(base, 0) + 1
         labelled.append((base if seen[base] == 1 else f"{base}-{seen[base]}", src))
     return labelled
+
+
+def source_label(src: TaskSourceConfig) -> str:
+    """A source's name in metrics and results: its `label`, else its dataset, file or task name."""
+    return src.label or src.dataset or src.env or (Path(src.path).stem if src.path else None) or src.name
 
 
 def source_loss(loss: LossConfig, src: TaskSourceConfig) -> LossConfig:

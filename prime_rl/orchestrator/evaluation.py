@@ -24,13 +24,15 @@ async def evaluate(ctx: Context) -> dict[str, float]:
     k = e.samples_per_prompt
     groups, made = await student_rollouts(ctx, examples, k, student_sampling(ctx, temperature=e.temperature))
     rewards = await rewards_of(ctx, examples, groups)
-    metrics = eval_metrics(rewards, k)
+    tokens = [s.trained_tokens for group in groups for s in group]  # the student's own (an episode's turns)
+    metrics = {**eval_metrics(rewards, k), "eval/completion_tokens": statistics.fmean(tokens)}
     metrics.update({f"eval/{k}": v for k, v in made.items() if k.startswith("env/")})  # episodes: turns, failures
     sources = [ex.source for ex in examples for _ in range(k)]
     for label in ctx.task.weights:  # a mix: each source's own numbers too
-        mine = [r for source, r in zip(sources, rewards) if source == label]
+        mine = [i for i, source in enumerate(sources) if source == label]
         if mine:
-            metrics.update(eval_metrics(mine, k, prefix=f"eval/{label}"))
+            metrics.update(eval_metrics([rewards[i] for i in mine], k, prefix=f"eval/{label}"))
+            metrics[f"eval/{label}/completion_tokens"] = statistics.fmean(tokens[i] for i in mine)
     return metrics
 
 

@@ -11,10 +11,16 @@ import contextlib
 import json
 import shutil
 import warnings
+from pathlib import Path
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
 
 from prime_rl.protocol.atomic import STABLE_MARKER
 from prime_rl.protocol.run_dir import RunDir
@@ -53,6 +59,14 @@ def load_checkpoint(run_dir: RunDir, step: int, model, optimizer, scheduler, wor
         dcp.load(state, checkpoint_id=path)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
     scheduler.load_state_dict(json.loads((path / SCHEDULER_FILE).read_text()))
+
+
+def load_model_weights(path: Path, model) -> None:
+    """The model's weights alone from the checkpoint at `path`, in one process (the optimizer's state is not read)."""
+    state = {"model": get_model_state_dict(model)}
+    with one_process_is_intended(SINGLE):
+        dcp.load(state, checkpoint_id=path)
+    set_model_state_dict(model, state["model"])
 
 
 @contextlib.contextmanager

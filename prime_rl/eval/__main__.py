@@ -1,0 +1,62 @@
+"""`python -m prime_rl.eval [--run DIR] [--step S,…] [--task T,…] <hydra overrides...>`: the models of a run (its
+starting model, a step, the latest, a LoRA run's merged model) or the config's model (model.name: a model dir or a
+Hub id) evaluated on one or more tasks, with the training eval's sampling and metrics (orchestrator.eval.*: k samples
+per prompt for avg@k and pass@k), around a vLLM server it starts and stops (or a standing one, inference.url)."""
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+
+from prime_rl.config.user_error import run_or_exit
+from prime_rl.devstep.server import stop_signals_as_ctrl_c
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m prime_rl.eval", description=__doc__.split("\n\n")[0])
+    p.add_argument("overrides", nargs="*", help="Hydra overrides, as for launch.py, on top of the run's own")
+    p.add_argument("--run", type=Path, metavar="DIR", help="a run dir of launch.py: its config and its models")
+    p.add_argument(
+        "--step", type=names, default=[], metavar="S,…", help="with --run: start, latest (default), merged, N; a list"
+    )
+    p.add_argument(
+        "--task", type=names, default=[], metavar="T,…", help="task group options (default: the run's own task)"
+    )
+    p.add_argument(
+        "--out", type=Path, metavar="DIR", help="its dir: results.json, the server's log (default: <run>/evals/<time>)"
+    )
+    return p.parse_intermixed_args(argv)
+
+
+def names(text: str) -> list[str]:
+    """A comma-separated list, as a Hydra sweep writes one: start,latest."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    stop_signals_as_ctrl_c()
+    try:
+        run_or_exit(lambda: evaluate(args))
+    except KeyboardInterrupt as e:
+        name = e.args[0] if e.args else "SIGINT"
+        print(f"stopped by signal ({name}); the student's server is stopped", file=sys.stderr, flush=True)
+        sys.exit(128 + signal.Signals[name])
+
+
+def evaluate(args: argparse.Namespace) -> None:
+    from rich.console import Console
+
+    from prime_rl.eval.results import show_results, write_results
+    from prime_rl.eval.run import Request, evaluate_request
+
+    request = Request(args.run, args.step, args.task, args.overrides, args.out)
+    out, rows = evaluate_request(request)
+    console = Console(highlight=False)
+    show_results(console, rows)
+    path = write_results(out, {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, rows)
+    console.print(f"results: {path}", soft_wrap=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""The configs an evaluation runs under: a run's own (its Hydra overrides, read from the run dir) with the command
+line's overrides on top, once per task named, each composed and checked as `python launch.py` would, and stripped to
+the student: an evaluation starts the student's server only, whatever teachers or reference the run had."""
+
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+
+from prime_rl.config.schema import Config, TeacherConfig
+from prime_rl.config.user_error import UserError
+from prime_rl.devstep.config import launch_config
+
+RUN_OVERRIDES = Path(".hydra") / "overrides.yaml"  # Hydra's record of a run's command line, in its run dir
+
+
+def run_overrides(run: Path | None) -> list[str]:
+    """The overrides the run at `run` was launched with ([] without a run)."""
+    if run is None:
+        return []
+    path = run / RUN_OVERRIDES
+    if not path.is_file():
+        raise UserError(f"--run {run}: not a run dir of launch.py (no {RUN_OVERRIDES}); fix: give the dir a run or a "
+                        "sweep point wrote (outputs/<date>/<time>, multirun/<date>/<time>/<n>)")
+    return list(yaml.safe_load(path.read_text()) or [])
+
+
+def task_configs(base: list[str], tasks: list[str]) -> list[Config]:
+    """One checked config per task (`task=<name>` over `base`), or the base's own task where none is named."""
+    return [student_only(launch_config(base + ([f"task={t}"] if t else []))) for t in tasks or [""]]
+
+
+def student_only(cfg: Config) -> Config:
+    """No teacher, no served reference: nothing but the student's server is planned or waited for."""
+    loss = replace(cfg.trainer.loss, kl_ref_tau=0.0)
+    return replace(cfg, teacher=TeacherConfig(), teachers={}, trainer=replace(cfg.trainer, loss=loss))

@@ -1,0 +1,43 @@
+"""An evaluation's results: every metric of every model on every task in `results.json`, and the table printed (a
+mix's sources as rows of their own under it)."""
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+RESULTS_FILE = "results.json"
+
+
+def write_results(out: Path, request: dict, rows: list[dict]) -> Path:
+    path = out / RESULTS_FILE
+    path.write_text(json.dumps({"request": request, "results": rows}, indent=1))
+    return path
+
+
+def show_results(console: Console, rows: list[dict]) -> None:
+    k = max(passes(rows[0], "eval")) if rows else 1
+    table = Table("model", "task", "reward", "± stderr", "pass@1", f"pass@{k}", "tokens", "time (s)")
+    for row in rows:
+        for name, prefix in [(row["task"], "eval")] + [(f"  {s}", f"eval/{s}") for s in sources(row)]:
+            table.add_row(
+                row["model"] if prefix == "eval" else "",
+                name,
+                f"{row[f'{prefix}/reward']:.3f}",
+                f"{row[f'{prefix}/reward_stderr']:.3f}",
+                f"{row[f'{prefix}/pass@1']:.3f}",
+                f"{row[f'{prefix}/pass@{k}']:.3f}",
+                f"{row[f'{prefix}/completion_tokens']:.1f}",
+                f"{row['time_s']:.1f}" if prefix == "eval" else "",
+            )
+    console.print(table)
+
+
+def passes(row: dict, prefix: str) -> list[int]:
+    return [int(key.rsplit("@", 1)[1]) for key in row if key.startswith(f"{prefix}/pass@")]
+
+
+def sources(row: dict) -> list[str]:
+    """A mix's source labels, from its per-source rewards (eval/<label>/reward)."""
+    return [key.split("/")[1] for key in row if key.count("/") == 2 and key.endswith("/reward") and key != "eval/env/reward"]

@@ -1,0 +1,134 @@
+"""An evaluation, top to bottom: the configs and the models to evaluate found and checked (one-line errors, before any
+server starts), the checkpoints that have no export exported, the student's server started from the launcher's plan
+(or a standing one used), then each model loaded into it as the run's orchestrator loads weights and evaluated on
+each task by the training eval's own code (orchestrator/evaluation.py): the same verifiers, sampling and metrics."""
+
+import asyncio
+import os
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+
+from prime_rl.config.schema import Config
+from prime_rl.config.sources import source_label
+from prime_rl.config.user_error import UserError
+from prime_rl.devstep.config import claim, launch_config, prepared
+from prime_rl.devstep.server import run_plan, student_server
+from prime_rl.eval.configs import run_overrides, student_only, task_configs
+from prime_rl.eval.subjects import Subject, find_subjects
+from prime_rl.launcher.standing_server import standing_key
+from prime_rl.models import student_dir
+from prime_rl.protocol.run_dir import RunDir
+from prime_rl.protocol.servers import SERVER_KEY_ENV, STUDENT_MODEL_NAME
+from prime_rl.tasks import load_task
+
+
+@dataclass
+class Request:
+    run: Path | None  # the run dir whose models are evaluated (None: the config's model)
+    steps: list[str]  # start, latest, merged, N
+    tasks: list[str]  # task group options ([]: the run's, or the config's, own task)
+    overrides: list[str]  # Hydra overrides on top of the run's
+    out: Path | None  # the evaluation's own dir (None: <run>/evals/<time>, or outputs/evals/<time>)
+
+
+def evaluate_request(req: Request) -> tuple[Path, list[dict]]:
+    """The result rows, one per model and task, and the dir they were evaluated in."""
+    base = run_overrides(req.run) + req.overrides
+    cfg = prepared(student_only(launch_config(base)))  # the model: the run's, whatever task it is evaluated on
+    tasks = task_configs(base, req.tasks)
+    check_eval_splits(tasks)
+    out = (req.out or default_out(req.run)).resolve()
+    subjects = find_subjects(req.run, req.steps, cfg.model.name, RunDir(out))
+    plan = run_plan(cfg, claim(out))
+    export_checkpoints(plan.config, subjects)
+    with served(plan):
+        return out, asyncio.run(evaluate_subjects(plan.config, tasks, subjects))
+
+
+def default_out(run: Path | None) -> Path:
+    return (run or Path("outputs")) / "evals" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
+
+
+def check_eval_splits(tasks: list[Config]) -> None:
+    for cfg in tasks:
+        if not load_task(cfg.task).eval:
+            raise UserError(f"task {cfg.task.name} has no eval split to evaluate on [task]; fix: give it eval "
+                            "examples (task.num_eval, or an eval split in its data)")
+
+
+def export_checkpoints(cfg: Config, subjects: list[Subject]) -> None:
+    """Each subject found only as a checkpoint gets the export the server loads (torch imported only then)."""
+    pending = [s for s in subjects if s.checkpoint is not None]
+    if pending:
+        from prime_rl.eval.checkpoint_export import export_checkpoint
+
+        for s in pending:
+            export_checkpoint(cfg, s.checkpoint, s.step, RunDir(cfg.run_dir))
+
+
+def served(plan):
+    """The plan's student server, started and stopped here; or a standing one (inference.url), used as it is."""
+    if not plan.config.inference.url:
+        return student_server(plan)
+    os.environ[SERVER_KEY_ENV] = standing_key(plan.config)
+    return nullcontext()
+
+
+async def evaluate_subjects(cfg: Config, tasks: list[Config], subjects: list[Subject]) -> list[dict]:
+    from prime_rl.orchestrator.context import make_context
+    from prime_rl.orchestrator.evaluation import evaluate
+    from prime_rl.orchestrator.server_urls import locate_servers
+
+    cfg = await locate_servers(cfg)
+    contexts = [make_context(on_task(cfg, t)) for t in tasks]
+    weights = ServedWeights(cfg, contexts[0].student)
+    rows = []
+    try:
+        for subject in subjects:
+            model = await weights.load(subject)
+            for ctx in contexts:
+                ctx.student_model = model
+                start = time.monotonic()
+                metrics = await evaluate(ctx)
+                row = {"model": subject.label, "step": subject.step, "task": source_label(ctx.cfg.task), **metrics}
+                rows.append({**row, "time_s": time.monotonic() - start})
+    finally:
+        for ctx in contexts:
+            ctx.verification.close()
+            await ctx.student.close()
+    return rows
+
+
+def on_task(cfg: Config, task: Config) -> Config:
+    """The served model's config on another task: that task's data, verifier and sampling (a task may set its
+    max_tokens), the model pinned to the served one (a built-in student's dir depends on the task it was made for)."""
+    model = replace(cfg.model, path=str(student_dir(cfg)))
+    return replace(cfg, model=model, task=task.task, orchestrator=task.orchestrator)
+
+
+class ServedWeights:
+    """What the student's server holds, loaded as the run's orchestrator loads weights: full weights reloaded in
+    place, an adapter loaded under the run's LoRA name; the starting weights reloaded only where they were replaced
+    (a standing server holds whatever its last user left: they are reloaded before the first use)."""
+
+    def __init__(self, cfg: Config, client):
+        self.cfg, self.client = cfg, client
+        self.replaced = bool(cfg.inference.url)
+
+    async def load(self, subject: Subject) -> str:
+        """Serve `subject`; returns the model name to sample it under."""
+        if subject.weights is None or subject.adapter:
+            if self.replaced:
+                await self.client.reload_weights(str(student_dir(self.cfg).resolve()))
+                self.replaced = False
+            if subject.weights is None:
+                return STUDENT_MODEL_NAME
+            lora = self.cfg.trainer.lora.name
+            await self.client.load_lora(lora, str(subject.weights.resolve()))
+            return lora
+        await self.client.reload_weights(str(subject.weights.resolve()))
+        self.replaced = True
+        return STUDENT_MODEL_NAME
