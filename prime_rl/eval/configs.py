@@ -14,15 +14,20 @@ from prime_rl.devstep.config import launch_config
 RUN_OVERRIDES = Path(".hydra") / "overrides.yaml"  # Hydra's record of a run's command line, in its run dir
 
 
+LAUNCH_ONLY = ("inference.url=", "launcher.")  # how that launch ran (a standing server it used), not what it trained
+
+
 def run_overrides(run: Path | None) -> list[str]:
-    """The overrides the run at `run` was launched with ([] without a run)."""
+    """The overrides the run at `run` was launched with, but those of the launch alone ([] without a run)."""
     if run is None:
         return []
     path = run / RUN_OVERRIDES
     if not path.is_file():
-        raise UserError(f"--run {run}: not a run dir of launch.py (no {RUN_OVERRIDES}); fix: give the dir a run or a "
-                        "sweep point wrote (outputs/<date>/<time>, multirun/<date>/<time>/<n>)")
-    return list(yaml.safe_load(path.read_text()) or [])
+        raise UserError(
+            f"--run {run}: not a run dir of launch.py (no {RUN_OVERRIDES}); fix: give the dir a run or a "
+            "sweep point wrote (outputs/<date>/<time>, multirun/<date>/<time>/<n>)"
+        )
+    return [o for o in yaml.safe_load(path.read_text()) or [] if not o.lstrip("+~").startswith(LAUNCH_ONLY)]
 
 
 def task_configs(base: list[str], tasks: list[str]) -> list[Config]:

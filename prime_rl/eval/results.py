@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 RESULTS_FILE = "results.json"
 
@@ -17,17 +17,16 @@ def write_results(out: Path, request: dict, rows: list[dict]) -> Path:
 
 
 def show_results(console: Console, rows: list[dict]) -> None:
-    k = max(passes(rows[0], "eval")) if rows else 1
-    table = Table("model", "task", "reward", "± stderr", "pass@1", f"pass@{k}", "tokens", "time (s)")
+    k = max(passes(rows[0], "eval"))  # the same k for every row: one sampling config
+    rates = ["pass@1"] + ([f"pass@{k}"] if k > 1 else [])
+    table = Table("task", "reward", "± stderr", *rates, "tokens", "time (s)")
+    table.columns.insert(0, Column("model", overflow="fold"))  # a model dir's whole path
     for row in rows:
         for name, prefix in [(row["task"], "eval")] + [(f"  {s}", f"eval/{s}") for s in sources(row)]:
             table.add_row(
                 row["model"] if prefix == "eval" else "",
                 name,
-                f"{row[f'{prefix}/reward']:.3f}",
-                f"{row[f'{prefix}/reward_stderr']:.3f}",
-                f"{row[f'{prefix}/pass@1']:.3f}",
-                f"{row[f'{prefix}/pass@{k}']:.3f}",
+                *(f"{row[f'{prefix}/{key}']:.3f}" for key in ["reward", "reward_stderr", *rates]),
                 f"{row[f'{prefix}/completion_tokens']:.1f}",
                 f"{row['time_s']:.1f}" if prefix == "eval" else "",
             )
@@ -39,5 +38,6 @@ def passes(row: dict, prefix: str) -> list[int]:
 
 
 def sources(row: dict) -> list[str]:
-    """A mix's source labels, from its per-source rewards (eval/<label>/reward)."""
-    return [key.split("/")[1] for key in row if key.count("/") == 2 and key.endswith("/reward") and key != "eval/env/reward"]
+    """A mix's source labels, from its per-source rewards (eval/<label>/reward; eval/env/… are an episode's)."""
+    labels = [key.split("/")[1] for key in row if key.count("/") == 2 and key.endswith("/reward")]
+    return [label for label in labels if label != "env"]

@@ -37,12 +37,12 @@ class Request:
 def evaluate_request(req: Request) -> tuple[Path, list[dict]]:
     """The result rows, one per model and task, and the dir they were evaluated in."""
     base = run_overrides(req.run) + req.overrides
-    cfg = prepared(student_only(launch_config(base)))  # the model: the run's, whatever task it is evaluated on
-    tasks = task_configs(base, req.tasks)
-    check_eval_splits(tasks)
+    cfg = student_only(launch_config(base))  # the model: the run's, whatever task it is evaluated on
     out = (req.out or default_out(req.run)).resolve()
     subjects = find_subjects(req.run, req.steps, cfg.model.name, RunDir(out))
-    plan = run_plan(cfg, claim(out))
+    tasks = task_configs(base, req.tasks)
+    check_eval_splits(tasks)
+    plan = run_plan(prepared(cfg), claim(out))
     export_checkpoints(plan.config, subjects)
     with served(plan):
         return out, asyncio.run(evaluate_subjects(plan.config, tasks, subjects))
@@ -55,8 +55,10 @@ def default_out(run: Path | None) -> Path:
 def check_eval_splits(tasks: list[Config]) -> None:
     for cfg in tasks:
         if not load_task(cfg.task).eval:
-            raise UserError(f"task {cfg.task.name} has no eval split to evaluate on [task]; fix: give it eval "
-                            "examples (task.num_eval, or an eval split in its data)")
+            raise UserError(
+                f"task {cfg.task.name} has no eval split to evaluate on [task]; fix: give it eval "
+                "examples (task.num_eval, or an eval split in its data)"
+            )
 
 
 def export_checkpoints(cfg: Config, subjects: list[Subject]) -> None:

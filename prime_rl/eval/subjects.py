@@ -44,22 +44,22 @@ def subject(run: RunDir, spec: str, out: RunDir) -> Subject:
         return Subject(START, 0, None)
     if spec == MERGED:
         if not (run.merged / "config.json").exists():
-            raise UserError(f"--step merged: {run.merged} holds no merged model (only a finished lora=on run writes "
-                            f"one); fix: name a step ({steps_text(run)})")
+            raise UserError(
+                f"--step merged: {run.merged} holds no merged model (only a finished lora=on run writes "
+                f"one); fix: name a step ({steps_text(run)})"
+            )
         return Subject(MERGED, None, run.merged)
-    step = latest_step(run) if spec == LATEST else step_number(spec)
+    if spec != LATEST and not spec.isdigit():
+        raise UserError(f"--step {spec}: not a step; fix: give start, latest, merged or a number ({steps_text(run)})")
+    step = latest_step(run) if spec == LATEST else int(spec)
     if step in exported_steps(run):
         return Subject(f"step_{step}", step, run.weights(step))
     if step in run.steps_in("checkpoints") and is_complete(run.checkpoint(step)):
         return Subject(f"step_{step}", step, out.weights(step), run.checkpoint(step))
-    raise UserError(f"--step {spec}: {run.root} holds no weights or checkpoint of step {step}; fix: name one it "
-                    f"holds ({steps_text(run)})")
-
-
-def step_number(spec: str) -> int:
-    if not spec.isdigit():
-        raise UserError(f"--step {spec}: not a step; fix: give start, latest, merged or a step number")
-    return int(spec)
+    raise UserError(
+        f"--step {spec}: {run.root} holds no weights or checkpoint of step {step}; fix: name one it "
+        f"holds ({steps_text(run)})"
+    )
 
 
 def exported_steps(run: RunDir) -> list[int]:
@@ -78,8 +78,10 @@ def complete_checkpoints(run: RunDir) -> list[int]:
 def latest_step(run: RunDir) -> int:
     steps = exported_steps(run) + complete_checkpoints(run)
     if not steps:
-        raise UserError(f"--step latest: {run.root} holds no weights or checkpoint of any step (a run that never "
-                        f"finished a step); fix: --step start, or another run")
+        raise UserError(
+            f"--step latest: {run.root} holds no weights or checkpoint of any step (a run that never "
+            f"finished a step); fix: --step start, or another run"
+        )
     return max(steps)
 
 

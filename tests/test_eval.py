@@ -1,0 +1,180 @@
+"""`python -m prime_rl.eval` for real: a short rl run and a short LoRA run on real vLLM, their models evaluated by the
+command (its own server, and a standing one), checked against the runs' own greedy evaluations of the same weights;
+the checkpoint export against the trainer's own export; the models a command names, found or refused in one line."""
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from prime_rl.config import compose_config
+from prime_rl.config.user_error import UserError
+from prime_rl.eval.configs import run_overrides
+from prime_rl.eval.subjects import Subject, find_subjects
+from prime_rl.protocol.atomic import STABLE_MARKER
+from prime_rl.protocol.run_dir import RunDir
+from tests.conftest import ROOT
+from tests.test_e2e_rl import launch, rows, run_processes
+
+# every run evaluates greedily on 32 prompts at steps 0, 2 and 4 on the policy of that step (max_async_level=0), and
+# checkpoints at 2 and 4: weights/ keeps the last two exports (3, 4), so step 2 is only a checkpoint
+RUN = [
+    "max_steps=4",
+    "ckpt.interval=2",
+    "orchestrator.eval.interval=2",
+    "orchestrator.eval.temperature=0",
+    "orchestrator.eval.num_examples=32",
+    "orchestrator.max_async_level=0",
+]
+LORA = ["lora=on", "trainer.optim.lr=1e-2", "trainer.optim.warmup_steps=0"]  # an adapter that surely moves the eval
+
+
+def evaluate(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "prime_rl.eval", *args], capture_output=True, text=True, cwd=ROOT, timeout=600, env=env
+    )
+
+
+def results(proc: subprocess.CompletedProcess) -> list[dict]:
+    path = Path(proc.stdout.rsplit("results: ", 1)[1].split()[0])
+    return json.loads(path.read_text())["results"]
+
+
+def evals_of(run_dir: Path) -> dict[int, float]:
+    """The run's own eval reward by step (the final line's step is max_steps)."""
+    return {r["step"]: r["eval/reward"] for r in rows(run_dir) if "eval/reward" in r}
+
+
+@pytest.fixture(scope="module")
+def rl_run(tmp_path_factory, standing_servers) -> Path:
+    run_dir = tmp_path_factory.mktemp("eval") / "rl"
+    proc = launch(run_dir, *RUN, standing=standing_servers)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory, standing_servers) -> Path:
+    run_dir = tmp_path_factory.mktemp("eval") / "lora"
+    proc = launch(run_dir, *RUN, *LORA, standing=standing_servers)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir
+
+
+@pytest.mark.vllm
+def test_a_runs_models_on_two_tasks_with_pass_at_k_on_its_own_server(rl_run, tmp_path):
+    out = tmp_path / "out"
+    proc = evaluate(
+        "--run", str(rl_run), "--step", "start,latest", "--task", "reverse,sort", "--out", str(out),
+        "orchestrator.eval.temperature=1", "orchestrator.eval.samples_per_prompt=4",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = results(proc)
+    assert [(r["model"], r["step"], r["task"]) for r in found] == [
+        ("start", 0, "reverse"), ("start", 0, "sort"), ("step_4", 4, "reverse"), ("step_4", 4, "sort"),
+    ]  # fmt: skip
+    for r in found:
+        assert r["eval/avg@4"] == r["eval/reward"] and 0 < r["eval/completion_tokens"] <= 16
+        assert r["eval/pass@1"] <= r["eval/pass@2"] <= r["eval/pass@4"]
+    assert any(r["eval/pass@4"] > r["eval/pass@1"] for r in found)  # four samples at T = 1 find what one misses
+    assert (out / "logs" / "inference.log").exists()  # its own server, from the launcher's plan
+    assert not run_processes(str(out)), "the evaluation's server outlived it"
+
+
+@pytest.mark.vllm
+def test_a_lora_runs_checkpoint_adapter_and_merged_model_score_as_the_run_scored_them(lora_run, standing_servers):
+    # on a standing server of the run's recipe: the evaluation loads its starting weights first
+    attach = standing_servers.overrides(*RUN, *LORA)
+    proc = evaluate("--run", str(lora_run), "--step", "start,2,latest,merged", *attach, env=standing_servers.env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    by_model = {r["model"]: r["eval/reward"] for r in results(proc)}
+    own = evals_of(lora_run)
+    assert own[4] != own[0]  # the adapter changed what the model answers: the comparisons below can tell
+    assert by_model["start"] == own[0]
+    assert by_model["step_2"] == own[2]  # from checkpoints/step_2: weights/step_2 was pruned during the run
+    assert by_model["step_4"] == own[4]  # the adapter in weights/step_4
+    assert by_model["merged"] == pytest.approx(own[4], abs=1 / 32)  # folded in: a float rounding may flip a prompt
+
+
+@pytest.mark.vllm
+def test_a_checkpoint_exports_the_weights_the_trainer_exported(rl_run, tmp_path):
+    from prime_rl.eval.checkpoint_export import export_checkpoint
+
+    torch.set_num_threads(1)
+    cfg = replace(compose_config(run_overrides(rl_run)), run_dir=str(tmp_path))
+    export_checkpoint(cfg, RunDir(rl_run).checkpoint(4), 4, RunDir(tmp_path))
+    trained = load_file(RunDir(rl_run).weights(4) / "model.safetensors")
+    exported = load_file(RunDir(tmp_path).weights(4) / "model.safetensors")
+    assert trained.keys() == exported.keys()
+    assert all(torch.equal(trained[k], exported[k]) for k in trained)
+
+
+@pytest.mark.vllm
+def test_a_step_the_run_does_not_hold_is_one_line_before_any_server_starts(rl_run, tmp_path):
+    proc = evaluate("--run", str(rl_run), "--step", "latest,9", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    [line] = proc.stderr.strip().splitlines()
+    assert "--step" in line and "start, 2, 3, 4" in line  # what it holds: exports 3, 4 and checkpoints 2, 4
+    assert not (tmp_path / "out").exists()
+
+
+def run_dir_with(root: Path, exports=(), checkpoints=(), markers_only=(), merged=False) -> Path:
+    """A run dir's layout: complete exports (full weights), complete checkpoints, pushed steps (markers only)."""
+    run = RunDir(root)
+    for step in exports:
+        (run.weights(step)).mkdir(parents=True)
+        (run.weights(step) / "config.json").write_text("{}")
+        (run.weights(step) / STABLE_MARKER).touch()
+    for step in markers_only:
+        run.weights(step).mkdir(parents=True)
+        (run.weights(step) / STABLE_MARKER).touch()
+    for step in checkpoints:
+        run.checkpoint(step).mkdir(parents=True)
+        (run.checkpoint(step) / STABLE_MARKER).touch()
+    if merged:
+        run.merged.mkdir()
+        (run.merged / "config.json").write_text("{}")
+    return root
+
+
+def test_subjects_are_exports_first_then_checkpoints_and_latest_is_the_newest_of_either(tmp_path):
+    run = run_dir_with(tmp_path / "run", exports=[5], checkpoints=[2, 6], markers_only=[7])
+    out = RunDir(tmp_path / "out")
+    found = find_subjects(run, ["start", "5", "2", "latest"], "tiny", out)
+    assert found == [
+        Subject("start", 0, None),
+        Subject("step_5", 5, RunDir(run).weights(5)),
+        Subject("step_2", 2, out.weights(2), RunDir(run).checkpoint(2)),
+        Subject("step_6", 6, out.weights(6), RunDir(run).checkpoint(6)),  # 7 was pushed: nothing to serve
+    ]
+    assert find_subjects(run, [], "tiny", out)[0].step == 6  # latest by default
+    assert find_subjects(None, [], "org/model", out) == [Subject("org/model", None, None)]
+
+
+@pytest.mark.parametrize(
+    ("steps", "run", "named"),
+    [
+        (["8"], True, "holds no weights or checkpoint of step 8"),
+        (["merged"], True, "holds no merged model"),
+        (["two"], True, "not a step"),
+        (["3"], False, "needs a run [--run]"),
+    ],
+)
+def test_a_model_the_run_does_not_hold_is_refused_naming_what_it_holds(tmp_path, steps, run, named):
+    root = run_dir_with(tmp_path / "run", exports=[3], checkpoints=[2])
+    with pytest.raises(UserError, match="fix: ") as e:
+        find_subjects(root if run else None, steps, "tiny", RunDir(tmp_path / "out"))
+    assert named in str(e.value) and (not run or "it holds start, 2, 3" in str(e.value))
+
+
+def test_a_dir_no_launch_wrote_is_refused(tmp_path):
+    with pytest.raises(UserError, match=r"not a run dir of launch.py \(no .hydra/overrides.yaml\)"):
+        run_overrides(tmp_path)
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "overrides.yaml").write_text("- max_steps=4\n- lora=on\n- inference.url=http://h:1/v1\n")
+    assert run_overrides(tmp_path) == ["max_steps=4", "lora=on"]  # the standing server that launch used: not kept
