@@ -31,6 +31,8 @@ RUN = [
     "orchestrator.eval.num_examples=32",
     "orchestrator.max_async_level=0",
 ]
+# and the rl run evaluates one more task during training, every 4 steps: 16 prompts of sort, 2 samples each at T = 1
+EVAL_TASKS = "orchestrator.eval.tasks=[{name:sort,interval:4,num_examples:16,samples_per_prompt:2,temperature:1}]"
 LORA = ["lora=on", "trainer.optim.lr=1e-2", "trainer.optim.warmup_steps=0"]  # an adapter that surely moves the eval
 
 
@@ -53,7 +55,7 @@ def evals_of(run_dir: Path) -> dict[int, float]:
 @pytest.fixture(scope="module")
 def rl_run(tmp_path_factory, standing_servers) -> Path:
     run_dir = tmp_path_factory.mktemp("eval") / "rl"
-    proc = launch(run_dir, *RUN, standing=standing_servers)
+    proc = launch(run_dir, *RUN, EVAL_TASKS, standing=standing_servers)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run_dir
 
@@ -64,6 +66,19 @@ def lora_run(tmp_path_factory, standing_servers) -> Path:
     proc = launch(run_dir, *RUN, *LORA, standing=standing_servers)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run_dir
+
+
+@pytest.mark.vllm
+def test_an_eval_task_during_training_is_evaluated_at_its_own_interval_with_its_own_k(rl_run):
+    evaluated = {r["step"]: r for r in rows(rl_run) if "eval/reward" in r or "eval/sort/reward" in r}
+    assert sorted(evaluated) == [0, 2, 4]
+    assert [s for s, r in evaluated.items() if "eval/sort/reward" in r] == [0, 4]  # every 4 steps, not every 2
+    for step in (0, 4):
+        r = evaluated[step]
+        assert r["eval/sort/pass@1"] <= r["eval/sort/pass@2"] and "eval/sort/pass@4" not in r  # its own k: 2
+        assert r["eval/sort/reward"] != r["eval/reward"] and 0 < r["eval/sort/completion_tokens"] <= 16
+    summary = json.loads((rl_run / "summary.json").read_text())
+    assert summary["eval/sort/reward_final"] == evaluated[4]["eval/sort/reward"]
 
 
 @pytest.mark.vllm

@@ -288,6 +288,24 @@ CASES = [
     ),
     Case("missing file", "unreadable dataset", ("task=jsonl", "task.path=/nonexistent/train.jsonl"), "[task.path]"),
     Case("missing file", "dataset not given", ("task=jsonl",), "[task.path]"),
+    Case(
+        "missing file",
+        "an eval task's dataset not given",
+        ("orchestrator.eval.tasks=[{name:jsonl}]",),
+        "[orchestrator.eval.tasks[0].path]",
+    ),
+    Case(
+        "out of range",
+        "several greedy samples of an eval task's prompt",
+        ("orchestrator.eval.tasks=[{name:sort,samples_per_prompt:4,temperature:0}]",),
+        "[orchestrator.eval.tasks[0].samples_per_prompt, orchestrator.eval.tasks[0].temperature]",
+    ),
+    Case(
+        "mode conflict",
+        "an eval task named as a source of the mix",
+        ("task=mix", "orchestrator.eval.tasks=[{name:sort}]"),
+        "[orchestrator.eval.tasks[0].label]",
+    ),
     Case("missing file", "verifiers taskset not installed", ("task=verifiers", "task.env=my_tasks"), "[task.env]"),
     Case(
         "missing file",

@@ -196,11 +196,20 @@ class VerificationConfig:
 
 
 @dataclass
+class EvalTaskConfig(TaskConfig):
+    interval: NonNegInt | None = None  # evaluate it every N steps (None: orchestrator.eval.interval); 0 = never
+    num_examples: Count | None = None  # its eval prompts (None: orchestrator.eval.num_examples)
+    samples_per_prompt: Count | None = None  # its k (None: orchestrator.eval.samples_per_prompt)
+    temperature: NonNeg | None = None  # its sampling temperature (None: orchestrator.eval.temperature)
+
+
+@dataclass
 class EvalConfig:
     interval: NonNegInt = 10  # evaluate every N steps (and at the first and last step); 0 = never
     num_examples: Count = 128  # eval prompts (from the task's eval split)
     temperature: NonNeg = 1.0  # eval sampling temperature (0 = greedy)
     samples_per_prompt: Count = 1  # k samples per eval prompt: eval/avg@k and eval/pass@j for j = 1, 2, 4, …, k
+    tasks: list[EvalTaskConfig] = field(default_factory=list)  # more tasks' eval splits, metrics eval/<label>/…
 
 
 @dataclass

@@ -10,13 +10,12 @@ the student's own model as the run starts (its view's task is the run's, so a bu
 model dir too), served so the orchestrator can score every sample's tokens with it."""
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 
 from prime_rl.config.modes import Mode, source_modes
 from prime_rl.config.schema import MIX, Config, ReferenceSource, TaskConfig, TeacherConfig, TeacherKind
 from prime_rl.config.sources import mix_sources
-from prime_rl.config.user_error import ConfigError
+from prime_rl.config.user_error import keys_renamed
 
 DEFAULT = ""  # the name of `teacher` among the run's teachers
 SERVER_ROLE = "teacher_inference"  # the default local teacher's server role; a named one's is SERVER_ROLE_<name>
@@ -95,15 +94,9 @@ def named_views(cfg: Config) -> Iterator[tuple[str, Config]]:
         yield name, teacher_view(cfg, name)
 
 
-@contextmanager
 def named_errors(name: str):
     """A check run on a named teacher's view: its error names `teachers.<name>.…` where it said `teacher.…`."""
-    try:
-        yield
-    except ConfigError as e:
-        key = teacher_key(name)
-        keys = [f"{key}.{k.removeprefix('teacher.')}" if k.startswith("teacher.") else k for k in e.keys]
-        raise ConfigError(keys, e.problem.replace("teacher.", f"{key}."), e.fix.replace("teacher.", f"{key}.")) from e
+    return keys_renamed("teacher.", f"{teacher_key(name)}.")
 
 
 def with_teacher(cfg: Config, name: str, teacher: TeacherConfig) -> Config:

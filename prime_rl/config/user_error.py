@@ -2,6 +2,7 @@
 
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from enum import Enum
 
 
@@ -15,6 +16,16 @@ class ConfigError(UserError, ValueError):
     def __init__(self, keys: Sequence[str], problem: str, fix: str):
         self.keys, self.problem, self.fix = list(keys), problem, fix
         super().__init__(f"invalid config [{', '.join(self.keys)}]: {problem}; fix: {fix}")
+
+
+@contextmanager
+def keys_renamed(prefix: str, to: str):
+    """A check run on a view of the config: its error names `to…` where it said `prefix…`."""
+    try:
+        yield
+    except ConfigError as e:
+        keys = [to + k.removeprefix(prefix) if k.startswith(prefix) else k for k in e.keys]
+        raise ConfigError(keys, e.problem.replace(prefix, to), e.fix.replace(prefix, to)) from e
 
 
 def check(ok: bool, keys: Sequence[str], problem: str, fix: str) -> None:

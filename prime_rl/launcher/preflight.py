@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from prime_rl.config.evaluation import eval_label, eval_task_config
 from prime_rl.config.layout import on_gpu
 from prime_rl.config.modes import (
     Mode,
@@ -50,7 +51,7 @@ from prime_rl.config.teachers import (
     teaches,
     with_teacher,
 )
-from prime_rl.config.user_error import UserError, check
+from prime_rl.config.user_error import UserError, check, keys_renamed
 from prime_rl.inference.server import attention_heads, tensor_parallel_fits
 from prime_rl.launcher.gpus import gpus_per_teacher, has_cuda_vllm, visible_gpus
 from prime_rl.launcher.standing_server import check_standing_server
@@ -99,6 +100,7 @@ def check_at_launch(cfg: Config, gpus: int) -> None:
             check_top_k_vocab(view)
     _tensor_parallel(cfg)
     _task(cfg)
+    _eval_tasks(cfg)
     if uses(cfg, lambda m: m.needs_answers):
         _answers(cfg, load_task(cfg.task))
 
@@ -419,6 +421,38 @@ def _task(cfg: Config) -> None:
             [_size_key(key, src), "orchestrator.batch_size"],
             f"{size} train prompts, fewer than the {per_step} a step draws (batch_size / rollouts_per_example)",
             "give the task more train prompts (more rows, or fewer held out by num_eval) or lower the batch_size",
+        )
+
+
+def _eval_tasks(cfg: Config) -> None:
+    """Each of orchestrator.eval.tasks builds, has eval prompts, and names its metrics (eval/<label>/…) as no other
+    eval task and no source of the run's mix does (eval/env/… are an episode's)."""
+    taken = {"env", *(label for label, _ in mix_sources(cfg.task))}
+    for i, task in enumerate(cfg.orchestrator.eval.tasks):
+        key = f"orchestrator.eval.tasks[{i}]"
+        check(
+            task.name in TASK_KINDS,
+            [f"{key}.name"],
+            f"unknown task {task.name!r}",
+            f"use one of {', '.join(TASK_KINDS)}",
+        )
+        if task.name != MIX:
+            check_data_key(key, task)
+        label = eval_label(task)
+        check(
+            label not in taken,
+            [f"{key}.label"],
+            f"its metrics' name eval/{label}/… is another eval task's, a source's of the mix, or the episodes'",
+            f"give it a name of its own: {key}.label=<name>",
+        )
+        taken.add(label)
+        with keys_renamed("task.", f"{key}."):
+            examples = load_task(eval_task_config(cfg, task).task).eval
+        check(
+            bool(examples),
+            [f"{key}.num_eval"],
+            "it has no eval prompts",
+            f"give it eval examples ({key}.num_eval, or an eval split in its data)",
         )
 
 

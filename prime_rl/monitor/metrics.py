@@ -20,6 +20,8 @@ def summarize(rows: list[dict]) -> dict:
                 "eval/step_final": evals[-1]["step"],
             }
         )
+    for key in labelled_eval_rewards(rows):  # each eval task's and each source's last eval
+        summary[f"{key}_final"] = [r[key] for r in rows if key in r][-1]
     teacher = [r["eval/teacher_reward"] for r in rows if "eval/teacher_reward" in r]
     if teacher:
         summary["eval/teacher_reward"] = teacher[0]
@@ -34,6 +36,13 @@ def summarize(rows: list[dict]) -> dict:
         # the teacher's requests, tokens and cost over the run (teacher/usage.py)
         summary.update({k: v for k, v in train[-1].items() if k.startswith("teacher/") and k.endswith("_total")})
     return summary
+
+
+def labelled_eval_rewards(rows: list[dict]) -> list[str]:
+    """The eval/<label>/reward keys the rows hold, first seen first: each of orchestrator.eval.tasks, each source of a
+    mix (eval/env/… are the episodes' own metrics)."""
+    keys = dict.fromkeys(k for r in rows for k in r if k.count("/") == 2 and k.startswith("eval/"))
+    return [k for k in keys if k.endswith("/reward") and not k.startswith("eval/env/")]
 
 
 def write_summary(run_dir: RunDir) -> dict:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from prime_rl.monitor.metrics import labelled_eval_rewards
 from prime_rl.protocol.metrics import read_rows
 from prime_rl.protocol.run_dir import RunDir
 
@@ -69,6 +70,8 @@ def write_plots(run_dir: Path) -> list[Path]:
     rows = read_rows(RunDir(run_dir).metrics)
     written = []
     for name, (ylabel, per_step, occasional) in RUN_PLOTS.items():
+        if name == "reward":  # each eval task's and each source's evaluations beside the task's own
+            occasional = occasional + labelled_eval_rewards(rows)
         drawn = {key: series(rows, key) for key in per_step + occasional}
         if not any(xs for xs, _ in drawn.values()):
             continue

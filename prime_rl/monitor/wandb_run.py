@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from prime_rl.config.evaluation import due_for_eval
+from prime_rl.config.evaluation import evaluates_at
 from prime_rl.config.modes import mode_named
 from prime_rl.config.schema import Config
 from prime_rl.monitor.wandb_mode import wandb_mode
@@ -97,7 +97,7 @@ class WandbRun:
         here: the run stays one writer's, and W&B gets every line metrics.jsonl has."""
         if self.run is None:
             return
-        if due_for_eval(self.cfg, 0):  # the orchestrator's own test for a final evaluation
+        if evaluates_at(self.cfg, 0):  # the orchestrator's own test for a final evaluation
             timeout_s = self.cfg.step_timeout_s
             try:
                 final = wait_for_row(RunDir(self.cfg.run_dir).metrics, self.cfg.max_steps, timeout_s)

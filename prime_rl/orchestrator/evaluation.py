@@ -1,21 +1,27 @@
 """Evaluation on the task's eval split: k samples per prompt (`orchestrator.eval.samples_per_prompt`), sent as a
 few batched requests (episodes, where the task has an environment), scored by the verifier processes (or by the
-episode's environment); and, at the run's first step, the teacher's level."""
+episode's environment); the same on each of orchestrator.eval.tasks at its own interval (eval/<label>/…); and, at
+the run's first step, the teacher's level."""
 
 import asyncio
 import math
 import statistics
+from dataclasses import dataclass, replace
 
+from prime_rl.config.evaluation import due, due_for_eval, eval_label, eval_task_config, task_interval
 from prime_rl.config.modes import RolloutSource, example_mode
 from prime_rl.inference.client import ChatAnswer
 from prime_rl.models.chat import final_answer
 from prime_rl.orchestrator.context import Context, student_sampling, teacher_sampling
+from prime_rl.orchestrator.env_pool import EnvPool
 from prime_rl.orchestrator.rollouts import rewards_of, student_rollouts
 from prime_rl.orchestrator.teacher_episodes import teacher_episodes
-from prime_rl.tasks import Example
+from prime_rl.tasks import Example, load_task
+from prime_rl.tasks.reward_workers import Verification
 
 
-async def evaluate(ctx: Context) -> dict[str, float]:
+async def evaluate(ctx: Context, prefix: str = "eval") -> dict[str, float]:
+    """The eval metrics of the current policy on ctx.task's eval split, named <prefix>/…"""
     e = ctx.cfg.orchestrator.eval
     examples = ctx.task.eval[: e.num_examples]
     # Unseeded: vLLM gives every prompt of a seeded request the same random stream, so one seed made all the
@@ -25,14 +31,46 @@ async def evaluate(ctx: Context) -> dict[str, float]:
     groups, made = await student_rollouts(ctx, examples, k, student_sampling(ctx, temperature=e.temperature))
     rewards = await rewards_of(ctx, examples, groups)
     tokens = [s.trained_tokens for group in groups for s in group]  # the student's own (an episode's turns)
-    metrics = {**eval_metrics(rewards, k), "eval/completion_tokens": statistics.fmean(tokens)}
-    metrics.update({f"eval/{k}": v for k, v in made.items() if k.startswith("env/")})  # episodes: turns, failures
+    metrics = {**eval_metrics(rewards, k, prefix), f"{prefix}/completion_tokens": statistics.fmean(tokens)}
+    metrics.update({f"{prefix}/{k}": v for k, v in made.items() if k.startswith("env/")})  # episodes: turns, failures
     sources = [ex.source for ex in examples for _ in range(k)]
     for label in ctx.task.weights:  # a mix: each source's own numbers too
         mine = [i for i, source in enumerate(sources) if source == label]
         if mine:
-            metrics.update(eval_metrics([rewards[i] for i in mine], k, prefix=f"eval/{label}"))
-            metrics[f"eval/{label}/completion_tokens"] = statistics.fmean(tokens[i] for i in mine)
+            metrics.update(eval_metrics([rewards[i] for i in mine], k, prefix=f"{prefix}/{label}"))
+            metrics[f"{prefix}/{label}/completion_tokens"] = statistics.fmean(tokens[i] for i in mine)
+    return metrics
+
+
+@dataclass
+class EvalTask:
+    """One of orchestrator.eval.tasks: its context (its task, verifier, k) beside the run's."""
+
+    label: str
+    interval: int
+    ctx: Context
+
+
+def eval_tasks(ctx: Context) -> list[EvalTask]:
+    """The contexts of orchestrator.eval.tasks: the run's student, each task's own data and verifier processes."""
+    cfg = ctx.cfg
+    tasks = []
+    for t in cfg.orchestrator.eval.tasks:
+        own = eval_task_config(cfg, t)
+        verification = Verification(own.task, cfg.orchestrator.verification)
+        mine = replace(
+            ctx, cfg=own, task=load_task(own.task), verification=verification, envs=EnvPool(), difficulty=None
+        )
+        tasks.append(EvalTask(eval_label(t), task_interval(cfg, t), mine))
+    return tasks
+
+
+async def evaluate_due(ctx: Context, tasks: list[EvalTask], step: int) -> dict[str, float]:
+    """Every evaluation due at `step` (0: the run's end too): the task's own split, then each of the eval tasks."""
+    metrics = await evaluate(ctx) if due_for_eval(ctx.cfg, step) else {}
+    for t in tasks:
+        if due(ctx.cfg, t.interval, step):
+            metrics.update(await evaluate(t.ctx, prefix=f"eval/{t.label}"))
     return metrics
 
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from prime_rl.config.evaluation import due_for_eval
+from prime_rl.config.evaluation import due_for_eval, evaluates_at
 from prime_rl.config.schema import Config
 from prime_rl.config.teachers import DEFAULT, serves_reference
 from prime_rl.models import student_dir
@@ -17,7 +17,7 @@ from prime_rl.orchestrator.algo import Algorithm, algorithm
 from prime_rl.orchestrator.context import Context, make_context
 from prime_rl.orchestrator.device import OrchestratorTurn
 from prime_rl.orchestrator.dynamic_sampling import group_metrics, refill
-from prime_rl.orchestrator.evaluation import evaluate, evaluate_teacher
+from prime_rl.orchestrator.evaluation import EvalTask, eval_tasks, evaluate_due, evaluate_teacher
 from prime_rl.orchestrator.length_shaping import shaped_rewards
 from prime_rl.orchestrator.policy import PolicySync
 from prime_rl.orchestrator.prompts import prompts_per_step, step_prompts
@@ -43,6 +43,7 @@ class Session:
     algo: Algorithm  # the run's modes' part of a step
     policy: PolicySync  # the weights the student's server holds
     device: OrchestratorTurn  # its turn on a shared device (colocated)
+    eval_tasks: list[EvalTask]  # orchestrator.eval.tasks, evaluated beside the task's own split
 
 
 @asynccontextmanager
@@ -57,6 +58,7 @@ async def session(cfg: Config, start: int) -> AsyncIterator[Session]:
     resume_counts(ctx, algo, start)
     lora = cfg.trainer.lora
     policy = PolicySync(ctx.run_dir, ctx.student, lora.name if lora.enabled else None, cfg)
+    evals = eval_tasks(ctx)
     try:
         await wait_for_servers(ctx)
         device = OrchestratorTurn(ctx)
@@ -65,10 +67,11 @@ async def session(cfg: Config, start: int) -> AsyncIterator[Session]:
             async with device:
                 await ctx.student.reload_weights(str(student_dir(cfg).resolve()))
         await algo.preflight(ctx)
-        yield Session(ctx, algo, policy, device)
+        yield Session(ctx, algo, policy, device, evals)
     finally:
         policy.listener.close()
-        ctx.verification.close()
+        for c in [ctx] + [t.ctx for t in evals]:
+            c.verification.close()
         await ctx.student.close()
         for t in ctx.teachers.values():
             await t.client.close()
@@ -90,8 +93,8 @@ async def run(cfg: Config) -> None:
         await policy.wait_for(cfg.max_steps)
         async with device:
             await policy.load_newest()
-            if due_for_eval(cfg, 0):
-                final = {"step": cfg.max_steps, **await evaluate(ctx)}
+            if evaluates_at(cfg, 0):
+                final = {"step": cfg.max_steps, **await evaluate_due(ctx, s.eval_tasks, 0)}
                 append_row(ctx.run_dir.metrics, final)
                 print(json.dumps(final), flush=True)
 
@@ -100,20 +103,21 @@ async def step_batch(s: Session, step: int, start: int) -> Batch:
     """One step's batch from the newest weights the step may use, with its metrics (in the orchestrator's turn)."""
     version = await s.policy.load_newest()
     batch = await make_batch(s.ctx, s.algo, step, version)
-    await add_step_metrics(s.ctx, batch, step, start)
+    await add_step_metrics(s, batch, step, start)
     if step == start and due_for_eval(s.ctx.cfg, step):
         batch.metrics.update(await s.algo.scorer_level(s.ctx))
     batch.metrics.update({**s.policy.take_times(), **s.device.take_times()})
     return batch
 
 
-async def add_step_metrics(ctx: Context, batch: Batch, step: int, start: int) -> None:
+async def add_step_metrics(s: Session, batch: Batch, step: int, start: int) -> None:
     """Evaluation when due (the teacher's once, at the first step), the teacher's and the verifier's counts."""
-    if due_for_eval(ctx.cfg, step):
+    ctx = s.ctx
+    if evaluates_at(ctx.cfg, step):
         eval_start = time.monotonic()
-        batch.metrics.update(await evaluate(ctx))
+        batch.metrics.update(await evaluate_due(ctx, s.eval_tasks, step))
         batch.metrics["time/eval"] = time.monotonic() - eval_start
-        if step == start and ctx.teachers:
+        if step == start and ctx.teachers and due_for_eval(ctx.cfg, step):
             batch.metrics.update(await evaluate_teacher(ctx))
     for t in ctx.teachers.values():
         batch.metrics.update({named_metric(t.name, k): v for k, v in t.answers.step_metrics().items()})

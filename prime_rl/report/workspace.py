@@ -7,10 +7,14 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from prime_rl.config.schema import WandbMode
+from prime_rl.monitor.metrics import labelled_eval_rewards
 from prime_rl.monitor.wandb_mode import wandb_mode
 from prime_rl.monitor.wandb_run import EVAL_STEP, RUN_ID_FILE
+from prime_rl.protocol.metrics import read_rows
+from prime_rl.protocol.run_dir import RunDir
 from prime_rl.report.sweep import load_jobs, swept_keys
 
+EVAL_TASKS = "eval tasks and sources"  # the section of each eval task's and each mix source's eval/<label>/reward
 # section -> the metrics it plots, each in its own panel (a metric the runs never logged stays an empty panel)
 SECTIONS = {
     "reward and eval": ["eval/reward", "reward/mean", "eval/exact", "reward/exact", "eval/teacher_reward"],
@@ -45,9 +49,11 @@ def wandb_target(job_dir: Path) -> dict | None:
     return None if w.mode == "disabled" else {"entity": w.entity, "project": w.project, "group": w.group}
 
 
-def build_workspace(entity: str, project: str, name: str, runs: tuple[str, str], groupby: list[str]):
+def build_workspace(
+    entity: str, project: str, name: str, runs: tuple[str, str], groupby: list[str], evals: list[str] = ()
+):
     """The workspace object: the runs whose attribute runs[0] (W&B's "Group", "ID") is runs[1], grouped, so
-    coloured, by the config keys `groupby`."""
+    coloured, by the config keys `groupby`; `evals`: the eval/<label>/reward metrics they logged, a section."""
     import wandb_workspaces.reports.v2 as wr
     import wandb_workspaces.workspaces as ws
 
@@ -55,7 +61,9 @@ def build_workspace(entity: str, project: str, name: str, runs: tuple[str, str],
         return wr.LinePlot(title=metric, x=EVAL_STEP if metric.startswith("eval/") else "Step", y=[metric])
 
     sections = [
-        ws.Section(name=name, panels=[panel(m) for m in metrics], is_open=True) for name, metrics in SECTIONS.items()
+        ws.Section(name=name, panels=[panel(m) for m in metrics], is_open=True)
+        for name, metrics in {**SECTIONS, EVAL_TASKS: list(evals)}.items()
+        if metrics
     ]
     attribute, value = runs
     runset = ws.RunsetSettings(filters=[ws.Metric(attribute) == value], groupby=[ws.Config(key) for key in groupby])
@@ -70,8 +78,9 @@ def sweep_workspace(sweep_dir: Path, entity: str | None = None):
     if target is None or target["group"] is None:
         return None
     group = target["group"]
+    evals = labelled_eval_rewards([r for job in jobs for r in job.rows])
     return build_workspace(
-        target["entity"] or entity, target["project"], f"sweep {group}", ("Group", group), swept_keys(jobs)
+        target["entity"] or entity, target["project"], f"sweep {group}", ("Group", group), swept_keys(jobs), evals
     )
 
 
@@ -81,7 +90,8 @@ def run_workspace(run_dir: Path, entity: str | None = None):
     if target is None or not id_file.exists():
         return None
     run_id = id_file.read_text().strip()
-    return build_workspace(target["entity"] or entity, target["project"], f"run {run_id}", ("ID", run_id), [])
+    evals = labelled_eval_rewards(read_rows(RunDir(run_dir).metrics))
+    return build_workspace(target["entity"] or entity, target["project"], f"run {run_id}", ("ID", run_id), [], evals)
 
 
 def is_run_dir(path: Path) -> bool:

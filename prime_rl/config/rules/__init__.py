@@ -18,7 +18,7 @@ from prime_rl.config.rules.deployment import (
 )
 from prime_rl.config.rules.teachers import named_teachers, served_reference, teacher_settings, teacher_tool_parser
 from prime_rl.config.rules.training_modes import mode_knobs, mode_needs, source_weights
-from prime_rl.config.rules.values import pairs, ranges
+from prime_rl.config.rules.values import eval_samples, pairs, ranges
 from prime_rl.config.schema import Config
 
 __all__ = ["check_gpu_count", "check_rules"]
@@ -28,6 +28,7 @@ RULES = (
     mode_knobs,
     ranges,
     pairs,
+    eval_samples,
     source_weights,
     named_teachers,
     mode_needs,

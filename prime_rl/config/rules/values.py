@@ -1,6 +1,7 @@
 """The values of knobs: each one's range (bounds on its field in schema.py, config/ranges.py), then the knobs
 that must fit one another."""
 
+from prime_rl.config.evaluation import eval_task_config
 from prime_rl.config.ranges import check_ranges
 from prime_rl.config.schema import (
     Config,
@@ -25,6 +26,21 @@ def ranges(cfg: Config, _: int) -> None:
         "is empty",
         "list modules, e.g. [q_proj,v_proj]",
     )
+
+
+def eval_samples(cfg: Config, _: int) -> None:
+    """k samples of a prompt at temperature 0 are one answer k times (and vLLM takes n > 1 only when sampling)."""
+    tasks = cfg.orchestrator.eval.tasks
+    for key, e in [("orchestrator.eval", cfg.orchestrator.eval)] + [
+        (f"orchestrator.eval.tasks[{i}]", eval_task_config(cfg, t).orchestrator.eval) for i, t in enumerate(tasks)
+    ]:
+        check(
+            e.samples_per_prompt == 1 or e.temperature > 0,
+            [f"{key}.samples_per_prompt", f"{key}.temperature"],
+            f"{e.samples_per_prompt} greedy samples (temperature 0) of a prompt are one answer {e.samples_per_prompt} "
+            "times: pass@k would be pass@1",
+            f"sample at a temperature above 0 ({key}.temperature=1), or take one sample ({key}.samples_per_prompt=1)",
+        )
 
 
 def pairs(cfg: Config, _: int) -> None:
