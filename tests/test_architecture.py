@@ -22,7 +22,7 @@ LAYERS = [
     ["prepare", "finetune"],  # model building before a run, and fine-tuning in one process, on the trainer's step
     ["launcher"],  # validates, plans, prepares and supervises everything below
     ["devstep"],  # one orchestrator step and one trainer step in one process, around the launcher's student server
-    ["serve"],  # a student server that outlives runs, started as the devstep starts it
+    ["serve", "eval"],  # a student server that outlives runs; models evaluated around one: as the devstep starts it
 ]
 LAYER = {f"prime_rl.{package}": level for level, packages in enumerate(LAYERS) for package in packages}
 
