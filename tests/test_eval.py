@@ -15,9 +15,11 @@ from safetensors.torch import load_file
 from prime_rl.config import compose_config
 from prime_rl.config.user_error import UserError
 from prime_rl.eval.configs import run_overrides
+from prime_rl.eval.harness import check_harness
 from prime_rl.eval.subjects import Subject, find_subjects
 from prime_rl.protocol.atomic import STABLE_MARKER
 from prime_rl.protocol.run_dir import RunDir
+from prime_rl.tasks import load_task
 from tests.conftest import ROOT
 from tests.test_e2e_rl import launch, rows, run_processes
 
@@ -101,19 +103,52 @@ def test_a_runs_models_on_two_tasks_with_pass_at_k_on_its_own_server(rl_run, tmp
     assert not run_processes(str(out)), "the evaluation's server outlived it"
 
 
+def harness_task(root: Path) -> Path:
+    """A dir with one lm-eval task of our own: the reverse task's first 32 eval prompts, exact match, greedy."""
+    root.mkdir()
+    data = root / "reverse.jsonl"
+    examples = load_task(compose_config([]).task).eval[:32]
+    rows = [{"prompt": e.messages[-1]["content"], "answer": e.answer} for e in examples]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    spec = {
+        "task": "reverse_words",
+        "dataset_path": "json",
+        "dataset_kwargs": {"data_files": {"test": str(data)}},
+        "test_split": "test",
+        "output_type": "generate_until",
+        "doc_to_text": "{{prompt}}",
+        "doc_to_target": "{{answer}}",
+        "generation_kwargs": {"until": [], "max_gen_toks": 16, "temperature": 0},
+        "metric_list": [{"metric": "exact_match"}],
+    }
+    (root / "reverse_words.yaml").write_text(json.dumps(spec))  # JSON is YAML
+    return root
+
+
 @pytest.mark.vllm
-def test_a_lora_runs_checkpoint_adapter_and_merged_model_score_as_the_run_scored_them(lora_run, standing_servers):
+def test_a_lora_runs_checkpoint_adapter_and_merged_model_score_as_the_run_scored_them(
+    lora_run, standing_servers, tmp_path
+):
+    pytest.importorskip("lm_eval", reason="lm-evaluation-harness is not installed (the harness extra)")
     # on a standing server of the run's recipe: the evaluation loads its starting weights first
     attach = standing_servers.overrides(*RUN, *LORA)
-    proc = evaluate("--run", str(lora_run), "--step", "start,2,latest,merged", *attach, env=standing_servers.env())
+    harness = ["--harness", "reverse_words", "--harness-include", str(harness_task(tmp_path / "tasks"))]
+    steps = ["--step", "start,2,latest,merged"]
+    proc = evaluate("--run", str(lora_run), *steps, *harness, *attach, env=standing_servers.env())
     assert proc.returncode == 0, proc.stderr[-3000:]
-    by_model = {r["model"]: r["eval/reward"] for r in results(proc)}
+    found = results(proc)
+    ours = {r["model"]: r for r in found if r["task"] == "reverse"}
     own = evals_of(lora_run)
     assert own[4] != own[0]  # the adapter changed what the model answers: the comparisons below can tell
-    assert by_model["start"] == own[0]
-    assert by_model["step_2"] == own[2]  # from checkpoints/step_2: weights/step_2 was pruned during the run
-    assert by_model["step_4"] == own[4]  # the adapter in weights/step_4
-    assert by_model["merged"] == pytest.approx(own[4], abs=1 / 32)  # folded in: a float rounding may flip a prompt
+    assert ours["start"]["eval/reward"] == own[0]
+    assert ours["step_2"]["eval/reward"] == own[2]  # from checkpoints/step_2: weights/step_2 was pruned in the run
+    assert ours["step_4"]["eval/reward"] == own[4]  # the adapter in weights/step_4
+    assert ours["merged"]["eval/reward"] == pytest.approx(own[4], abs=1 / 32)  # folded in: a rounding may flip one
+    # lm-eval asked the same served models the same 32 prompts through the chat API: the same exact answers
+    theirs = {r["model"]: r for r in found if r["task"] == "lm-eval/reverse_words"}
+    assert theirs.keys() == ours.keys()
+    for model, r in theirs.items():
+        assert r["lm-eval/exact_match"] == ours[model]["eval/exact"], model
 
 
 @pytest.mark.vllm
@@ -193,3 +228,13 @@ def test_a_dir_no_launch_wrote_is_refused(tmp_path):
     (tmp_path / ".hydra").mkdir()
     (tmp_path / ".hydra" / "overrides.yaml").write_text("- max_steps=4\n- lora=on\n- inference.url=http://h:1/v1\n")
     assert run_overrides(tmp_path) == ["max_steps=4", "lora=on"]  # the standing server that launch used: not kept
+
+
+def test_an_lm_eval_task_it_does_not_know_is_refused_in_one_line(tmp_path):
+    pytest.importorskip("lm_eval", reason="lm-evaluation-harness is not installed (the harness extra)")
+    tasks = harness_task(tmp_path / "tasks")
+    check_harness(["reverse_words"], tasks)
+    with pytest.raises(UserError, match=r"--harness reverse_word: no such task in .*; fix: "):
+        check_harness(["reverse_word"], tasks)
+    with pytest.raises(UserError, match=r"--harness-include .*: no such dir; fix: "):
+        check_harness(["reverse_words"], tmp_path / "nowhere")

@@ -22,6 +22,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--task", type=names, default=[], metavar="T,…", help="task group options (default: the run's own task)"
     )
+    p.add_argument("--harness", type=names, default=[], metavar="T,…", help="lm-eval tasks too (the harness extra)")
+    p.add_argument("--harness-include", type=Path, metavar="DIR", help="a dir of your own lm-eval task YAMLs")
+    p.add_argument(
+        "--harness-api",
+        choices=["chat", "completions"],
+        default="chat",
+        help="chat: the server applies the chat template (tasks that generate); completions: raw text, loglikelihood",
+    )
     p.add_argument(
         "--out", type=Path, metavar="DIR", help="its dir: results.json, the server's log (default: <run>/evals/<time>)"
     )
@@ -50,7 +58,9 @@ def evaluate(args: argparse.Namespace) -> None:
     from prime_rl.eval.results import show_results, write_results
     from prime_rl.eval.run import Request, evaluate_request
 
-    request = Request(args.run, args.step, args.task, args.overrides, args.out)
+    request = Request(
+        args.run, args.step, args.task, args.overrides, args.out, args.harness, args.harness_include, args.harness_api
+    )
     out, rows = evaluate_request(request)
     console = Console(highlight=False)
     show_results(console, rows)

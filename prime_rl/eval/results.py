@@ -17,6 +17,23 @@ def write_results(out: Path, request: dict, rows: list[dict]) -> Path:
 
 
 def show_results(console: Console, rows: list[dict]) -> None:
+    """The table of the project's own tasks, then lm-eval's (its metrics differ from task to task)."""
+    ours = [r for r in rows if "eval/reward" in r]
+    harness = [r for r in rows if "eval/reward" not in r]
+    if ours:
+        console.print(task_table(ours))
+    if harness:
+        table = Table("task", "metrics", "time (s)", title="lm-eval")
+        table.columns.insert(0, Column("model", overflow="fold"))
+        for row in harness:
+            metrics = "  ".join(
+                f"{k.removeprefix('lm-eval/')} {v:.3f}" for k, v in row.items() if k.startswith("lm-eval/")
+            )
+            table.add_row(row["model"], row["task"].removeprefix("lm-eval/"), metrics, f"{row['time_s']:.1f}")
+        console.print(table)
+
+
+def task_table(rows: list[dict]) -> Table:
     k = max(passes(rows[0], "eval"))  # the same k for every row: one sampling config
     rates = ["pass@1"] + ([f"pass@{k}"] if k > 1 else [])
     table = Table("task", "reward", "± stderr", *rates, "tokens", "time (s)")
@@ -30,7 +47,7 @@ def show_results(console: Console, rows: list[dict]) -> None:
                 f"{row[f'{prefix}/completion_tokens']:.1f}",
                 f"{row['time_s']:.1f}" if prefix == "eval" else "",
             )
-    console.print(table)
+    return table
 
 
 def passes(row: dict, prefix: str) -> list[int]:

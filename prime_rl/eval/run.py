@@ -7,7 +7,7 @@ import asyncio
 import os
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -17,6 +17,7 @@ from prime_rl.config.user_error import UserError
 from prime_rl.devstep.config import claim, launch_config, prepared
 from prime_rl.devstep.server import run_plan, student_server
 from prime_rl.eval.configs import run_overrides, student_only, task_configs
+from prime_rl.eval.harness import check_harness, harness_rows
 from prime_rl.eval.subjects import Subject, find_subjects
 from prime_rl.launcher.standing_server import standing_key
 from prime_rl.models import student_dir
@@ -32,6 +33,9 @@ class Request:
     tasks: list[str]  # task group options ([]: the run's, or the config's, own task)
     overrides: list[str]  # Hydra overrides on top of the run's
     out: Path | None  # the evaluation's own dir (None: <run>/evals/<time>, or outputs/evals/<time>)
+    harness: list[str] = field(default_factory=list)  # lm-eval tasks, beside `tasks`
+    harness_include: Path | None = None  # a dir of lm-eval task YAMLs (the user's own tasks)
+    harness_api: str = "chat"  # chat (the server applies the chat template) | completions (raw text, loglikelihood)
 
 
 def evaluate_request(req: Request) -> tuple[Path, list[dict]]:
@@ -42,10 +46,12 @@ def evaluate_request(req: Request) -> tuple[Path, list[dict]]:
     subjects = find_subjects(req.run, req.steps, cfg.model.name, RunDir(out))
     tasks = task_configs(base, req.tasks)
     check_eval_splits(tasks)
+    if req.harness:
+        check_harness(req.harness, req.harness_include)
     plan = run_plan(prepared(cfg), claim(out))
     export_checkpoints(plan.config, subjects)
     with served(plan):
-        return out, asyncio.run(evaluate_subjects(plan.config, tasks, subjects))
+        return out, asyncio.run(evaluate_subjects(plan.config, tasks, subjects, req))
 
 
 def default_out(run: Path | None) -> Path:
@@ -79,7 +85,7 @@ def served(plan):
     return nullcontext()
 
 
-async def evaluate_subjects(cfg: Config, tasks: list[Config], subjects: list[Subject]) -> list[dict]:
+async def evaluate_subjects(cfg: Config, tasks: list[Config], subjects: list[Subject], req: Request) -> list[dict]:
     from prime_rl.orchestrator.context import make_context
     from prime_rl.orchestrator.evaluation import evaluate
     from prime_rl.orchestrator.server_urls import locate_servers
@@ -97,11 +103,30 @@ async def evaluate_subjects(cfg: Config, tasks: list[Config], subjects: list[Sub
                 metrics = await evaluate(ctx)
                 row = {"model": subject.label, "step": subject.step, "task": source_label(ctx.cfg.task), **metrics}
                 rows.append({**row, "time_s": time.monotonic() - start})
+            if req.harness:
+                rows += await harness(cfg, req, subject, model)
     finally:
         for ctx in contexts:
             ctx.verification.close()
             await ctx.student.close()
     return rows
+
+
+async def harness(cfg: Config, req: Request, subject: Subject, model: str) -> list[dict]:
+    """The served model's lm-eval rows, on a thread of its own: lm-eval runs its own event loop."""
+    served = {
+        "url": cfg.inference.urls[0],
+        "model": model,
+        "tokenizer": str(student_dir(cfg)),
+        "key": os.environ[SERVER_KEY_ENV],
+    }
+    limit, length = cfg.orchestrator.eval.num_examples, cfg.inference.max_model_len
+    start = time.monotonic()
+    found = await asyncio.to_thread(
+        harness_rows, req.harness, req.harness_include, req.harness_api, served, limit, length
+    )
+    took = (time.monotonic() - start) / len(found)
+    return [{"model": subject.label, "step": subject.step, **row, "time_s": took} for row in found]
 
 
 def on_task(cfg: Config, task: Config) -> Config:
