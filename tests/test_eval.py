@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
 
 from prime_rl.config import compose_config
 from prime_rl.config.user_error import UserError
 from prime_rl.eval.configs import run_overrides
 from prime_rl.eval.harness import check_harness
 from prime_rl.eval.subjects import Subject, find_subjects
+from prime_rl.models.chat import chat_tokenizer
 from prime_rl.protocol.atomic import STABLE_MARKER
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.tasks import load_task
@@ -152,6 +154,24 @@ def test_a_lora_runs_checkpoint_adapter_and_merged_model_score_as_the_run_scored
 
 
 @pytest.mark.vllm
+def test_a_runs_local_teacher_is_served_and_scored_in_the_students_place(tmp_path):
+    from prime_rl.models import teacher_dir
+    from prime_rl.prepare.greedy_eval import eval_reward
+
+    opd = ["training_mode=opd", "teacher=local_vllm", "orchestrator.eval.temperature=0"]
+    proc = evaluate("--teacher", "--out", str(tmp_path / "out"), *opd, "orchestrator.eval.num_examples=32")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [row] = results(proc)
+    assert row["model"] == "teacher"
+    # transformers' greedy decoding of the teacher's own weights on the same prompts: the same answers
+    cfg = compose_config(opd)
+    model = AutoModelForCausalLM.from_pretrained(teacher_dir(cfg), dtype=torch.float32)
+    assert row["eval/reward"] == pytest.approx(
+        eval_reward(model, chat_tokenizer(teacher_dir(cfg), {}), load_task(cfg.task), num=32)
+    )
+
+
+@pytest.mark.vllm
 def test_a_checkpoint_exports_the_weights_the_trainer_exported(rl_run, tmp_path):
     from prime_rl.eval.checkpoint_export import export_checkpoint
 
@@ -195,15 +215,16 @@ def run_dir_with(root: Path, exports=(), checkpoints=(), markers_only=(), merged
 def test_subjects_are_exports_first_then_checkpoints_and_latest_is_the_newest_of_either(tmp_path):
     run = run_dir_with(tmp_path / "run", exports=[5], checkpoints=[2, 6], markers_only=[7])
     out = RunDir(tmp_path / "out")
-    found = find_subjects(run, ["start", "5", "2", "latest"], "tiny", out)
+    found = find_subjects(run, ["start", "5", "2", "latest"], "tiny", out, False)
     assert found == [
         Subject("start", 0, None),
         Subject("step_5", 5, RunDir(run).weights(5)),
         Subject("step_2", 2, out.weights(2), RunDir(run).checkpoint(2)),
         Subject("step_6", 6, out.weights(6), RunDir(run).checkpoint(6)),  # 7 was pushed: nothing to serve
     ]
-    assert find_subjects(run, [], "tiny", out)[0].step == 6  # latest by default
-    assert find_subjects(None, [], "org/model", out) == [Subject("org/model", None, None)]
+    assert find_subjects(run, [], "tiny", out, False)[0].step == 6  # latest by default
+    assert find_subjects(None, [], "org/model", out, False) == [Subject("org/model", None, None)]
+    assert find_subjects(run, [], "tiny", out, True) == [Subject("teacher", None, None)]
 
 
 @pytest.mark.parametrize(
@@ -218,7 +239,7 @@ def test_subjects_are_exports_first_then_checkpoints_and_latest_is_the_newest_of
 def test_a_model_the_run_does_not_hold_is_refused_naming_what_it_holds(tmp_path, steps, run, named):
     root = run_dir_with(tmp_path / "run", exports=[3], checkpoints=[2])
     with pytest.raises(UserError, match="fix: ") as e:
-        find_subjects(root if run else None, steps, "tiny", RunDir(tmp_path / "out"))
+        find_subjects(root if run else None, steps, "tiny", RunDir(tmp_path / "out"), False)
     assert named in str(e.value) and (not run or "it holds start, 2, 3" in str(e.value))
 
 

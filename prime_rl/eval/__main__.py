@@ -1,7 +1,8 @@
 """`python -m prime_rl.eval [--run DIR] [--step S,…] [--task T,…] <hydra overrides...>`: the models of a run (its
-starting model, a step, the latest, a LoRA run's merged model) or the config's model (model.name: a model dir or a
-Hub id) evaluated on one or more tasks, with the training eval's sampling and metrics (orchestrator.eval.*: k samples
-per prompt for avg@k and pass@k), around a vLLM server it starts and stops (or a standing one, inference.url)."""
+starting model, a step, the latest, a LoRA run's merged model, its local teacher) or the config's model (model.name:
+a model dir or a Hub id) evaluated on one or more tasks, with the training eval's sampling and metrics
+(orchestrator.eval.*: k samples per prompt for avg@k and pass@k), around a vLLM server it starts and stops (or a
+standing one, inference.url)."""
 
 import argparse
 import signal
@@ -22,6 +23,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--task", type=names, default=[], metavar="T,…", help="task group options (default: the run's own task)"
     )
+    p.add_argument("--teacher", action="store_true", help="evaluate the run's (local_vllm) teacher instead")
     p.add_argument("--harness", type=names, default=[], metavar="T,…", help="lm-eval tasks too (the harness extra)")
     p.add_argument("--harness-include", type=Path, metavar="DIR", help="a dir of your own lm-eval task YAMLs")
     p.add_argument(
@@ -59,7 +61,15 @@ def evaluate(args: argparse.Namespace) -> None:
     from prime_rl.eval.run import Request, evaluate_request
 
     request = Request(
-        args.run, args.step, args.task, args.overrides, args.out, args.harness, args.harness_include, args.harness_api
+        args.run,
+        args.step,
+        args.task,
+        args.overrides,
+        args.out,
+        args.teacher,
+        args.harness,
+        args.harness_include,
+        args.harness_api,
     )
     out, rows = evaluate_request(request)
     console = Console(highlight=False)

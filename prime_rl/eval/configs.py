@@ -7,7 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from prime_rl.config.schema import Config, TeacherConfig
+from prime_rl.config.schema import Config, TeacherConfig, TeacherKind
+from prime_rl.config.sources import source_label
 from prime_rl.config.user_error import UserError
 from prime_rl.devstep.config import launch_config
 
@@ -30,9 +31,26 @@ def run_overrides(run: Path | None) -> list[str]:
     return [o for o in yaml.safe_load(path.read_text()) or [] if not o.lstrip("+~").startswith(LAUNCH_ONLY)]
 
 
-def task_configs(base: list[str], tasks: list[str]) -> list[Config]:
-    """One checked config per task (`task=<name>` over `base`), or the base's own task where none is named."""
-    return [student_only(launch_config(base + ([f"task={t}"] if t else []))) for t in tasks or [""]]
+def task_configs(base: list[str], tasks: list[str]) -> dict[str, Config]:
+    """By the name its results take, one checked config per task (`task=<option>` over `base`), or the base's own
+    task where none is named (named as a mix source would be: its dataset, taskset, file or kind)."""
+    if not tasks:
+        cfg = student_only(launch_config(base))
+        return {source_label(cfg.task): cfg}
+    return {t: student_only(launch_config([*base, f"task={t}"])) for t in tasks}
+
+
+def teacher_as_student(cfg: Config) -> Config:
+    """The run's local teacher in the student's place: its model is the one served and evaluated."""
+    t = cfg.teacher
+    if t.kind != TeacherKind.local_vllm:
+        raise UserError(
+            f"--teacher: the run's teacher is {t.kind.value}, not a model this command serves (only local_vllm); "
+            "fix: evaluate a model dir or Hub id with model.name=<it> (an external teacher's level is the run's own "
+            "eval/teacher_reward)"
+        )
+    model = replace(cfg.model, name=t.model, revision=t.revision, path=t.path, warm_start=t.warm_start)
+    return replace(cfg, model=model)
 
 
 def student_only(cfg: Config) -> Config:

@@ -12,11 +12,10 @@ from datetime import datetime
 from pathlib import Path
 
 from prime_rl.config.schema import Config
-from prime_rl.config.sources import source_label
 from prime_rl.config.user_error import UserError
 from prime_rl.devstep.config import claim, launch_config, prepared
 from prime_rl.devstep.server import run_plan, student_server
-from prime_rl.eval.configs import run_overrides, student_only, task_configs
+from prime_rl.eval.configs import run_overrides, student_only, task_configs, teacher_as_student
 from prime_rl.eval.harness import check_harness, harness_rows
 from prime_rl.eval.subjects import Subject, find_subjects
 from prime_rl.launcher.standing_server import standing_key
@@ -33,6 +32,7 @@ class Request:
     tasks: list[str]  # task group options ([]: the run's, or the config's, own task)
     overrides: list[str]  # Hydra overrides on top of the run's
     out: Path | None  # the evaluation's own dir (None: <run>/evals/<time>, or outputs/evals/<time>)
+    teacher: bool = False  # evaluate the run's local teacher instead of its student (no steps)
     harness: list[str] = field(default_factory=list)  # lm-eval tasks, beside `tasks`
     harness_include: Path | None = None  # a dir of lm-eval task YAMLs (the user's own tasks)
     harness_api: str = "chat"  # chat (the server applies the chat template) | completions (raw text, loglikelihood)
@@ -41,9 +41,10 @@ class Request:
 def evaluate_request(req: Request) -> tuple[Path, list[dict]]:
     """The result rows, one per model and task, and the dir they were evaluated in."""
     base = run_overrides(req.run) + req.overrides
-    cfg = student_only(launch_config(base))  # the model: the run's, whatever task it is evaluated on
+    cfg = launch_config(base)  # the model: the run's, whatever task it is evaluated on
     out = (req.out or default_out(req.run)).resolve()
-    subjects = find_subjects(req.run, req.steps, cfg.model.name, RunDir(out))
+    subjects = find_subjects(req.run, req.steps, cfg.model.name, RunDir(out), req.teacher)
+    cfg = student_only(teacher_as_student(cfg) if req.teacher else cfg)
     tasks = task_configs(base, req.tasks)
     check_eval_splits(tasks)
     if req.harness:
@@ -58,8 +59,8 @@ def default_out(run: Path | None) -> Path:
     return (run or Path("outputs")) / "evals" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
 
 
-def check_eval_splits(tasks: list[Config]) -> None:
-    for cfg in tasks:
+def check_eval_splits(tasks: dict[str, Config]) -> None:
+    for cfg in tasks.values():
         if not load_task(cfg.task).eval:
             raise UserError(
                 f"task {cfg.task.name} has no eval split to evaluate on [task]; fix: give it eval "
@@ -85,28 +86,28 @@ def served(plan):
     return nullcontext()
 
 
-async def evaluate_subjects(cfg: Config, tasks: list[Config], subjects: list[Subject], req: Request) -> list[dict]:
+async def evaluate_subjects(cfg: Config, tasks: dict[str, Config], subjects: list[Subject], req: Request) -> list[dict]:
     from prime_rl.orchestrator.context import make_context
     from prime_rl.orchestrator.evaluation import evaluate
     from prime_rl.orchestrator.server_urls import locate_servers
 
     cfg = await locate_servers(cfg)
-    contexts = [make_context(on_task(cfg, t)) for t in tasks]
-    weights = ServedWeights(cfg, contexts[0].student)
+    contexts = {name: make_context(on_task(cfg, t)) for name, t in tasks.items()}
+    weights = ServedWeights(cfg, next(iter(contexts.values())).student)
     rows = []
     try:
         for subject in subjects:
             model = await weights.load(subject)
-            for ctx in contexts:
+            for name, ctx in contexts.items():
                 ctx.student_model = model
                 start = time.monotonic()
                 metrics = await evaluate(ctx)
-                row = {"model": subject.label, "step": subject.step, "task": source_label(ctx.cfg.task), **metrics}
+                row = {"model": subject.label, "step": subject.step, "task": name, **metrics}
                 rows.append({**row, "time_s": time.monotonic() - start})
             if req.harness:
                 rows += await harness(cfg, req, subject, model)
     finally:
-        for ctx in contexts:
+        for ctx in contexts.values():
             ctx.verification.close()
             await ctx.student.close()
     return rows

@@ -9,7 +9,7 @@ from prime_rl.config.user_error import UserError
 from prime_rl.protocol.atomic import is_complete
 from prime_rl.protocol.run_dir import RunDir
 
-START, LATEST, MERGED = "start", "latest", "merged"
+START, LATEST, MERGED, TEACHER = "start", "latest", "merged", "teacher"
 MODEL_FILES = ("config.json", "adapter_config.json")  # a servable export (a pushed run's weights/ holds markers only)
 
 
@@ -25,9 +25,17 @@ class Subject:
         return self.weights is not None and (self.weights / "adapter_config.json").exists()
 
 
-def find_subjects(run: Path | None, specs: list[str], model_label: str, out: RunDir) -> list[Subject]:
+def find_subjects(run: Path | None, specs: list[str], model_label: str, out: RunDir, teacher: bool) -> list[Subject]:
     """The subjects `specs` name in the run dir `run` (start, latest, N, merged); without a run, only the config's
-    own model. Raises a one-line UserError for a step the run does not hold, naming the ones it does."""
+    own model; with `teacher`, only the run's teacher. Raises a one-line UserError for a step the run does not hold,
+    naming the ones it does."""
+    if teacher:
+        if specs:
+            raise UserError(
+                f"--teacher with --step {','.join(specs)}: the teacher has no steps, it is not trained; "
+                "fix: evaluate the teacher and the student's steps in two commands"
+            )
+        return [Subject(TEACHER, None, None)]
     if run is None:
         if specs not in ([], [START]):
             raise UserError(

@@ -46,6 +46,7 @@ from prime_rl.config.teachers import (
     local_teachers,
     named_errors,
     named_views,
+    teacher_config,
     teacher_key,
     teacher_view,
     teaches,
@@ -158,7 +159,8 @@ def _opd_teachers(cfg: Config, task: Task, tokenizer: Callable) -> tuple[Config,
     answers prompt logprobs. The orchestrator checks again (it may run alone), with a local teacher's server up."""
     alignments = {}
     for name, view in [(DEFAULT, cfg), *named_views(cfg)]:
-        if not teaches(cfg, name, lambda m: m.scorer == Scorer.teacher):
+        scores = teaches(cfg, name, lambda m: m.scorer == Scorer.teacher)
+        if not scores or teacher_config(cfg, name).kind == TeacherKind.none:  # none: an evaluation's, no teacher
             continue
         with named_errors(name):
             alignment = asyncio.run(_alignment(view, tokenizer, scored_examples(cfg, task, name)))
