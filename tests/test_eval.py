@@ -24,6 +24,7 @@ from prime_rl.protocol.run_dir import RunDir
 from prime_rl.tasks import load_task
 from tests.conftest import ROOT
 from tests.test_e2e_rl import launch, rows, run_processes
+from tests.test_monitor import offline_runs
 
 # every run evaluates greedily on 32 prompts at steps 0, 2 and 4 on the policy of that step (max_async_level=0), and
 # checkpoints at 2 and 4: weights/ keeps the last two exports (3, 4), so step 2 is only a checkpoint
@@ -102,6 +103,9 @@ def test_a_runs_models_on_two_tasks_with_pass_at_k_on_its_own_server(rl_run, tmp
         assert r["eval/pass@1"] <= r["eval/pass@2"] <= r["eval/pass@4"]
     assert any(r["eval/pass@4"] > r["eval/pass@1"] for r in found)  # four samples at T = 1 find what one misses
     assert (out / "logs" / "inference.log").exists()  # its own server, from the launcher's plan
+    [logged] = offline_runs(out)  # W&B (offline here, as the run logged): one eval run, every metric of every row
+    assert logged.run.job_type == "eval" and logged.config["request"]["step"] == ["start", "latest"]
+    assert all(logged.history[0][f"{r['model']}/{r['task']}/eval/pass@4"] == r["eval/pass@4"] for r in found)
     assert not run_processes(str(out)), "the evaluation's server outlived it"
 
 

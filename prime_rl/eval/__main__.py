@@ -59,6 +59,8 @@ def evaluate(args: argparse.Namespace) -> None:
 
     from prime_rl.eval.results import show_results, write_results
     from prime_rl.eval.run import Request, evaluate_request
+    from prime_rl.eval.wandb_results import log_results
+    from prime_rl.monitor.wandb_mode import wandb_mode
 
     request = Request(
         args.run,
@@ -71,10 +73,14 @@ def evaluate(args: argparse.Namespace) -> None:
         args.harness_include,
         args.harness_api,
     )
-    out, rows = evaluate_request(request)
+    cfg, out, rows = evaluate_request(request)
     console = Console(highlight=False)
     show_results(console, rows)
-    path = write_results(out, {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, rows)
+    asked = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    path = write_results(out, asked, rows)
+    logged = log_results(cfg, out, asked, rows)
+    if logged:
+        console.print(f"W&B ({wandb_mode(cfg.monitor.wandb.mode)}): {logged}", soft_wrap=True)
     console.print(f"results: {path}", soft_wrap=True)
 
 

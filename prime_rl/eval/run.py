@@ -5,6 +5,7 @@ each task by the training eval's own code (orchestrator/evaluation.py): the same
 
 import asyncio
 import os
+import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
@@ -20,6 +21,7 @@ from prime_rl.eval.harness import check_harness, harness_rows
 from prime_rl.eval.subjects import Subject, find_subjects
 from prime_rl.launcher.standing_server import standing_key
 from prime_rl.models import student_dir
+from prime_rl.monitor.wandb_mode import settle_wandb_mode
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.protocol.servers import SERVER_KEY_ENV, STUDENT_MODEL_NAME
 from prime_rl.tasks import load_task
@@ -38,8 +40,8 @@ class Request:
     harness_api: str = "chat"  # chat (the server applies the chat template) | completions (raw text, loglikelihood)
 
 
-def evaluate_request(req: Request) -> tuple[Path, list[dict]]:
-    """The result rows, one per model and task, and the dir they were evaluated in."""
+def evaluate_request(req: Request) -> tuple[Config, Path, list[dict]]:
+    """The result rows, one per model and task, the dir they were evaluated in and the config they were under."""
     base = run_overrides(req.run) + req.overrides
     cfg = launch_config(base)  # the model: the run's, whatever task it is evaluated on
     out = (req.out or default_out(req.run)).resolve()
@@ -49,10 +51,11 @@ def evaluate_request(req: Request) -> tuple[Path, list[dict]]:
     check_eval_splits(tasks)
     if req.harness:
         check_harness(req.harness, req.harness_include)
+    cfg = settle_wandb_mode(cfg, out, lambda line: print(line, file=sys.stderr, flush=True))
     plan = run_plan(prepared(cfg), claim(out))
     export_checkpoints(plan.config, subjects)
     with served(plan):
-        return out, asyncio.run(evaluate_subjects(plan.config, tasks, subjects, req))
+        return plan.config, out, asyncio.run(evaluate_subjects(plan.config, tasks, subjects, req))
 
 
 def default_out(run: Path | None) -> Path:
