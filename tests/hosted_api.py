@@ -25,6 +25,9 @@ class Rules:
     legacy_limit: bool = False  # knows only `max_tokens`; `max_completion_tokens` is silently ignored
     latency_s: float = 0.0  # time each answer takes
     server_errors: int = 0  # the first k chat requests get an HTTP 500 (a transient fault, to retry)
+    error_status: int = 500  # the status of those first k answers
+    should_retry: str | None = None  # their x-should-retry header ("true", "false"; None: none sent)
+    retry_after_ms: bool = False  # a rate limit names its wait in OpenAI's retry-after-ms instead of Retry-After
 
 
 # the rule sets of the providers the README names (rate limits: the every-rule test in test_hosted_teachers.py)
@@ -88,12 +91,15 @@ class HostedApi:
             self.seen.headers.append(headers)
         try:
             if k <= self.rules.server_errors:
-                return 500, error("internal server error"), {}
+                told = {"x-should-retry": self.rules.should_retry} if self.rules.should_retry else {}
+                return self.rules.error_status, error("internal server error"), told
             if self.rules.key and headers.get("Authorization") != f"Bearer {self.rules.key}":
                 return 401, error("invalid x-api-key"), {}
             if self.rules.rate_limit_every and k % self.rules.rate_limit_every == 0:
                 with self.lock:
                     self.seen.rate_limited += 1
+                if self.rules.retry_after_ms:
+                    return 429, error("rate limit exceeded"), {"retry-after-ms": f"{self.rules.retry_after_s * 1000:g}"}
                 return 429, error("rate limit exceeded"), {"Retry-After": f"{self.rules.retry_after_s:g}"}
             problem = self.refusal(body)
             if problem:

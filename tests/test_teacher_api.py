@@ -19,6 +19,7 @@ from prime_rl.inference.client import (
     Sampling,
     parse_chat_choice,
     retry_after_s,
+    should_retry,
 )
 from prime_rl.teacher.answers import TeacherAnswers, trained_text
 from prime_rl.teacher.chat_api import VLLM_API, chat_payload, resolved_api
@@ -85,6 +86,40 @@ def test_retry_after_is_read_in_seconds_and_as_a_date():
 
     assert wait("7") == 7.0 and wait(None) is None and wait("soon") is None
     assert 28 <= wait(formatdate(time.time() + 30, usegmt=True)) <= 30
+    in_ms = httpx.Response(429, headers={"retry-after-ms": "250", "Retry-After": "7"})
+    assert retry_after_s(in_ms) == 0.25  # OpenAI's milliseconds win over the seconds
+
+
+@pytest.mark.parametrize(
+    ("status", "told", "retried"),
+    [(500, None, True), (500, "false", False), (400, None, False), (400, "true", True), (429, "False", False)],
+)
+def test_x_should_retry_overrides_the_status(status, told, retried):
+    assert should_retry(httpx.Response(status, headers={"x-should-retry": told} if told else {})) == retried
+
+
+@pytest.mark.parametrize(
+    ("hosted", "attempts", "answered"),
+    [
+        (Rules(server_errors=1, error_status=400, should_retry="true"), 2, True),  # a 400 the server says to retry
+        (Rules(server_errors=1, should_retry="false"), 1, False),  # a 500 it says not to: failed at once
+    ],
+    indirect=["hosted"],
+)
+def test_the_client_retries_as_the_endpoint_says(hosted, attempts, answered):
+    async def one() -> None:
+        client = InferenceClient(hosted.url, max_retries=3, backoff_s=0.01)
+        try:
+            await client.post("/chat/completions", {"model": "m", "messages": MESSAGES})
+        finally:
+            await client.close()
+
+    if answered:
+        asyncio.run(one())
+    else:
+        with pytest.raises(InferenceError, match="HTTP 500"):
+            asyncio.run(one())
+    assert hosted.seen.requests == attempts
 
 
 @pytest.mark.parametrize(
@@ -161,7 +196,12 @@ def test_n_answers_from_an_endpoint_that_gives_one_per_request(hosted):
             asyncio.run(four(sft_config(hosted, "teacher.api.multiple_choices=true")))
 
 
-@pytest.mark.parametrize("hosted", [Rules(rate_limit_every=2, retry_after_s=0.3)], indirect=True)
+@pytest.mark.parametrize(
+    "hosted",
+    [Rules(rate_limit_every=2, retry_after_s=0.3), Rules(rate_limit_every=2, retry_after_s=0.3, retry_after_ms=True)],
+    indirect=True,
+    ids=["Retry-After", "retry-after-ms"],
+)
 def test_a_rate_limit_is_waited_out_as_told_and_uses_no_retry(hosted):
     async def three() -> InferenceClient:
         client = InferenceClient(hosted.url, max_retries=0)

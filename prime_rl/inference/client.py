@@ -26,6 +26,13 @@ def retryable(status: int) -> bool:
     return status in RETRYABLE_4XX or status >= 500
 
 
+def should_retry(resp: httpx.Response) -> bool:
+    """Whether a failed answer is worth another try: as the server says in `x-should-retry` (OpenAI's and
+    Anthropic's APIs send it, and their SDKs obey it), else by its status."""
+    told = resp.headers.get("x-should-retry", "").lower()
+    return told == "true" if told in ("true", "false") else retryable(resp.status_code)
+
+
 class InferenceError(RuntimeError):
     """A request that failed for good (after retries, or with a non-retryable answer)."""
 
@@ -49,7 +56,12 @@ class RequestStats:
 
 
 def retry_after_s(resp: httpx.Response) -> float | None:
-    """The wait a server asks for in `Retry-After` (seconds, or an HTTP date), None when it names none."""
+    """The wait a server asks for in `retry-after-ms` (OpenAI's, milliseconds: it wins) or `Retry-After` (seconds, or
+    an HTTP date), None when it names none."""
+    try:
+        return max(0.0, float(resp.headers["retry-after-ms"]) / 1000)
+    except (KeyError, ValueError):
+        pass
     value = resp.headers.get("retry-after")
     if value is None:
         return None
@@ -162,7 +174,8 @@ class InferenceClient:
     async def post_url(
         self, url: str, payload: dict | None = None, params: dict | None = None, json_reply: bool = True
     ) -> dict:
-        """POST with retries on connection errors, timeouts, malformed JSON, 5xx and 408/409/425/429; other 4xx fail.
+        """POST with retries on connection errors, timeouts, malformed JSON, 5xx and 408/409/425/429, other 4xx fail;
+        an answer's `x-should-retry` overrides its status either way.
 
         A retryable answer with `Retry-After` (a rate limit) is waited out as asked, with jitter, and does not
         count as a retry: a rate-limited run slows down until `rate_limit_wait_s` of waiting is used up.
@@ -172,12 +185,10 @@ class InferenceClient:
             wait = None
             try:
                 resp = await self.send(url, payload, params)
-                if not retryable(resp.status_code):
-                    if resp.status_code >= 400:
-                        raise InferenceError(
-                            f"POST {url} -> HTTP {resp.status_code}: {resp.text[:300]}", resp.status_code
-                        )
+                if resp.status_code < 400:
                     return resp.json() if json_reply and resp.content else {}
+                if not should_retry(resp):
+                    raise InferenceError(f"POST {url} -> HTTP {resp.status_code}: {resp.text[:300]}", resp.status_code)
                 problem = f"HTTP {resp.status_code}: {resp.text[:200]}"
                 wait = retry_after_s(resp)
                 if wait is None and resp.status_code == 429:
