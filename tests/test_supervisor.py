@@ -12,11 +12,12 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from prime_rl.config.schema import Config, LauncherConfig
 from prime_rl.launcher.plan import Plan, Role
-from prime_rl.launcher.processes import group_alive, spawn, stop_children
+from prime_rl.launcher.processes import RUN_ENV, group_alive, marked_processes, spawn, stop_children
 from prime_rl.launcher.progress import RunState, summary_lines
 from prime_rl.launcher.supervisor import run_plan
 from prime_rl.protocol.run_dir import RunDir
@@ -289,3 +290,22 @@ def test_children_get_their_own_wandb_service(run_dir, monkeypatch):
         config_file=run_dir / "configs" / "trainer.yaml",
     )
     assert run_plan(make_plan(run_dir, [role])) == 0
+
+
+@pytest.mark.integration
+def test_a_zombie_is_no_live_process_of_its_group_or_its_run():
+    """A process that exited and was never reaped (an orphan under an init that does not reap) still answers
+    killpg(pgid, 0) and still has its environ; the scans (psutil) see it as gone."""
+    env = os.environ | {RUN_ENV: "zombie-test"}
+    dead = subprocess.Popen(["true"], env=env, start_new_session=True)  # never waited for: a zombie
+    live = subprocess.Popen(["sleep", "30"], env=env, start_new_session=True)
+    try:
+        while psutil.Process(dead.pid).status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.01)
+        os.killpg(dead.pid, 0)  # the group still "exists"
+        assert not group_alive(dead.pid) and group_alive(live.pid)
+        assert marked_processes("zombie-test") == [live.pid]
+    finally:
+        live.kill()
+        live.wait()
+        dead.wait()

@@ -9,7 +9,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -94,24 +94,23 @@ def group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return _has_live_member(pgid) if os.path.isdir("/proc") else True
+    return any(_group_of(p) == pgid for p in live_processes([]))
 
 
-def _has_live_member(pgid: int) -> bool:
-    # A member orphaned by its parent stays a zombie in the group until init reaps it, and the init of many
-    # containers never does, so killpg(pgid, 0) keeps succeeding. Zombies hold no resources: skip them.
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue  # exited while we looked
-        fields = stat[stat.rfind(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp ...
-        if int(fields[2]) == pgid and fields[0] not in "ZX":
-            return True
-    return False
+def live_processes(attrs: list[str]) -> Iterator[psutil.Process]:
+    """Every process but this one and the dead: a member orphaned by its parent stays a zombie in its group until
+    init reaps it, and the init of many containers never does, so killpg(pgid, 0) keeps succeeding; zombies hold
+    no resources. psutil skips what exits while it looks, and gives None for what is not ours to read."""
+    for p in psutil.process_iter([*attrs, "status"], ad_value=None):
+        if p.pid != os.getpid() and p.info["status"] not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+            yield p
+
+
+def _group_of(p: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(p.pid)
+    except ProcessLookupError:
+        return None  # exited since
 
 
 def stop_children(
@@ -145,20 +144,7 @@ def stop_children(
 
 def marked_processes(marker: str) -> list[int]:
     """Live processes (not this one) whose environment has RUN_ENV=marker."""
-    needle, pids = f"{RUN_ENV}={marker}\0".encode(), []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as f:
-                found = needle in f.read() + b"\0"
-            with open(f"/proc/{entry.name}/stat") as f:
-                alive = f.read().rsplit(")", 1)[1].split()[0] not in "ZX"
-        except OSError:
-            continue  # exited while we looked, or not ours to read
-        if found and alive:
-            pids.append(int(entry.name))
-    return pids
+    return [p.pid for p in live_processes(["environ"]) if (p.info["environ"] or {}).get(RUN_ENV) == marker]
 
 
 def stop_stragglers(marker: str, grace_s: float, say: Callable[[str], None] = lambda _: None) -> None:
