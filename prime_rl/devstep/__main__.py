@@ -3,13 +3,10 @@ and one trainer step of the run those overrides compose (as for launch.py), in t
 vLLM server (the step itself: devstep/step.py)."""
 
 import argparse
-import signal
-import sys
 from pathlib import Path
 
-from prime_rl.config.user_error import run_or_exit
 from prime_rl.devstep.config import validated
-from prime_rl.devstep.server import stop_signals_as_ctrl_c
+from prime_rl.devstep.server import run_stoppable
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -27,13 +24,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    stop_signals_as_ctrl_c()
-    try:
-        run_or_exit(lambda: devstep(args))
-    except KeyboardInterrupt as e:
-        name = e.args[0] if e.args else "SIGINT"
-        print(f"stopped by signal ({name}); the student's server is stopped", file=sys.stderr, flush=True)
-        sys.exit(128 + signal.Signals[name])
+    run_stoppable(lambda: devstep(args))
 
 
 def devstep(args: argparse.Namespace) -> None:

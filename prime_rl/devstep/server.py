@@ -8,11 +8,12 @@ import atexit
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from prime_rl.config.schema import Config
+from prime_rl.config.user_error import run_or_exit
 from prime_rl.launcher.gpus import visible_gpus
 from prime_rl.launcher.job import check_gpus
 from prime_rl.launcher.plan import Plan, build_plan
@@ -35,6 +36,18 @@ def stop_signals_as_ctrl_c() -> None:
 
 def interrupt(signum: int, frame) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def run_stoppable(work: Callable[[], None]) -> None:
+    """`work()` as a command that owns the student's server runs it: a user's mistake is one line (exit 2), and a
+    stop signal stops the server and exits 128 + the signal's number."""
+    stop_signals_as_ctrl_c()
+    try:
+        run_or_exit(work)
+    except KeyboardInterrupt as e:
+        name = e.args[0] if e.args else "SIGINT"
+        print(f"stopped by signal ({name}); the student's server is stopped", file=sys.stderr, flush=True)
+        sys.exit(128 + signal.Signals[name])
 
 
 def run_plan(cfg: Config, run_dir: Path) -> Plan:

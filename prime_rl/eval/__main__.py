@@ -5,12 +5,9 @@ a model dir or a Hub id) evaluated on one or more tasks, with the training eval'
 standing one, inference.url)."""
 
 import argparse
-import signal
-import sys
 from pathlib import Path
 
-from prime_rl.config.user_error import run_or_exit
-from prime_rl.devstep.server import stop_signals_as_ctrl_c
+from prime_rl.devstep.server import run_stoppable
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -45,13 +42,7 @@ def names(text: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    stop_signals_as_ctrl_c()
-    try:
-        run_or_exit(lambda: evaluate(args))
-    except KeyboardInterrupt as e:
-        name = e.args[0] if e.args else "SIGINT"
-        print(f"stopped by signal ({name}); the student's server is stopped", file=sys.stderr, flush=True)
-        sys.exit(128 + signal.Signals[name])
+    run_stoppable(lambda: evaluate(args))
 
 
 def evaluate(args: argparse.Namespace) -> None:
