@@ -30,7 +30,7 @@ def auto_cpu_dtype(flag: str | None, params: int | None) -> tuple[str, str]:
     if flag is None:
         return "float32", f"this CPU has no native bf16 ({' or '.join(BF16_CPU_FLAGS)})"
     if params is None:
-        return "float32", "the student is not built yet, so its size is unknown"
+        return "float32", "the student's size is unknown (not built yet, or a config transformers does not read)"
     if params < BF16_MIN_PARAMS:
         return "float32", f"{flag}, but {params / 1e6:.2f} M parameters < {BF16_MIN_PARAMS / 1e6:.0f} M: bf16 is slower"
     return "bfloat16", f"{flag} and {params / 1e6:.1f} M parameters >= {BF16_MIN_PARAMS / 1e6:.0f} M"
@@ -55,4 +55,9 @@ def student_params(cfg: Config) -> int | None:
     from prime_rl.models.size import param_count  # imports transformers: only where the CPU could compute bf16
 
     model = student_dir(cfg)
-    return param_count(model) if (model / "config.json").exists() else None
+    if not (model / "config.json").exists():
+        return None
+    try:
+        return param_count(model)
+    except (ValueError, OSError):  # an architecture transformers lacks: the servers and the trainer will say so
+        return None
