@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from prime_rl.config import ConfigError, TeacherKind, compose_config, load_config
 from prime_rl.config.teachers import DEFAULT, REFERENCE, local_teachers, teacher_names, teacher_view
-from prime_rl.launcher.auto_dtype import BF16_MIN_PARAMS, auto_cpu_dtype, cpu_bf16_flag
+from prime_rl.launcher.auto_dtype import BF16_MIN_PARAMS, auto_cpu_dtype, cpu_bf16_flag, student_params
 from prime_rl.launcher.plan import build_plan
 from prime_rl.launcher.preflight import check_at_job, check_at_launch
 from prime_rl.models.recipe import student_dir, teacher_dir
@@ -527,6 +527,10 @@ def test_dtype_auto_picks_bf16_only_on_a_cpu_that_computes_it_and_a_student_it_p
     assert auto_cpu_dtype("avx512_bf16", None)[0] == "float32"  # a dry run before the student is built
     assert auto_cpu_dtype("avx512_bf16", BF16_MIN_PARAMS - 1)[0] == "float32"
     assert auto_cpu_dtype("amx_bf16", BF16_MIN_PARAMS)[0] == "bfloat16"
+    unreadable = tmp_path / "model"  # an architecture transformers lacks: its size is unknown, not an exception
+    unreadable.mkdir()
+    (unreadable / "config.json").write_text('{"model_type": "no_such_architecture"}')
+    assert student_params(compose_config([f"model.name={unreadable}"])) is None
 
 
 def test_gpu_slices_are_disjoint_and_ordered(tmp_path):
