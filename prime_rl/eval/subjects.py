@@ -39,7 +39,7 @@ def find_subjects(run: Path | None, specs: list[str], model_label: str, out: Run
     if run is None:
         if specs not in ([], [START]):
             raise UserError(
-                f"--step {' '.join(specs)} needs a run [--run]: without one the model evaluated is the config's "
+                f"--step {','.join(specs)} needs a run [--run]: without one the model evaluated is the config's "
                 f"({model_label}); fix: add --run <run dir>, or drop --step"
             )
         return [Subject(model_label, None, None)]
@@ -62,7 +62,7 @@ def subject(run: RunDir, spec: str, out: RunDir) -> Subject:
     step = latest_step(run) if spec == LATEST else int(spec)
     if step in exported_steps(run):
         return Subject(f"step_{step}", step, run.weights(step))
-    if step in run.steps_in("checkpoints") and is_complete(run.checkpoint(step)):
+    if step in complete_checkpoints(run):
         return Subject(f"step_{step}", step, out.weights(step), run.checkpoint(step))
     raise UserError(
         f"--step {spec}: {run.root} holds no weights or checkpoint of step {step}; fix: name one it "
