@@ -6,7 +6,6 @@ of orchestrator.eval.tasks every its own interval (metrics eval/<label>/…)."""
 from dataclasses import fields, replace
 
 from prime_rl.config.schema import Config, EvalTaskConfig, TaskConfig
-from prime_rl.config.sources import source_label
 
 
 def due_for_eval(cfg: Config, step: int) -> bool:
@@ -26,11 +25,6 @@ def due(cfg: Config, interval: int, step: int) -> bool:
 
 def task_interval(cfg: Config, task: EvalTaskConfig) -> int:
     return cfg.orchestrator.eval.interval if task.interval is None else task.interval
-
-
-def eval_label(task: EvalTaskConfig) -> str:
-    """Its metrics' name: eval/<label>/…"""
-    return source_label(task)
 
 
 def eval_task_config(cfg: Config, task: EvalTaskConfig) -> Config:

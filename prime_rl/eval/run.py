@@ -13,18 +13,17 @@ from datetime import datetime
 from pathlib import Path
 
 from prime_rl.config.schema import Config
-from prime_rl.config.user_error import UserError
 from prime_rl.devstep.config import claim, launch_config, prepared
 from prime_rl.devstep.server import run_plan, student_server
 from prime_rl.eval.configs import run_overrides, student_only, task_configs, teacher_as_student
 from prime_rl.eval.harness import check_harness, harness_rows
 from prime_rl.eval.subjects import Subject, find_subjects
+from prime_rl.launcher.preflight import check_eval_prompts
 from prime_rl.launcher.standing_server import standing_key
 from prime_rl.models import student_dir
 from prime_rl.monitor.wandb_mode import settle_wandb_mode
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.protocol.servers import SERVER_KEY_ENV, STUDENT_MODEL_NAME
-from prime_rl.tasks import load_task
 
 
 @dataclass
@@ -48,7 +47,8 @@ def evaluate_request(req: Request) -> tuple[Config, Path, list[dict]]:
     subjects = find_subjects(req.run, req.steps, cfg.model.name, RunDir(out), req.teacher)
     cfg = student_only(teacher_as_student(cfg) if req.teacher else cfg)
     tasks = task_configs(base, req.tasks)
-    check_eval_splits(tasks)
+    for task in tasks.values():
+        check_eval_prompts(task.task)
     if req.harness:
         check_harness(req.harness, req.harness_include)
     cfg = settle_wandb_mode(cfg, out, lambda line: print(line, file=sys.stderr, flush=True))
@@ -60,15 +60,6 @@ def evaluate_request(req: Request) -> tuple[Config, Path, list[dict]]:
 
 def default_out(run: Path | None) -> Path:
     return (run or Path("outputs")) / "evals" / datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f")
-
-
-def check_eval_splits(tasks: dict[str, Config]) -> None:
-    for cfg in tasks.values():
-        if not load_task(cfg.task).eval:
-            raise UserError(
-                f"task {cfg.task.name} has no eval split to evaluate on [task]; fix: give it eval "
-                "examples (task.num_eval, or an eval split in its data)"
-            )
 
 
 def export_checkpoints(cfg: Config, subjects: list[Subject]) -> None:

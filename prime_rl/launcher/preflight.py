@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from prime_rl.config.evaluation import eval_label, eval_task_config
+from prime_rl.config.evaluation import eval_task_config
 from prime_rl.config.layout import on_gpu
 from prime_rl.config.modes import (
     Mode,
@@ -39,8 +39,8 @@ from prime_rl.config.modes import (
     uses,
 )
 from prime_rl.config.rules import check_gpu_count, check_rules
-from prime_rl.config.schema import Config, TaskSourceConfig, TeacherKind
-from prime_rl.config.sources import mix_sources
+from prime_rl.config.schema import Config, TaskConfig, TaskSourceConfig, TeacherKind
+from prime_rl.config.sources import mix_sources, source_label
 from prime_rl.config.teachers import (
     DEFAULT,
     local_teachers,
@@ -440,7 +440,7 @@ def _eval_tasks(cfg: Config) -> None:
         )
         if task.name != MIX:
             check_data_key(key, task)
-        label = eval_label(task)
+        label = source_label(task)
         check(
             label not in taken,
             [f"{key}.label"],
@@ -449,13 +449,17 @@ def _eval_tasks(cfg: Config) -> None:
         )
         taken.add(label)
         with keys_renamed("task.", f"{key}."):
-            examples = load_task(eval_task_config(cfg, task).task).eval
-        check(
-            bool(examples),
-            [f"{key}.num_eval"],
-            "it has no eval prompts",
-            f"give it eval examples ({key}.num_eval, or an eval split in its data)",
-        )
+            check_eval_prompts(eval_task_config(cfg, task).task)
+
+
+def check_eval_prompts(task: TaskConfig) -> None:
+    """The task builds and has eval prompts to evaluate on (errors name `task.…`)."""
+    check(
+        bool(load_task(task).eval),
+        ["task.num_eval"],
+        f"{source_label(task)} has no eval prompts",
+        "give it eval examples (task.num_eval, or an eval split in its data)",
+    )
 
 
 def _warm_start(cfg: Config, sources: list[tuple[str, TaskSourceConfig]]) -> None:

@@ -8,8 +8,9 @@ import math
 import statistics
 from dataclasses import dataclass, replace
 
-from prime_rl.config.evaluation import due, due_for_eval, eval_label, eval_task_config, task_interval
+from prime_rl.config.evaluation import due, due_for_eval, eval_task_config, task_interval
 from prime_rl.config.modes import RolloutSource, example_mode
+from prime_rl.config.sources import source_label
 from prime_rl.inference.client import ChatAnswer
 from prime_rl.models.chat import final_answer
 from prime_rl.orchestrator.context import Context, student_sampling, teacher_sampling
@@ -61,7 +62,7 @@ def eval_tasks(ctx: Context) -> list[EvalTask]:
         mine = replace(
             ctx, cfg=own, task=load_task(own.task), verification=verification, envs=EnvPool(), difficulty=None
         )
-        tasks.append(EvalTask(eval_label(t), task_interval(cfg, t), mine))
+        tasks.append(EvalTask(source_label(t), task_interval(cfg, t), mine))
     return tasks
 
 
