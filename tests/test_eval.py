@@ -17,6 +17,8 @@ from prime_rl.config import compose_config
 from prime_rl.config.user_error import UserError
 from prime_rl.eval.configs import run_overrides
 from prime_rl.eval.harness import check_harness
+from prime_rl.eval.points import check_points, find_points, launcher_overrides, slurm_params
+from prime_rl.eval.run import Request
 from prime_rl.eval.subjects import Subject, find_subjects
 from prime_rl.models.chat import chat_tokenizer
 from prime_rl.protocol.atomic import STABLE_MARKER
@@ -25,6 +27,7 @@ from prime_rl.tasks import load_task
 from tests.conftest import ROOT
 from tests.test_e2e_rl import launch, rows, run_processes
 from tests.test_monitor import offline_runs
+from tests.test_slurm import job_ids, needs_slurm, sacct
 
 # every run evaluates greedily on 32 prompts at steps 0, 2 and 4 on the policy of that step (max_async_level=0), and
 # checkpoints at 2 and 4: weights/ keeps the last two exports (3, 4), so step 2 is only a checkpoint
@@ -104,7 +107,7 @@ def test_a_runs_models_on_two_tasks_with_pass_at_k_on_its_own_server(rl_run, tmp
     assert any(r["eval/pass@4"] > r["eval/pass@1"] for r in found)  # four samples at T = 1 find what one misses
     assert (out / "logs" / "inference.log").exists()  # its own server, from the launcher's plan
     [logged] = offline_runs(out)  # W&B (offline here, as the run logged): one eval run, every metric of every row
-    assert logged.run.job_type == "eval" and logged.config["request"]["step"] == ["start", "latest"]
+    assert logged.run.job_type == "eval" and logged.config["request"]["steps"] == ["start", "latest"]
     assert all(logged.history[0][f"{r['model']}/{r['task']}/eval/pass@4"] == r["eval/pass@4"] for r in found)
     assert not run_processes(str(out)), "the evaluation's server outlived it"
 
@@ -263,3 +266,111 @@ def test_an_lm_eval_task_it_does_not_know_is_refused_in_one_line(tmp_path):
         check_harness(["reverse_word"], tasks)
     with pytest.raises(UserError, match=r"--harness-include .*: no such dir; fix: "):
         check_harness(["reverse_words"], tmp_path / "nowhere")
+
+
+# a sweep of the overrides (-m): the same key twice counts once, as in Hydra (k = 2 and k = 4 at T = 1, on 8 prompts)
+SWEEP = [
+    "-m",
+    "orchestrator.eval.samples_per_prompt=1,2",
+    "orchestrator.eval.samples_per_prompt=2,4",
+    "orchestrator.eval.temperature=1",
+    "orchestrator.eval.num_examples=8",
+]
+
+
+def joined(out: Path) -> tuple[list[dict], list[list[dict]]]:
+    """The joined rows of a sweep of evaluations, and each point's own rows (from its own dir)."""
+    points = sorted((p for p in out.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    return json.loads((out / "results.json").read_text())["results"], [
+        json.loads((p / "results.json").read_text())["results"] for p in points
+    ]
+
+
+def assert_one_row_per_point(rows: list[dict], own: list[list[dict]]) -> None:
+    """Two points, k = 2 and k = 4, each labelled with its k, whose rows are its own dir's rows."""
+    assert [r["point"] for r in rows] == [
+        "orchestrator.eval.samples_per_prompt=2",
+        "orchestrator.eval.samples_per_prompt=4",
+    ]
+    assert [max(int(k.rsplit("@", 1)[1]) for k in r if k.startswith("eval/pass@")) for r in rows] == [2, 4]
+    assert [{k: v for k, v in r.items() if k not in ("point", "run")} for r in rows] == [o for [o] in own]
+
+
+@pytest.mark.vllm
+def test_a_sweep_of_the_overrides_is_an_evaluation_per_point_joined_in_one_table(rl_run, standing_servers, tmp_path):
+    attach = standing_servers.overrides(*RUN, EVAL_TASKS)
+    out = tmp_path / "out"
+    proc = evaluate("--run", str(rl_run), "--out", str(out), *SWEEP, *attach, env=standing_servers.env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows, own = joined(out)
+    assert_one_row_per_point(rows, own)
+    assert results(proc) == rows  # the last results it names: the joined ones
+
+
+@needs_slurm
+@pytest.mark.slurm
+@pytest.mark.timeout(420)
+def test_a_sweep_of_evaluations_on_slurm_is_one_array_job_joined_in_one_table(rl_run, standing_servers, tmp_path):
+    attach = standing_servers.overrides(*RUN, EVAL_TASKS)
+    out = tmp_path / "out"
+    args = ["--run", str(rl_run), "--out", str(out), *SWEEP, "hydra/launcher=slurm", *attach]
+    try:
+        proc = evaluate(*args, env=standing_servers.env())
+    except subprocess.TimeoutExpired:
+        for job_id in job_ids(out):  # what it left queued or running
+            subprocess.run(["scancel", job_id], check=False)
+        raise
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [array] = job_ids(out)  # one array job, a task per point
+    assert sorted(sacct(array, tasks=2).values()) == [["COMPLETED"], ["COMPLETED"]]
+    rows, own = joined(out)
+    assert_one_row_per_point(rows, own)
+
+
+def sweep_dir_of(root: Path, taus: list[float]) -> Path:
+    """A sweep's dir as launch.py -m writes it: multirun.yaml, and a job dir per point with its overrides."""
+    for n, tau in enumerate(taus):
+        (root / str(n) / ".hydra").mkdir(parents=True)
+        overrides = ["training_mode=opd", "teacher=local_vllm", f"trainer.loss.teacher_tau={tau}"]
+        (root / str(n) / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    (root / "multirun.yaml").write_text("{}")
+    return root
+
+
+def test_a_sweeps_dir_and_a_sweep_of_overrides_are_its_jobs_times_the_points_each_labelled(tmp_path):
+    sweep = sweep_dir_of(tmp_path / "sweep", [0.1, 0.5])
+    overrides, launcher = launcher_overrides(SWEEP[1:] + ["hydra/launcher=slurm", "hydra.launcher.partition=gpu"])
+    assert launcher == ["hydra/launcher=slurm", "hydra.launcher.partition=gpu"]
+    points, root = find_points(Request(None, ["start"], [], overrides, tmp_path / "out"), [sweep], True)
+    assert root == tmp_path / "out"
+    assert [(p.request.run, p.request.out, p.label) for p in points] == [
+        (sweep / "0", root / "0", "trainer.loss.teacher_tau=0.1 orchestrator.eval.samples_per_prompt=2"),
+        (sweep / "0", root / "1", "trainer.loss.teacher_tau=0.1 orchestrator.eval.samples_per_prompt=4"),
+        (sweep / "1", root / "2", "trainer.loss.teacher_tau=0.5 orchestrator.eval.samples_per_prompt=2"),
+        (sweep / "1", root / "3", "trainer.loss.teacher_tau=0.5 orchestrator.eval.samples_per_prompt=4"),
+    ]
+    [single], none = find_points(Request(None, [], [], [], tmp_path / "one"), [sweep / "1"], False)
+    assert none is None and single.label == "" and single.request.out == tmp_path / "one"
+
+
+def test_an_eval_on_slurm_asks_for_its_one_servers_gpus_on_one_node(tmp_path):
+    gpus = ["deployment.num_infer_gpus=2", "deployment.num_train_gpus=4", "deployment.num_teacher_gpus=2"]
+    [point], _ = find_points(Request(None, [], [], gpus, tmp_path), [], False)
+    params = slurm_params(point, ["hydra/launcher=slurm_gpu", "hydra.launcher.partition=gpu"], tmp_path)
+    assert (params["gpus_per_node"], params["nodes"], params["cpus_per_task"]) == (2, 1, 16)  # not the 8 of the run
+    assert params["partition"] == "gpu" and params["submitit_folder"] == f"{tmp_path}/%j"
+    with pytest.raises(UserError, match=r"^hydra/launcher=basic: an evaluation runs its points here or on SLURM"):
+        slurm_params(point, ["hydra/launcher=basic"], tmp_path)
+    with pytest.raises(UserError, match=r"^unknown key \[hydra.launcher.partiton\]"):
+        slurm_params(point, ["hydra/launcher=slurm", "hydra.launcher.partiton=gpu"], tmp_path)
+
+
+def test_a_point_that_fails_its_checks_is_named_before_any_is_evaluated(tmp_path):
+    sweep = sweep_dir_of(tmp_path / "sweep", [0.1])
+    greedy = ["orchestrator.eval.temperature=0", "orchestrator.eval.samples_per_prompt=1,2"]
+    points, _ = find_points(Request(None, ["start"], [], greedy, tmp_path / "out"), [sweep], True)
+    with pytest.raises(
+        UserError, match=r"^eval #1 \(orchestrator.eval.samples_per_prompt=2\): .*nothing was evaluated$"
+    ):
+        check_points(points)
+    assert not (tmp_path / "out").exists()

@@ -1,7 +1,8 @@
 """Registers the schema with Hydra and turns configs (composed or written to a run dir) into typed objects."""
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -18,10 +19,23 @@ CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 def compose_config(overrides: Sequence[str] = ()) -> Config:
     """The typed config `python launch.py <overrides>` builds (not validated), composed through Hydra's public
     API: for tests, benchmarks and generated docs, outside any running Hydra app."""
+    return to_config(composed(overrides))
+
+
+def composed(overrides: Sequence[str] = (), with_hydra: bool = False) -> DictConfig:
+    """The untyped config Hydra composes from `overrides`; `with_hydra`: with Hydra's own node (its launcher's
+    parameters resolved against this config), as a Hydra app sees it."""
+    with hydra_conf():
+        return compose(config_name="config", overrides=list(overrides), return_hydra_config=with_hydra)
+
+
+@contextmanager
+def hydra_conf() -> Iterator[None]:
+    """Hydra initialized on `conf/` outside any running Hydra app (GlobalHydra's config loader is this one inside)."""
     register_configs()
     GlobalHydra.instance().clear()  # a Hydra left initialized (a test, a notebook) would make initialize refuse
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return to_config(compose(config_name="config", overrides=list(overrides)))
+        yield
 
 
 def register_configs() -> None:

@@ -1,10 +1,12 @@
-"""`python -m prime_rl.eval [--run DIR] [--step S,…] [--task T,…] <hydra overrides...>`: the models of a run (its
-starting model, a step, the latest, a LoRA run's merged model, its local teacher) or the config's model (model.name:
-a model dir or a Hub id) evaluated on one or more tasks, with the training eval's sampling and metrics
+"""`python -m prime_rl.eval [-m] [--run DIR,…] [--step S,…] [--task T,…] <hydra overrides...>`: the models of a run
+(its starting model, a step, the latest, a LoRA run's merged model, its local teacher) or the config's model
+(model.name: a model dir or a Hub id) evaluated on one or more tasks, with the training eval's sampling and metrics
 (orchestrator.eval.*: k samples per prompt for avg@k and pass@k), around a vLLM server it starts and stops (or a
-standing one, inference.url)."""
+standing one, inference.url). Several runs (a sweep's dir: its jobs) and `-m` sweeps of the overrides are several
+evaluations, here or on SLURM (hydra/launcher=slurm), joined in one table."""
 
 import argparse
+import sys
 from pathlib import Path
 
 from prime_rl.devstep.server import run_stoppable
@@ -13,7 +15,12 @@ from prime_rl.devstep.server import run_stoppable
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m prime_rl.eval", description=__doc__.split("\n\n")[0])
     p.add_argument("overrides", nargs="*", help="Hydra overrides, as for launch.py, on top of the run's own")
-    p.add_argument("--run", type=Path, metavar="DIR", help="a run dir of launch.py: its config and its models")
+    p.add_argument(
+        "--run", type=paths, default=[], metavar="DIR,…", help="run dirs of launch.py (a sweep's dir: its jobs)"
+    )
+    p.add_argument(
+        "-m", "--multirun", action="store_true", help="sweep the overrides as launch.py -m does: an evaluation each"
+    )
     p.add_argument(
         "--step", type=names, default=[], metavar="S,…", help="with --run: start, latest (default), merged, N; a list"
     )
@@ -40,6 +47,10 @@ def names(text: str) -> list[str]:
     return [name.strip() for name in text.split(",") if name.strip()]
 
 
+def paths(text: str) -> list[Path]:
+    return [Path(name) for name in names(text)]
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     run_stoppable(lambda: evaluate(args))
@@ -48,31 +59,44 @@ def main(argv: list[str] | None = None) -> None:
 def evaluate(args: argparse.Namespace) -> None:
     from rich.console import Console
 
+    from prime_rl.eval.points import (
+        asked,
+        check_points,
+        evaluate_here,
+        evaluate_on_slurm,
+        find_points,
+        launcher_overrides,
+    )
     from prime_rl.eval.results import show_results, write_results
-    from prime_rl.eval.run import Request, evaluate_request
-    from prime_rl.eval.wandb_results import log_results
-    from prime_rl.monitor.wandb_mode import wandb_mode
+    from prime_rl.eval.run import Request
 
-    request = Request(
-        args.run,
+    overrides, launcher = launcher_overrides(args.overrides)
+    template = Request(
+        None,
         args.step,
         args.task,
-        args.overrides,
+        overrides,
         args.out,
         args.teacher,
         args.harness,
         args.harness_include,
         args.harness_api,
     )
-    cfg, out, rows = evaluate_request(request)
-    console = Console(highlight=False)
-    show_results(console, rows)
-    asked = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-    path = write_results(out, asked, rows)
-    logged = log_results(cfg, out, asked, rows)
-    if logged:
-        console.print(f"W&B ({wandb_mode(cfg.monitor.wandb.mode)}): {logged}", soft_wrap=True)
-    console.print(f"results: {path}", soft_wrap=True)
+    points, root = find_points(template, args.run, args.multirun)
+    check_points(points)
+    if launcher:
+        rows, failed = evaluate_on_slurm(points, launcher, root or points[0].request.out)
+    else:
+        rows, failed = evaluate_here(points), []
+    if root is not None or launcher:  # one table across the points (a SLURM job printed its own in its log)
+        console = Console(highlight=False)
+        show_results(console, rows)
+    if root is not None:
+        console.print(f"results: {write_results(root, asked(vars(args)), rows)}", soft_wrap=True)
+    for line in failed:
+        print(line, file=sys.stderr, flush=True)
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

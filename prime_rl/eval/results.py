@@ -24,30 +24,45 @@ def show_results(console: Console, rows: list[dict]) -> None:
         console.print(task_table(ours))
     if harness:
         table = Table("task", "metrics", "time (s)", title="lm-eval")
-        table.columns.insert(0, Column("model", overflow="fold"))
+        table.columns[:0] = model_columns(harness)
         for row in harness:
             metrics = "  ".join(
                 f"{k.removeprefix('lm-eval/')} {v:.3f}" for k, v in row.items() if k.startswith("lm-eval/")
             )
-            table.add_row(row["model"], row["task"].removeprefix("lm-eval/"), metrics, f"{row['time_s']:.1f}")
+            table.add_row(*model_cells(row), row["task"].removeprefix("lm-eval/"), metrics, f"{row['time_s']:.1f}")
         console.print(table)
 
 
+def model_columns(rows: list[dict]) -> list[Column]:
+    """The model (a model dir's whole path), after the point it belongs to where the rows are several points'."""
+    point = [Column("point", overflow="fold")] if "point" in rows[0] else []
+    return [*point, Column("model", overflow="fold")]
+
+
+def model_cells(row: dict) -> list[str]:
+    return [row["point"], row["model"]] if "point" in row else [row["model"]]
+
+
 def task_table(rows: list[dict]) -> Table:
-    k = max(passes(rows[0], "eval"))  # the same k for every row: one sampling config
+    k = max(j for row in rows for j in passes(row, "eval"))  # points of a sweep may sample different k
     rates = ["pass@1"] + ([f"pass@{k}"] if k > 1 else [])
     table = Table("task", "reward", "± stderr", *rates, "tokens", "time (s)")
-    table.columns.insert(0, Column("model", overflow="fold"))  # a model dir's whole path
+    table.columns[:0] = model_columns(rows)
+    blank = [""] * len(model_cells(rows[0]))
     for row in rows:
         for name, prefix in [(row["task"], "eval")] + [(f"  {s}", f"eval/{s}") for s in sources(row)]:
             table.add_row(
-                row["model"] if prefix == "eval" else "",
+                *(model_cells(row) if prefix == "eval" else blank),
                 name,
-                *(f"{row[f'{prefix}/{key}']:.3f}" for key in ["reward", "reward_stderr", *rates]),
+                *(cell(row, f"{prefix}/{key}") for key in ["reward", "reward_stderr", *rates]),
                 f"{row[f'{prefix}/completion_tokens']:.1f}",
                 f"{row['time_s']:.1f}" if prefix == "eval" else "",
             )
     return table
+
+
+def cell(row: dict, key: str) -> str:
+    return f"{row[key]:.3f}" if key in row else "–"  # pass@k of a point that sampled fewer
 
 
 def passes(row: dict, prefix: str) -> list[int]:

@@ -39,8 +39,18 @@ class Request:
     harness_api: str = "chat"  # chat (the server applies the chat template) | completions (raw text, loglikelihood)
 
 
-def evaluate_request(req: Request) -> tuple[Config, Path, list[dict]]:
-    """The result rows, one per model and task, the dir they were evaluated in and the config they were under."""
+@dataclass(frozen=True)
+class Checked:
+    """A request found and checked: what it evaluates, on what, under which config, written where."""
+
+    cfg: Config  # the student's config (the run's model, or its teacher's), stripped to its one server
+    out: Path  # the evaluation's own dir
+    subjects: list[Subject]  # the models, in order
+    tasks: dict[str, Config]  # the tasks by the name their rows take
+
+
+def check_request(req: Request) -> Checked:
+    """The request's configs and models found and checked: one-line UserErrors, nothing started or written."""
     base = run_overrides(req.run) + req.overrides
     cfg = launch_config(base)  # the model: the run's, whatever task it is evaluated on
     out = (req.out or default_out(req.run)).resolve()
@@ -51,11 +61,18 @@ def evaluate_request(req: Request) -> tuple[Config, Path, list[dict]]:
         check_eval_prompts(task.task)
     if req.harness:
         check_harness(req.harness, req.harness_include)
-    cfg = settle_wandb_mode(cfg, out, lambda line: print(line, file=sys.stderr, flush=True))
+    return Checked(cfg, out, subjects, tasks)
+
+
+def evaluate_request(req: Request) -> tuple[Config, Path, list[dict]]:
+    """The result rows, one per model and task, the dir they were evaluated in and the config they were under."""
+    checked = check_request(req)
+    out, subjects = checked.out, checked.subjects
+    cfg = settle_wandb_mode(checked.cfg, out, lambda line: print(line, file=sys.stderr, flush=True))
     plan = run_plan(prepared(cfg), claim(out))
     export_checkpoints(plan.config, subjects)
     with served(plan):
-        return plan.config, out, asyncio.run(evaluate_subjects(plan.config, tasks, subjects, req))
+        return plan.config, out, asyncio.run(evaluate_subjects(plan.config, checked.tasks, subjects, req))
 
 
 def default_out(run: Path | None) -> Path:
