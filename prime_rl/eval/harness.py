@@ -5,6 +5,7 @@ tasks that generate) or `local-completions` (raw text, loglikelihood too: multip
 
 from pathlib import Path
 
+from prime_rl.config.extras import import_extra
 from prime_rl.config.user_error import UserError
 
 APIS = {"chat": ("local-chat-completions", "chat/completions"), "completions": ("local-completions", "completions")}
@@ -13,13 +14,8 @@ CONCURRENT = 8  # requests in flight: the chat client sends one prompt per reque
 
 def task_manager(include: Path | None):
     """lm-eval's task index (its own tasks and those of `include`); a one-line error where lm-eval is missing."""
-    try:
-        from lm_eval.tasks import TaskManager
-    except ImportError as e:
-        raise UserError(
-            f"--harness needs lm-evaluation-harness ({e.name} does not import); fix: pip install -e '.[harness]'"
-        ) from e
-    return TaskManager(include_path=str(include) if include else None, include_defaults=include is None)
+    tasks = import_extra("lm_eval.tasks", "harness", "--harness (lm-evaluation-harness)")
+    return tasks.TaskManager(include_path=str(include) if include else None, include_defaults=include is None)
 
 
 def check_harness(names: list[str], include: Path | None) -> None:

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from prime_rl.config import to_config
+from prime_rl.config.extras import SLURM_PLUGIN, missing_extra
 from prime_rl.config.modes import modes_with
 from prime_rl.config.user_error import UserError, exit_with, first_line
 from prime_rl.launcher.gpus import visible_gpus
@@ -118,6 +119,8 @@ def hydra_error(e: Exception) -> str:
     """One line from Hydra's and OmegaConf's multi-line errors, with the key and a fix."""
     cause = e.__cause__ or e
     key = getattr(cause, "full_key", None)
+    if isinstance(e, MissingConfigException) and f"'hydra/launcher/{SLURM_PLUGIN}'" in str(e):
+        return missing_extra("hydra/launcher=slurm", "slurm", "hydra-submitit-launcher")
     if isinstance(e, MissingConfigException) and e.options:
         group = (e.missing_cfg_file or "").split("/")[0]
         return f"invalid choice [{group}]: {first_line(e)}; fix: use one of {', '.join(sorted(e.options))}"

@@ -6,7 +6,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from prime_rl.config.extras import import_extra
 from prime_rl.config.schema import WandbMode
+from prime_rl.config.user_error import UserError
 from prime_rl.monitor.metrics import labelled_eval_rewards
 from prime_rl.monitor.wandb_mode import wandb_mode
 from prime_rl.monitor.wandb_run import EVAL_STEP, RUN_ID_FILE
@@ -54,8 +56,8 @@ def build_workspace(
 ):
     """The workspace object: the runs whose attribute runs[0] (W&B's "Group", "ID") is runs[1], grouped, so
     coloured, by the config keys `groupby`; `evals`: the eval/<label>/reward metrics they logged, a section."""
-    import wandb_workspaces.reports.v2 as wr
-    import wandb_workspaces.workspaces as ws
+    wr = import_extra("wandb_workspaces.reports.v2", "report", "a W&B workspace (python -m prime_rl.report)")
+    ws = import_extra("wandb_workspaces.workspaces", "report", "a W&B workspace (python -m prime_rl.report)")
 
     def panel(metric: str):
         return wr.LinePlot(title=metric, x=EVAL_STEP if metric.startswith("eval/") else "Step", y=[metric])
@@ -107,7 +109,10 @@ def publish_workspace(path: Path) -> str:
     import wandb
 
     make = run_workspace if what == "run" else sweep_workspace
-    workspace = make(path, entity=wandb.Api().default_entity)
+    try:
+        workspace = make(path, entity=wandb.Api().default_entity)
+    except UserError as e:  # the report extra is not installed: the report itself is written all the same
+        return f"no workspace pushed: {e}"
     if workspace is None:
         return f"the {what} logged nothing to W&B: no workspace"
     return f"W&B workspace: {workspace.save().url}"

@@ -5,6 +5,7 @@ are dropped (datasets over a finite vocabulary repeat questions); the dataset's 
 import functools
 from collections.abc import Callable
 
+from prime_rl.config.extras import import_extra
 from prime_rl.config.schema import TaskConfig
 from prime_rl.config.user_error import ConfigError
 from prime_rl.tasks.task import Example, Task
@@ -24,7 +25,7 @@ def load_reasoning_gym_task(cfg: TaskConfig) -> Task:
 
 
 def generate(cfg: TaskConfig, seed: int, size: int) -> list[Example]:
-    import reasoning_gym
+    reasoning_gym = import_extra("reasoning_gym", "reasoning-gym", "task=reasoning_gym")
 
     try:
         dataset = reasoning_gym.create_dataset(cfg.dataset, seed=seed, size=size, **cfg.options)
@@ -39,7 +40,7 @@ def generate(cfg: TaskConfig, seed: int, size: int) -> list[Example]:
 
 def entry_scorer(cfg: TaskConfig) -> Callable[[str, Example], float]:
     """(completion, example) -> the dataset's own score_answer of the completion for the example's entry."""
-    import reasoning_gym
+    reasoning_gym = import_extra("reasoning_gym", "reasoning-gym", "task=reasoning_gym")
 
     return functools.partial(score_entry, reasoning_gym.get_score_answer_fn(cfg.dataset))
 
