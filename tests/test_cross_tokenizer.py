@@ -14,7 +14,7 @@ from transformers import PreTrainedTokenizerFast
 from prime_rl.config import compose_config
 from prime_rl.config.schema import LossConfig
 from prime_rl.config.user_error import UserError
-from prime_rl.models.chat import answer_ids, prompt_ids
+from prime_rl.models.chat import answer_ids, prompt_ids, transcript_ids
 from prime_rl.models.tokenizer import build_bpe_tokenizer, build_tokenizer
 from prime_rl.prepare import prepare_teacher
 from prime_rl.protocol.batch import TEACHER_CHUNKS, TEACHER_LOGPROBS, Sample
@@ -155,6 +155,46 @@ def test_where_the_tokenizers_agree_the_text_path_sends_the_same_tokens_and_the_
     assert results[0] == results[1]
 
 
+# an episode of the retry environment: a wrong reply, the environment's next message, the right one
+EPISODE = [
+    {"role": "user", "content": "reverse: naïve 🦊"},
+    {"role": "assistant", "content": "🦊 evian"},
+    {"role": "user", "content": "Not quite. Try again."},
+    {"role": "assistant", "content": "🦊 evïan"},
+]
+
+
+def test_an_episode_is_read_by_a_teacher_of_the_same_tokenizer_as_its_very_ids_and_replies_alone_are_scored(
+    tokenizers,
+):
+    """The exactness of the fast path, turn by turn: a teacher with the student's tokenizer and template reads an
+    episode (its conversation as the environment holds it: the last reply's message is not in it) as its very ids,
+    every reply token a chunk of its own carrying its own logprob, and the turn between replies one chunk of context."""
+    char = tokenizers["char"]
+    prompt, ids, mask = transcript_ids(char, EPISODE)
+    teacher_prompt, teacher_ids, chunks = TextAlignment(char, char).teacher_episode(EPISODE[:-1], None, ids, mask)
+    assert (teacher_prompt, teacher_ids) == (prompt, ids)
+    replies = chunks.replies()
+    assert replies.one_to_one == sum(mask) == sum(replies.student) and sum(chunks.student) == len(ids)
+    logprobs = [-0.01 * i for i in range(len(ids))]
+    sums = chunks.teacher_sums(logprobs)
+    assert [v for v, trains in zip(sums, mask) if trains] == [v for v, trains in zip(logprobs, mask) if trains]
+
+
+def test_an_episode_is_read_by_a_teacher_of_another_tokenizer_as_its_own_transcript_of_the_conversation(tokenizers):
+    """A teacher of another tokenizer and chat template reads the episode as it would its own transcript of the same
+    conversation: its first prompt, each reply's text in its tokens with its own end of turn, the turn between in its
+    template; the replies' chunks cover the student's trained tokens, the turn between is one chunk."""
+    char, bpe = tokenizers["char"], tokenizers["bpe"]
+    _, ids, mask = transcript_ids(char, EPISODE)
+    prompt, teacher_ids, chunks = TextAlignment(char, bpe).teacher_episode(EPISODE[:-1], None, ids, mask)
+    own_prompt, own_ids, own_mask = transcript_ids(bpe, EPISODE)
+    assert (prompt, teacher_ids) == (own_prompt, own_ids)
+    assert sum(chunks.student) == len(ids) and sum(chunks.teacher) == len(teacher_ids)
+    assert sum(chunks.replies().student) == sum(mask) and sum(chunks.replies().teacher) == sum(own_mask)
+    assert chunks.between.count(True) == 1 and chunks.replies().one_to_one < sum(mask)  # BPE pieces span letters
+
+
 def loss_and_grad(rows: list[list[Sample]], seed: int = 0):
     """opd's loss on `rows` with the same made-up policy logprobs: (loss, gradient, teacher_kl, the step's centre)."""
     batch = collate_rows(rows, pad_id=0)
@@ -234,8 +274,9 @@ def bpe_teacher():
 
 @pytest.mark.vllm
 def test_opd_from_teachers_with_another_tokenizer_scores_chunks_of_text(tmp_path, bpe_teacher, standing_servers):
-    """A real run, a mix of two opd sources: one taught by a local teacher of another tokenizer and chat template,
-    one by the same model behind an external vLLM endpoint (its tokenizer named by teacher.tokenizer). The plan
+    """A real run, a mix of three opd sources: one taught by a local teacher of another tokenizer and chat template,
+    one by the same model behind an external vLLM endpoint (its tokenizer named by teacher.tokenizer), and episodes
+    of the retry environment taught by the local teacher (each reply aligned within its own turn). The plan
     says each scores on text and why; every step scores the samples in chunks (the BPE teacher's tokens span
     several of the student's) at the right teacher, and the teacher term is in the loss."""
     run_dir = tmp_path / "run"
@@ -246,7 +287,8 @@ def test_opd_from_teachers_with_another_tokenizer_scores_chunks_of_text(tmp_path
             "training_mode=opd",
             f"teacher.model={bpe_teacher}",
             "task=mix",
-            "task.mix=[{name:reverse,label:local},{name:reverse,label:remote,teacher:remote}]",
+            "task.mix=[{name:reverse,label:local},{name:reverse,label:remote,teacher:remote},"
+            "{name:gym,env:prime_rl.tasks.retry_env:ReverseRetry,max_turns:3,options:{tries:3},label:retry}]",
             remote,
             "model.warm_start.task=reverse",  # the built-in reverse student: no build for the mix
             "orchestrator.log_samples=128",  # every sample: both sources' teachers are seen
@@ -270,5 +312,7 @@ def test_opd_from_teachers_with_another_tokenizer_scores_chunks_of_text(tmp_path
         assert math.isfinite(r["teacher_kl"]) and r["teacher_kl"] != 0, r
     samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
     scored = {(s["source"], s["teacher"]) for s in samples if s["teacher"]}  # unscored: no teacher
-    assert scored == {("local", TEACHER_MODEL_NAME), ("remote", "teachers.remote")}
+    assert scored == {("local", TEACHER_MODEL_NAME), ("remote", "teachers.remote"), ("retry", TEACHER_MODEL_NAME)}
+    # episodes of more than one reply were scored too: each reply aligned in its own turn
+    assert any(r.get("env/retry/turns", 0) > 1 for r in train), train
     assert "POST /tokenize" in endpoint_log and "POST /v1/completions" in endpoint_log, endpoint_log[-2000:]

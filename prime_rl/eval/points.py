@@ -48,7 +48,8 @@ def find_points(template: Request, runs: list[Path], multirun: bool) -> tuple[li
     asked = [(d, o) for d in dirs for o in sweeps]
     root = (template.out or default_out(runs[0] if len(runs) == 1 else None)).resolve()
     if len(asked) == 1:
-        return [Point(replace(template, run=dirs[0], out=root), "")], None
+        [(run, overrides)] = asked
+        return [Point(replace(template, run=run, overrides=overrides, out=root), "")], None
     labels = differences([run_overrides(d) + o for d, o in asked])
     return [
         Point(replace(template, run=d, overrides=o, out=root / str(n)), labels[n] or (d.name if d else f"#{n}"))

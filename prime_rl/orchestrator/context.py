@@ -52,6 +52,9 @@ class Context:
     envs: EnvPool = field(default_factory=EnvPool)  # task=gym: the environments episodes are played against
     tool_readers: dict[str, ToolReader] = field(default_factory=dict)  # task=gym with tools: by parser name
     difficulty: DifficultyFilter | None = None  # orchestrator.difficulty: the prompts held back, by step
+    # by id() of an episode's sample, its conversation (messages, tool schemas), for those that read it (opd with a
+    # teacher of another tokenizer renders it in its own template); None: nobody does, none is kept
+    conversations: dict[int, tuple[list[dict], list[dict] | None]] | None = None
 
     def teacher_of(self, source: str) -> Teacher:
         """The teacher of a source (an Example's or a Sample's label)."""

@@ -115,6 +115,9 @@ def finished(ctx: Context, groups: list[list[Episode]], teachers: list[str] | No
         [e.sample(example_mode(ctx.cfg, e.example).name, teacher) for e in group]
         for group, teacher in zip(groups, played_by)
     ]
+    if ctx.conversations is not None:
+        for group, made in zip(groups, samples):
+            ctx.conversations.update((id(s), (e.messages, e.schemas)) for e, s in zip(group, made))
     return samples, metrics
 
 

@@ -6,7 +6,7 @@ text."""
 import functools
 import itertools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 WINDOW = 32  # tokens before a token decoded with it, and tokens read at once
 BYTE_TOKEN = re.compile(r"<0x[0-9A-Fa-f]{2}>")  # a byte-fallback token (SentencePiece's for bytes it has no piece of)
@@ -18,6 +18,17 @@ class Chunks:
 
     student: list[int]
     teacher: list[int]
+    between: list[bool] = field(default_factory=list)  # per chunk: the turns between an episode's replies ([]: none)
+
+    def extend(self, other: "Chunks", between: bool = False) -> None:
+        self.student += other.student
+        self.teacher += other.teacher
+        self.between += [between] * len(other.student)
+
+    def replies(self) -> "Chunks":
+        """The chunks of the replies alone: what trains (the metrics' share)."""
+        kept = [i for i in range(len(self.student)) if not (self.between and self.between[i])]
+        return Chunks([self.student[i] for i in kept], [self.teacher[i] for i in kept])
 
     def starts(self) -> list[float]:
         """Per student token: 1.0 where a chunk starts (the trainer sums the student's logprobs chunk by chunk)."""
@@ -156,6 +167,40 @@ class TextAlignment:
         read back as the student's text."""
         from prime_rl.models.chat import prompt_ids
 
+        found = self.reply(completion_ids, truncated)
+        return None if found is None else (prompt_ids(self.teacher, messages), *found)
+
+    def teacher_episode(
+        self, messages: list[dict], tools: list[dict] | None, completion_ids: list[int], mask: list[bool]
+    ) -> tuple[list[int], list[int], Chunks] | None:
+        """An episode's sample (`messages`: its conversation as the environment holds it; `mask`: true at the
+        student's replies) as the teacher reads it: its first prompt in the teacher's template, then each reply's
+        text in the teacher's tokens, aligned as a single reply's, and the turns between replies as the teacher's
+        template renders them, one chunk each side (context: not scored). None where a reply does not read back."""
+        from prime_rl.models.chat import next_turn_ids, prompt_ids
+
+        turns = [i for i, m in enumerate(messages) if m["role"] == "assistant"] + [len(messages)]
+        ids, chunks, reply, replies = [], Chunks([], []), [], 0
+        for is_reply, run in itertools.groupby(range(len(completion_ids)), key=mask.__getitem__):
+            run = list(run)
+            if is_reply:
+                found = self.reply(completion_ids[run[0] : run[-1] + 1], truncated=False)
+                if found is None:
+                    return None
+                reply, reply_chunks = found
+                ids += reply
+                chunks.extend(reply_chunks)
+                replies += 1
+            else:  # the messages after the last reply, up to the next one, and the generation prompt
+                at, following = turns[replies - 1], messages[turns[replies - 1] + 1 : turns[replies]]
+                bridge = next_turn_ids(self.teacher, messages[:at], following, reply, tools)
+                ids += bridge
+                chunks.extend(Chunks([len(run)], [len(bridge)]), between=True)
+        return prompt_ids(self.teacher, messages[: turns[0]], tools), ids, chunks
+
+    def reply(self, completion_ids: list[int], truncated: bool) -> tuple[list[int], Chunks] | None:
+        """(the teacher's ids of a reply's text, the chunks), its end of turn the teacher's own where the student
+        ended its turn itself; None where the teacher's tokens do not read back as the student's text."""
         stopped = bool(completion_ids) and not truncated and completion_ids[-1] in self.student_stops
         text, student_ends = text_ends(self.student, completion_ids[:-1] if stopped else completion_ids)
         teacher_ids = self.teacher.encode(text, add_special_tokens=False)
@@ -167,7 +212,7 @@ class TextAlignment:
             chunks.student.append(1)
             chunks.teacher.append(1)
             teacher_ids.append(self.teacher_stop)
-        return prompt_ids(self.teacher, messages), teacher_ids, chunks
+        return teacher_ids, chunks
 
 
 def unreadable(tokenizer, texts: list[str]) -> tuple[int, str] | None:

@@ -83,7 +83,7 @@ async def resolve_alignment(
 ) -> Alignment:
     """teacher.alignment of a teacher (`cfg`: as it sees the run) that scores `examples`' samples, checked: tokens
     where its tokenizer is the student's (its files; an endpoint's /tokenize), else text, where the teacher reads
-    their text back, the run distils from sampled tokens and they are no episodes. A local teacher's server need
+    their text back and the run distils from sampled tokens. A local teacher's server need
     not be up."""
     local = cfg.teacher.kind == TeacherKind.local_vllm
     if local:
@@ -176,17 +176,10 @@ async def check_endpoint_tokenizer(client: InferenceClient, model: str, teacher_
 
 
 def check_text_alignment(cfg: Config, examples: list, teacher_tok, source) -> None:
-    """Scoring on text: the run distils from sampled tokens, the examples are no episodes, and the teacher's
-    tokenizer reads back each one's prompt and answer (a character it maps to <unk> would be lost to the
-    comparison)."""
+    """Scoring on text: the run distils from sampled tokens, and the teacher's tokenizer reads back each example's
+    prompt and answer (a character it maps to <unk> would be lost to the comparison)."""
     why = f"its tokenizer at {source} is not the student's"
     sampled_signal_on_text(cfg, why)
-    check(
-        all(ex.env is None for ex in examples),
-        ["task", "teacher.alignment"],
-        f"opd compares a teacher on text in single-turn replies, not episodes, and this teacher scores on text ({why})",
-        "give opd a teacher with the student's tokenizer for an episode task",
-    )
     texts = [
         (f"train example {i}'s {part}", text)
         for i, ex in enumerate(examples)

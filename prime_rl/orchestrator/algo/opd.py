@@ -33,6 +33,7 @@ class OPD(RL):
             await probe_teacher(t.client, t.model, alignment, ctx.tokenizer, examples[0], ctx.cfg)
             if alignment.kind == TeacherAlignment.text:
                 self.aligners[t.name] = TextAlignment(ctx.tokenizer, load_tokenizer(alignment.tokenizer))
+                ctx.conversations = {}  # an episode's conversation, for the teacher's own rendering of it
 
     async def rollouts(self, ctx: Context, examples: list[Example]) -> tuple[list[list[Sample]], dict[str, float]]:
         groups, metrics = await super().rollouts(ctx, examples)
@@ -55,6 +56,8 @@ class OPD(RL):
             *(self.score_text(ctx, ctx.teachers[name], mine) for name, mine in on_text.items()),
         )
         self.prompts.clear()
+        if ctx.conversations:
+            ctx.conversations.clear()
         chunks = [c for found in done if found for c in found]  # the text-aligned teachers' chunks
         return {"time/teacher": time.monotonic() - start, **chunk_metrics(chunks, sum(map(len, on_text.values())))}
 
@@ -63,13 +66,21 @@ class OPD(RL):
         the prompt; a sample whose text it does not read back, or that would not fit its context, is not scored
         (its tokens train on the rewards' advantage alone). Returns the chunks of the samples it scored."""
         aligner, room = self.aligners[teacher.name], ctx.cfg.inference.max_model_len - 1  # and a token to score
-        pairs = [(s, aligner.teacher_pair(self.prompts[id(s)], s.completion_ids, s.truncated)) for s in samples]
+        pairs = [(s, self.teacher_view(ctx, aligner, s)) for s in samples]
         fit = [(s, pair) for s, pair in pairs if pair and len(pair[0]) + len(pair[1]) <= room]
         replies = await scored(ctx, teacher.client, teacher.model, [(p, c) for _, (p, c, _) in fit])
         for (s, (_, _, chunks)), (logprobs, _) in zip(fit, replies):
             keep_scores(s, chunks.teacher_sums(logprobs), None, 0, teacher.label)
             s.streams[TEACHER_CHUNKS] = chunks.starts()
         return [chunks for _, (_, _, chunks) in fit]
+
+    def teacher_view(self, ctx: Context, aligner: TextAlignment, s: Sample) -> tuple | None:
+        """A sample as a teacher of another tokenizer reads it: a reply after its prompt, or an episode's turns."""
+        if id(s) in ctx.conversations:
+            messages, tools = ctx.conversations[id(s)]
+            mask = s.loss_mask or [True] * len(s.completion_ids)
+            return aligner.teacher_episode(messages, tools, s.completion_ids, mask)
+        return aligner.teacher_pair(self.prompts[id(s)], s.completion_ids, s.truncated)
 
 
 async def score(ctx: Context, teacher: Teacher, samples: list[Sample]) -> None:
@@ -85,6 +96,7 @@ def chunk_metrics(chunks: list[Chunks], samples: int) -> dict[str, float]:
     the tokens per chunk each side, the share of their samples left unscored."""
     if not samples:
         return {}
+    chunks = [c.replies() for c in chunks]  # an episode's turns between replies train nothing
     student = sum(sum(c.student) for c in chunks)
     count = max(sum(len(c.student) for c in chunks), 1)
     return {
