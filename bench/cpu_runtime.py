@@ -2,7 +2,7 @@
 for the server and the trainer, against the plain float32 run, in the colocated layout (the CPU default).
 
 Variants (each a set of environment variables and overrides on the same run):
-- plain: float32, no preload (what `python launch.py` does today; vLLM itself preloads torch's libgomp)
+- plain: float32 (pinned: `dtype=auto` is bf16 on a CPU with native bf16 at 4 M parameters and up), no preload
 - tcmalloc: LD_PRELOAD of the system's libtcmalloc_minimal (`apt-get install libtcmalloc-minimal4`)
 - tcmalloc+iomp: tcmalloc and Intel OpenMP's libiomp5 (`pip install intel-openmp`) for every process
 - iomp-blocktime0: the same with KMP_BLOCKTIME=0 (no spinning after a parallel region)
@@ -22,22 +22,25 @@ import sys
 from pathlib import Path
 
 from common import STEP_TIMES, add_runs_arg, bench_dir, compose, finish, median, print_table, run_launcher, step_times
-from model_size import SIZES, short_run
+from model_size import SIZES, Size, short_run
 
 NAME = "cpu_runtime"
 TCMALLOC = Path("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4")
 IOMP = Path(sys.prefix) / "lib" / "libiomp5.so"  # where `pip install intel-openmp` puts it
 BF16 = ["inference.dtype=bfloat16", "trainer.dtype=bfloat16"]
+FP32 = ["inference.dtype=float32", "trainer.dtype=float32"]  # pinned: dtype=auto is bf16 on some CPUs and sizes
+# the sizes of bench/model_size.py, and one between its two smallest, where bf16 starts or stops paying (~1.7 M)
+POINTS = {**SIZES, "xs2": Size(192, 3, 4, 768, 20)}
 
 
 def variants() -> dict[str, tuple[dict[str, str], list[str]]]:
     """name -> (environment, overrides)."""
     return {
-        "plain": ({}, []),
-        "tcmalloc": ({"LD_PRELOAD": str(TCMALLOC)}, []),
-        "tcmalloc+iomp": ({"LD_PRELOAD": f"{TCMALLOC}:{IOMP}"}, []),
+        "plain": ({}, FP32),
+        "tcmalloc": ({"LD_PRELOAD": str(TCMALLOC)}, FP32),
+        "tcmalloc+iomp": ({"LD_PRELOAD": f"{TCMALLOC}:{IOMP}"}, FP32),
         # Intel OpenMP's threads spin 200 ms after each parallel region by default: in turns, into the other phase
-        "iomp-blocktime0": ({"LD_PRELOAD": f"{TCMALLOC}:{IOMP}", "KMP_BLOCKTIME": "0"}, []),
+        "iomp-blocktime0": ({"LD_PRELOAD": f"{TCMALLOC}:{IOMP}", "KMP_BLOCKTIME": "0"}, FP32),
         "bf16": ({}, BF16),
     }
 
@@ -46,7 +49,7 @@ def point_overrides(point: str, seed: int) -> list[str]:
     common = ["deployment.layout=colocated", "orchestrator.max_async_level=0", "monitor=off", f"seed={seed}"]
     if point == "default":
         return [*common, "max_steps=80", "orchestrator.eval.interval=80"]
-    return [*short_run(SIZES[point], 12, seed), *common[:2]]
+    return [*short_run(POINTS[point], 12, seed), *common[:2]]
 
 
 def run_variant(point: str, variant: str, seed: int, out: Path, timeout: float) -> dict:
@@ -70,7 +73,9 @@ def run_variant(point: str, variant: str, seed: int, out: Path, timeout: float) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_runs_arg(parser)
-    parser.add_argument("--points", default="default,m", help="comma-separated: default and/or a model_size size")
+    parser.add_argument(
+        "--points", default="default,m", help="comma-separated: default and/or a size (" + ", ".join(POINTS) + ")"
+    )
     parser.add_argument("--variants", default=",".join(variants()), help="comma-separated, of " + ", ".join(variants()))
     parser.add_argument("--timeout", type=float, default=1200, help="seconds per run")
     args = parser.parse_args()

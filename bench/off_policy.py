@@ -1,5 +1,5 @@
 """The off-policy correction's presets (issue 48, docs/off_policy.md) where the mismatch between sampler and trainer
-is real: the default run at max_async_level=2 (float32: the mismatch is staleness), and the 13 M size of
+is real: the default run at max_async_level=2 (float32: the mismatch is staleness), and the 4.1 M size (s) of
 bench/model_size.py with server and trainer in bf16 (max_async_level=1: rounding and staleness). Per preset,
 medians over seeds: the eval reward at the last step (its standard error beside it) and at a fixed wall-clock (the
 last evaluation every preset's run had reached by then), steps/min, and what the correction did (the median
@@ -87,7 +87,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_runs_arg(parser)
     parser.add_argument("--steps", type=int, default=80, help="optimizer steps per run")
-    parser.add_argument("--points", default="async2,bf16_13m", help="comma-separated, of async2, bf16_13m")
+    parser.add_argument("--points", default="async2,bf16_4m", help="comma-separated, of async2, bf16_4m")
     parser.add_argument("--presets", default=",".join(PRESETS), help="comma-separated, of " + ", ".join(PRESETS))
     parser.add_argument("--timeout", type=float, default=1200, help="seconds per run")
     parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + runs - 1")

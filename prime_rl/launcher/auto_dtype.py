@@ -11,9 +11,10 @@ from prime_rl.config.schema import Config
 from prime_rl.models import student_dir
 
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo's names of native bf16 arithmetic
-# BENCHMARKS §11 (a CPU with avx512_bf16): bf16 gave 1.79x the steps/min at 13 M parameters and 0.67x at 0.38 M,
-# where oneDNN's bf16 kernels cost more than they save on tiny matrices; the flip lies between, unmeasured yet
-BF16_MIN_PARAMS = 10_000_000
+# BENCHMARKS §11 (a CPU with avx512_bf16, float32 against bf16 at each size): 0.67x the steps/min at 0.38 M, where
+# oneDNN's bf16 kernels cost more than they save on tiny matrices, then 1.20x at 1.8 M, 1.40x at 4.1 M, 1.79x at
+# 13 M and 1.71x at 48 M: the flip lies below 1.8 M, the smallest size measured to pay
+BF16_MIN_PARAMS = 1_500_000
 
 
 def cpu_bf16_flag(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
@@ -32,8 +33,8 @@ def auto_cpu_dtype(flag: str | None, params: int | None) -> tuple[str, str]:
     if params is None:
         return "float32", "the student's size is unknown (not built yet, or a config transformers does not read)"
     if params < BF16_MIN_PARAMS:
-        return "float32", f"{flag}, but {params / 1e6:.2f} M parameters < {BF16_MIN_PARAMS / 1e6:.0f} M: bf16 is slower"
-    return "bfloat16", f"{flag} and {params / 1e6:.1f} M parameters >= {BF16_MIN_PARAMS / 1e6:.0f} M"
+        return "float32", f"{flag}, but {params / 1e6:.2f} M parameters < {BF16_MIN_PARAMS / 1e6:.1f} M: bf16 is slower"
+    return "bfloat16", f"{flag} and {params / 1e6:.1f} M parameters >= {BF16_MIN_PARAMS / 1e6:.1f} M"
 
 
 def with_auto_dtypes(cfg: Config) -> tuple[Config, str]:
