@@ -40,6 +40,9 @@ class OPD(RL):
         if self.aligners:  # a teacher with another tokenizer renders the prompt in its own chat template
             for ex, group in zip(examples, groups):
                 self.prompts.update((id(s), ex.messages) for s in group)
+                if ex.env is None:  # a reply: an id a dropped episode's sample had must not read as its episode
+                    for s in group:
+                        ctx.conversations.pop(id(s), None)
         return groups, metrics
 
     async def teacher_signal(self, ctx: Context, samples: list[Sample]) -> dict[str, float]:
