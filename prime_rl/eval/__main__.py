@@ -91,8 +91,8 @@ def evaluate(args: argparse.Namespace) -> None:
     if root is not None or launcher:  # one table across the points (a SLURM job printed its own in its log)
         console = Console(highlight=False)
         show_results(console, rows)
-    if root is not None:
-        console.print(f"results: {write_results(root, asked(vars(args)), rows)}", soft_wrap=True)
+        if root is not None:
+            console.print(f"results: {write_results(root, asked(vars(args)), rows)}", soft_wrap=True)
     for line in failed:
         print(line, file=sys.stderr, flush=True)
     if failed:
