@@ -115,21 +115,22 @@ PURE_OPD_IN_A_FULL_CONTEXT = [
 )
 def test_faults_stop_the_run_cleanly_and_resume_finishes_it(tmp_path, extra, faults, standing_servers):
     run_dir = tmp_path / "run"
+    pool = None if extra else standing_servers
     checkpoint = 0
     for attempt, (target, sig) in enumerate(faults):
         overrides = [*SHORT, *extra, *(["ckpt.resume=true"] if attempt else []), "max_steps=200"]
-        standing = target != OWN_SERVER and not extra
+        standing = pool if target != OWN_SERVER else None
         proc = subprocess.Popen(
-            launch_cmd(*overrides, *(standing_servers.overrides(*overrides) if standing else []),
-                       f"hydra.run.dir={run_dir}"),
+            launch_cmd(*overrides, *(standing.overrides(*overrides) if standing else []), f"hydra.run.dir={run_dir}"),
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-            env=standing_servers.env() if standing else None,
-        )  # fmt: skip
+            env=standing.env() if standing else None,
+        )
+        roles = (4 if extra else 3) - (standing is not None)  # a standing server is no role of the run
         try:
-            hit(run_dir, proc, target, sig, after=checkpoint, roles=(4 if extra else 3) - standing)
+            hit(run_dir, proc, target, sig, after=checkpoint, roles=roles)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -137,7 +138,6 @@ def test_faults_stop_the_run_cleanly_and_resume_finishes_it(tmp_path, extra, fau
                 os.kill(pid, signal.SIGKILL)
         checkpoint = assert_checkpoint_intact(run_dir, after=checkpoint)
     final = checkpoint + 2
-    pool = None if extra else standing_servers
     resumed = launch(run_dir, *SHORT, *extra, f"max_steps={final}", "ckpt.resume=true", standing=pool)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert plan_of(run_dir)["resume_from"] == checkpoint
