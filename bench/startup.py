@@ -6,8 +6,9 @@ own command (prime_rl/inference/server.py), its output lines time-stamped as the
 - model + KV cache: → "init engine … took" (model load, memory profiling, KV cache, warm-up);
 - HTTP up: → the first 200 from /health.
 
-Variants: `default` (the launcher's command as is) and each cut tried: `fork` (VLLM_WORKER_MULTIPROC_METHOD=fork, so
-that the engine process would inherit the imports; vLLM's CPU platform overrides it with spawn). Also timed: a bare
+Variants: `default` (the launcher's command as is: the engine process forked, inheriting the imports, through the
+project's vLLM platform plugin, prime_rl/inference/cpu_platform.py) and `spawn` (vLLM's own CPU platform, which
+spawns the engine process: the plugin off). Also timed: a bare
 `import vllm.entrypoints.openai.api_server`, and (with --launch) the launcher's own "inference ready after X s"
 inside a whole run, where the trainer and the orchestrator start alongside on the same 2 cores.
 
@@ -24,13 +25,15 @@ import time
 import httpx
 from common import add_runs_arg, bench_dir, compose, finish, median, print_table, run_launcher, run_stamped
 
+from prime_rl.inference import cpu_platform
+
 NAME = "startup"
 PHASES = {  # phase: the line that ends it
     "imports": r"^\(APIServer pid=",
     "engine process": r"^\(EngineCore pid=",
     "model + KV cache": r"init engine .* took",
 }
-VARIANTS = {"default": {}, "fork": {"VLLM_WORKER_MULTIPROC_METHOD": "fork"}}
+VARIANTS = {"default": {}, "spawn": {cpu_platform.ENV_VAR: "0"}}
 
 
 def free_port() -> int:

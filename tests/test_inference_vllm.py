@@ -5,6 +5,7 @@ import json
 import shutil
 from dataclasses import replace
 
+import psutil
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -23,6 +24,7 @@ from tests.vllm_server import serve
 PROMPTS = [f"reverse: {w}" for w in ["abcdef", "xyz", "hello", "qwerty", "mnop", "zzyx", "kite", "robot"]]
 GREEDY = Sampling(temperature=0.0, top_p=1.0, max_tokens=16)
 VOCAB = Config().model.tiny.vocab_size
+ENGINE = "VLLM::EngineCore"  # the engine process's title
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +55,21 @@ async def until_running(client, timeout_s: float = 60) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"no request running after {timeout_s} s")
+
+
+def forked_engine(url: str) -> bool:
+    """Whether the engine process of the vLLM server at `url` (started by this test) was forked from its API server:
+    then it holds the API server's listening socket too (a fork inherits open files; spawn execs the engine with only
+    its pipes)."""
+    port = int(url.rsplit(":", 1)[1])
+    listening = [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if any(c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in p.net_connections("tcp"))
+    ]
+    [api_server] = [p for p in listening if p.name() != ENGINE]
+    [engine] = [p for p in api_server.children() if p.name() == ENGINE]
+    return engine in listening
 
 
 @pytest.mark.vllm
@@ -115,6 +132,7 @@ def test_reload_then_scoring_and_tempered_sampling_match_transformers(student, t
     tokenizer_config = json.loads((served / "tokenizer_config.json").read_text())
     (served / "tokenizer_config.json").write_text(json.dumps(tokenizer_config | {"eos_token": "<|endoftext|>"}))
     with serve(served, tmp_path, extra_args=["--max-logprobs", str(VOCAB)]) as url:
+        assert forked_engine(url)  # not spawned: the launcher's vLLM platform plugin (inference/cpu_platform.py)
         before, raw, after, ids, scores, sampled, whole, top8 = asyncio.run(scenario(url))
         # an external teacher asked for more logprobs per position than it serves: one line, before any process
         external = compose_config(

@@ -12,6 +12,7 @@ from transformers import AutoConfig
 
 from prime_rl.config import ConfigError, check_rules, compose_config
 from prime_rl.config.schema import VLLM_LORA_RANKS
+from prime_rl.inference import cpu_platform
 from prime_rl.inference.server import attention_heads, tensor_parallel_fits
 from prime_rl.launcher.multinode import build_node_plan
 from prime_rl.launcher.plan import build_plan
@@ -97,7 +98,21 @@ def test_every_planned_server_command_line_parses_with_vllms_own_parser(name, vl
         # the server spreads over exactly the GPUs the plan gives it (the CPU build: one process)
         assert engine.tensor_parallel_size * engine.data_parallel_size == max(len(role.gpus), 1), role.name
         assert not engine.enable_lora or engine.max_lora_rank in VLLM_LORA_RANKS
+        # a CPU server's engine process is forked (inference/cpu_platform.py); a GPU one's vLLM starts as it decides
+        assert (role.env.get(cpu_platform.ENV_VAR) == "1") == (not role.gpus), role.name
     assert importlib.util.find_spec(SERVER_MODULE) is not None
+
+
+def test_vllm_resolves_the_forking_cpu_platform_only_where_the_launcher_asks(vllm_cli, monkeypatch):
+    from vllm.platforms import resolve_current_platform_cls_qualname
+    from vllm.platforms.cpu import CpuPlatform
+    from vllm.utils.import_utils import resolve_obj_by_qualname
+
+    monkeypatch.setenv(cpu_platform.ENV_VAR, "1")  # through the installed entry point (setup.cfg)
+    forking = resolve_obj_by_qualname(resolve_current_platform_cls_qualname())
+    assert issubclass(forking, CpuPlatform) and forking is not CpuPlatform
+    monkeypatch.setenv(cpu_platform.ENV_VAR, "0")
+    assert resolve_obj_by_qualname(resolve_current_platform_cls_qualname()) is CpuPlatform
 
 
 def test_the_lora_ranks_are_vllms_own():

@@ -1,0 +1,15 @@
+"""vLLM's CPU platform, its engine process forked from the API server instead of spawned (cpu_platform.py activates
+it). Spawning re-imports vLLM and torch in the engine: ~8 s of each CPU server's ~25 s start. The API server runs
+no OpenMP region before the engine starts, so the engine inherits an unused OpenMP runtime and binds its own threads
+as a spawned one does."""
+
+import os
+
+from vllm.platforms.cpu import CpuPlatform
+
+
+class ForkingCpuPlatform(CpuPlatform):
+    @classmethod
+    def check_and_update_config(cls, vllm_config) -> None:
+        super().check_and_update_config(vllm_config)
+        os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "fork"  # where CpuPlatform's own says spawn
