@@ -9,6 +9,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # The models the tests build (warm-started students, teachers) go to the repo's own ignored cache, never the user's
 # ~/.cache/prime_rl: hermetic, kept between local runs, fresh on a fresh clone. Every launched process inherits it.
 os.environ.setdefault("PRIME_RL_CACHE", str(ROOT / ".cache" / "test-models"))
+# The suite runs in two workers (README: `-n 2`): each run's torch and vLLM processes keep OpenMP threads that spin
+# between parallel regions, taking the cores the other worker's run needs (two e2e runs side by side took 225 s
+# with spinning, 108 s without; one alone 76 s either way). Passive threads sleep instead.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 # The vLLM tests that start servers and run no training: the integration tier, beside the tests marked
@@ -29,11 +33,16 @@ def tier(item) -> str:
     return "integration" if item.get_closest_marker("integration") else "unit"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
 def pytest_collection_modifyitems(items):
     """Each test gets its tier's marker (`pytest -m unit` ... `-m slurm`). Tests that start real servers, SLURM jobs
-    or fault-injected runs are `slow` too: `pytest -m "not slow"` is the suite without them."""
+    or fault-injected runs are `slow` too: `pytest -m "not slow"` is the suite without them. With two workers
+    (`-n 2 --dist loadgroup`) a file's tests run in one worker, so its module fixtures run once; the SLURM tests,
+    of any file, in one worker too, one after the other on the one-node cluster (their jobs' time limits count from
+    a start that another worker's job would delay)."""
     for item in items:
         item.add_marker(tier(item))
+        item.add_marker(pytest.mark.xdist_group("slurm" if tier(item) == "slurm" else item.path.name))
         if any(item.get_closest_marker(m) for m in ("vllm", "slurm", "faults")):
             item.add_marker(pytest.mark.slow)
 
