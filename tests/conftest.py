@@ -41,8 +41,9 @@ def pytest_collection_modifyitems(items):
     of any file, in one worker too, one after the other on the one-node cluster (their jobs' time limits count from
     a start that another worker's job would delay)."""
     for item in items:
-        item.add_marker(tier(item))
-        item.add_marker(pytest.mark.xdist_group("slurm" if tier(item) == "slurm" else item.path.name))
+        its_tier = tier(item)
+        item.add_marker(its_tier)
+        item.add_marker(pytest.mark.xdist_group("slurm" if its_tier == "slurm" else item.path.name))
         if any(item.get_closest_marker(m) for m in ("vllm", "slurm", "faults")):
             item.add_marker(pytest.mark.slow)
 

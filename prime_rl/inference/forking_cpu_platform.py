@@ -1,7 +1,7 @@
 """vLLM's CPU platform, its engine process forked from the API server instead of spawned (cpu_platform.py activates
 it). Spawning re-imports vLLM and torch in the engine: ~8 s of each CPU server's ~25 s start. The API server runs
-no OpenMP region before the engine starts, so the engine inherits an unused OpenMP runtime and binds its own threads
-as a spawned one does."""
+no OpenMP region before the engine starts (a fork after one could hang the engine's first), so the engine starts its
+OpenMP threads as a spawned one does; tests/test_inference_vllm.py checks its logprobs against transformers."""
 
 import os
 
