@@ -136,6 +136,32 @@ def test_param_count_reads_the_config_without_loading_weights(tmp_path):
     assert param_count(tmp_path) == 2 * 100 * 64 + 2 * layer + 64  # embedding, untied head, layers, final norm
 
 
+@pytest.mark.parametrize("tied, shard", [(False, "1GB"), (True, "1GB"), (False, "20KB")], ids=["one", "tied", "shards"])
+def test_param_count_from_the_weights_headers_is_the_models_own(tmp_path, tied, shard):
+    """Where the weights are on disk the count comes from the safetensors headers (no torch in the launcher): the
+    same as the model's parameters, with a tied head once and a sharded checkpoint summed over its index."""
+    from transformers import AutoModelForCausalLM
+
+    from prime_rl.models.size import largest_param, meta_sizes, safetensors_files
+
+    config = AutoConfig.for_model(
+        "qwen2",
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=100,
+        tie_word_embeddings=tied,
+    )
+    model = AutoModelForCausalLM.from_config(config)
+    model.save_pretrained(tmp_path, max_shard_size=shard)
+    (tmp_path / "consolidated.safetensors").write_bytes((tmp_path / safetensors_files(tmp_path)[0].name).read_bytes())
+    assert len(safetensors_files(tmp_path)) == (1 if shard == "1GB" else len(list(tmp_path.glob("model-*"))))
+    assert param_count(tmp_path) == sum(p.numel() for p in model.parameters()) == sum(meta_sizes(tmp_path))
+    assert largest_param(tmp_path) == max(p.numel() for p in model.parameters())
+
+
 def _hold_turn(lock_file: str, log: str, release: str) -> None:
     """The trainer's turn: it holds the device until the test lets it go."""
     with DeviceTurn(Path(lock_file), shared=True):
