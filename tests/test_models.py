@@ -21,6 +21,7 @@ from prime_rl.models.chat import prompt_ids
 from prime_rl.models.prompt_lengths import prompt_lengths
 from prime_rl.models.tiny import build_tiny_model, save_model
 from prime_rl.models.tokenizer import build_tokenizer
+from prime_rl.models.tokenizer_class import RECIPE_FILE, RECORD_KEY, load_tokenizer, recorded_class
 from prime_rl.models.tokenizer_files import same_tokenizer_files
 from prime_rl.prepare import prepare_model, prepare_student, prepare_teacher, tiny
 from prime_rl.prepare.greedy_eval import eval_reward
@@ -51,6 +52,25 @@ def test_tokenizer_is_deterministic_and_round_trips(tmp_path):
     assert [loaded.encode(t) for t in TEXTS] == [tok.encode(t) for t in TEXTS]
     assert prompt_ids(loaded, "sort: ab") == prompt_ids(tok, "sort: ab")
     assert loaded.eos_token_id == tok.eos_token_id and loaded.pad_token_id == tok.pad_token_id
+
+
+@pytest.mark.parametrize("family", ["tiny", "tiny_qwen3"])
+def test_a_built_models_tokenizer_loads_as_autotokenizer_loads_it(family):
+    """A built-in model records AutoTokenizer's class for its tokenizer (qwen2: Qwen2Tokenizer, qwen3: the generic
+    TokenizersBackend); load_tokenizer uses it without AutoTokenizer's import: the same class, ids, special tokens
+    and chat template. A record of another transformers version, or none, goes through AutoTokenizer."""
+    import transformers
+
+    model = prepare_student(compose_config([f"model={family}"]))
+    recorded = json.loads((model / RECIPE_FILE).read_text())[RECORD_KEY]
+    fast, auto = load_tokenizer(model), AutoTokenizer.from_pretrained(model)
+    assert recorded == {"class": type(auto).__name__, "transformers": transformers.__version__}
+    assert type(fast) is type(auto)
+    assert [fast.encode(t) for t in TEXTS] == [auto.encode(t) for t in TEXTS]
+    assert prompt_ids(fast, "sort: ab") == prompt_ids(auto, "sort: ab")
+    assert fast.all_special_tokens == auto.all_special_tokens and fast.chat_template == auto.chat_template
+    assert recorded_class(model, transformers.__version__) == recorded["class"]
+    assert recorded_class(model, "0.0") is None and recorded_class(model.parent, transformers.__version__) is None
 
 
 def test_tiny_model_is_untied_with_the_expected_size():

@@ -11,10 +11,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from transformers import AutoTokenizer
-
 from prime_rl.config.schema import Config
 from prime_rl.models.recipe import student_dir
+from prime_rl.models.tokenizer_class import load_tokenizer
 
 SENTINEL = "\x00answer\x00"  # stands in for an answer while the template is rendered around it
 # a reasoning block at the start of a text (Qwen3, DeepSeek-R1), maybe unclosed: cut off by the token limit
@@ -146,7 +145,7 @@ def student_tokenizer(cfg: Config):
 def chat_tokenizer(source: str | Path, template_args: dict[str, Any]):
     """The tokenizer of a model dir (or Hub id), its chat template rendered with `template_args` (and a pinned
     date) everywhere."""
-    tokenizer = AutoTokenizer.from_pretrained(source)
+    tokenizer = load_tokenizer(source)
     args = pinned_date(tokenizer.chat_template) | template_args
     if args:
         # bound to the instance, so every render (prompt, answer, end of turn) sees the same variables

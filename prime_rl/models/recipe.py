@@ -14,8 +14,9 @@ from pathlib import Path
 from prime_rl.config.schema import Config, TaskConfig, TinyModelConfig, WarmStartConfig
 from prime_rl.models.hub import is_hub_id
 
-# bump when the builder changes what a recipe produces (3: templates list tools; 4: they render OpenAI tool_calls)
-RECIPE_VERSION = 4
+# bump when the builder changes what a recipe produces (3: templates list tools; 4: they render OpenAI tool_calls;
+# 5: the record names the class AutoTokenizer loads its tokenizer with)
+RECIPE_VERSION = 5
 
 
 def cache_root(cache_dir: str | None) -> Path:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from prime_rl.config.schema import TaskConfig, TinyModelConfig, TinyTokenizer, WarmStartConfig
 from prime_rl.models.recipe import model_dir, recipe, trained_on
+from prime_rl.models.tokenizer_class import RECIPE_FILE, RECORD_KEY, tokenizer_record
 from prime_rl.protocol.atomic import is_complete, publish_dir
 from prime_rl.protocol.file_lock import FileLock
 from prime_rl.tasks.gym_env import demonstrated
@@ -60,7 +61,8 @@ def _build(out: Path, tiny: TinyModelConfig, warm_start: WarmStartConfig, task_c
     info = {**recipe(tiny, warm_start, task_cfg), "build_s": round(time.time() - start, 1)}
     greedy = eval_reward(model, tokenizer, task)
     info["eval_greedy_reward"] = None if greedy is None else round(greedy, 4)
-    (out / "recipe.json").write_text(json.dumps(info, indent=2) + "\n")
+    info[RECORD_KEY] = tokenizer_record(out)
+    (out / RECIPE_FILE).write_text(json.dumps(info, indent=2) + "\n")
     log.info("built in %.1f s, greedy eval reward %s", info["build_s"], info["eval_greedy_reward"])
 
 
