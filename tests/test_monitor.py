@@ -278,7 +278,8 @@ def test_report_labels_name_a_key_by_its_last_part_when_unambiguous(tmp_path):
 
 def test_report_on_a_dir_without_jobs_exits_2(tmp_path, capsys):
     assert report_main([str(tmp_path)]) == 2
-    assert "no job dirs" in capsys.readouterr().err
+    [line] = capsys.readouterr().err.splitlines()  # one line, naming the dir it found no jobs in
+    assert line.startswith("error: ") and str(tmp_path) in line
 
 
 # --- real runs (vLLM server, orchestrator, trainer) -------------------------------------------------------------
@@ -347,7 +348,6 @@ def test_a_real_sweep_reads_back_from_wandb_reports_and_a_job_resumes_into_the_s
     assert all(r["status"] == "done" and float(r["eval/reward_final"]) > 0 for r in rows)
     for name in ("report_eval_reward_final_vs_trainer_optim_lr.png", "report_reward_curves.png"):
         assert (sweep / name).stat().st_size > 5000
-    assert "no workspace pushed" in report.stdout  # offline: the workspace is built only where it can be saved
 
     # the workspace it would save: the sweep's runs (their W&B group), a line per swept value, panels by family
     workspace = sweep_workspace(sweep, entity="someone")
@@ -363,7 +363,7 @@ def test_a_real_sweep_reads_back_from_wandb_reports_and_a_job_resumes_into_the_s
     single = subprocess.run(
         [sys.executable, "-m", "prime_rl.report", str(job)], capture_output=True, text=True, cwd=ROOT, timeout=120
     )
-    assert single.returncode == 0 and "no workspace pushed" in single.stdout, single.stderr
+    assert single.returncode == 0, single.stderr  # offline: no workspace is pushed, and that is no error
     workspace = run_workspace(job, entity="someone")
     assert "ID" in workspace.runset_settings.filters and repr(names[0].run_id) in workspace.runset_settings.filters
     assert [s.name for s in workspace.sections] == list(SECTIONS)
@@ -404,10 +404,11 @@ def test_an_unreachable_wandb_logs_offline_and_an_online_run_is_refused(tmp_path
 
     auto = dry_run("auto")
     assert auto.returncode == 0, auto.stderr[-2000:]
-    assert "warning: W&B unreachable" in auto.stderr and "wandb sync" in auto.stderr
+    warnings = [line for line in auto.stderr.splitlines() if line.startswith("warning: ")]
+    assert any(env["WANDB_BASE_URL"] in line for line in warnings), auto.stderr  # where it found no W&B
     assert OmegaConf.load(tmp_path / "auto" / "configs" / "trainer.yaml").monitor.wandb.mode == "offline"
     online = dry_run("online", "monitor.wandb.mode=online")
     assert online.returncode == 2
     [line] = online.stderr.strip().splitlines()
-    assert line.startswith("error: W&B unreachable [monitor.wandb.mode]") and "; fix: " in line
+    assert line.startswith("error: ") and "[monitor.wandb.mode]" in line and "; fix: " in line
     assert not (tmp_path / "online" / "configs").exists()

@@ -216,7 +216,7 @@ def test_rewards_run_off_the_loop_with_a_time_limit_and_errors_count_as_zero(tmp
         rewards, ticks = asyncio.run(score())
         elapsed = time.monotonic() - start
         again = asyncio.run(verification.rewards([("ba", ex)]))  # the hung worker was replaced
-        with pytest.raises(VerifierFailed, match="every one of 2 verifier calls failed.*no such thing"):
+        with pytest.raises(VerifierFailed, match="no such thing"):  # the cause, not our wording
             asyncio.run(verification.rewards([("boom", ex), ("hang", ex)]))  # a broken verifier stops the run
     finally:
         verification.close()
@@ -224,7 +224,7 @@ def test_rewards_run_off_the_loop_with_a_time_limit_and_errors_count_as_zero(tmp
     assert verification.metrics() == {"verifier/calls": 10, "verifier/errors": 4, "verifier/timeouts": 2}
     assert elapsed < 30 and ticks >= 5  # the loop kept running while the verifiers worked
     err = capfd.readouterr().err
-    assert err.count("verifier error") == 1 and "KeyError: 'no such thing'" in err
+    assert err.count("KeyError: 'no such thing'") == 1  # the failing verifier's own error, logged once
 
 
 def test_pass_at_k_is_the_unbiased_estimator():
