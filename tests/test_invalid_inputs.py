@@ -377,6 +377,12 @@ CASES = [
     ),
     Case(
         "GPUs",
+        "multi-node deployment outside a SLURM job",
+        ("deployment.num_infer_nodes=1", "deployment.num_train_nodes=1"),
+        "[deployment.num_infer_nodes, deployment.num_train_nodes]",
+    ),
+    Case(
+        "GPUs",
         "NCCL weight transfer without GPUs",
         ("inference.weight_transfer=nccl",),
         "[inference.weight_transfer, deployment.num_infer_gpus, deployment.num_train_gpus]",
@@ -450,8 +456,9 @@ CASES = [
 
 
 def env() -> dict[str, str]:
-    """No GPUs, the external teacher's key set and no other: every machine gives the same messages."""
-    out = {k: v for k, v in os.environ.items() if k not in (UNSET_KEY_ENV, "VLLM_API_KEY")}
+    """No GPUs, no SLURM job, the external teacher's key set and no other: every machine gives the same messages."""
+    dropped = (UNSET_KEY_ENV, "VLLM_API_KEY")
+    out = {k: v for k, v in os.environ.items() if k not in dropped and not k.startswith("SLURM_")}
     return out | {"CUDA_VISIBLE_DEVICES": "", "OPENAI_API_KEY": "sk-not-a-real-key", "VLLM_API_KEY": "a-server-key"}
 
 

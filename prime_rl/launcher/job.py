@@ -24,7 +24,7 @@ from prime_rl.config.teachers import local_teachers, teacher_key, teacher_view
 from prime_rl.config.timeouts import with_ready_timeout
 from prime_rl.config.user_error import UserError, run_or_exit
 from prime_rl.launcher.gpus import visible_gpus
-from prime_rl.launcher.multinode import build_node_plan, is_multi_node, job_nodes, lock_name
+from prime_rl.launcher.multinode import build_node_plan, lock_name, nodes_of_job
 from prime_rl.launcher.plan import Plan, build_plan, write_role_configs
 from prime_rl.launcher.preflight import check_at_job, check_with_student_tokenizer
 from prime_rl.launcher.resume import prepare_resume
@@ -66,13 +66,14 @@ def job(cfg: DictConfig) -> None:
         )
     if requeued(run_dir):  # a SLURM job's next attempt continues from the latest checkpoint in its run dir
         typed.ckpt.resume = True
+    nodes = nodes_of_job(typed)  # a sweep's job checks here what a single run's validation did (launcher/validation.py)
     typed = with_hub_snapshots(check_at_job(typed, run_dir.resolve(), warn))
     alignments = {}  # by opd teacher: how its scores meet the student's tokens, and why
     if not typed.launcher.dry_run:
         prepare_models(typed)
         if not typed.launcher.prepare_only:  # needs the student's tokenizer; before anything is written or started
             typed, alignments = check_with_student_tokenizer(typed)
-    plans = plans_of_job(with_ready_timeout(typed, server_model_dirs(typed)), run_dir)
+    plans = plans_of_job(with_ready_timeout(typed, server_model_dirs(typed)), run_dir, nodes)
     for plan in plans:
         plan.teacher_alignment = alignments
         write_role_configs(plan)
@@ -95,17 +96,11 @@ def with_hub_snapshots(cfg: Config) -> Config:
         ) from e
 
 
-def plans_of_job(cfg: Config, run_dir: Path) -> list[Plan]:
+def plans_of_job(cfg: Config, run_dir: Path, nodes: tuple[list[int], list[str], str] | None) -> list[Plan]:
     """The job's plan; multi-node, this node's (a dry run outside SLURM: every node's)."""
-    if not is_multi_node(cfg):
+    if nodes is None:
         return [build_plan(cfg, run_dir, visible_gpus())]
-    try:
-        ranks, hostnames, attempt = job_nodes(cfg)
-    except RuntimeError as e:
-        raise UserError(
-            f"{e}; fix: submit it with -m hydra/launcher=slurm_gpu (or srun one task per node with a shared "
-            "hydra.run.dir), or see every node's plan with launcher.dry_run=true"
-        ) from e
+    ranks, hostnames, attempt = nodes
     return [build_node_plan(cfg, run_dir, visible_gpus(), rank, hostnames, attempt) for rank in ranks]
 
 

@@ -29,6 +29,7 @@ from prime_rl.config.teachers import (
     teacher_config,
     with_teacher,
 )
+from prime_rl.config.user_error import ConfigError
 from prime_rl.launcher.plan import Node, Plan, RemoteServer, build_plan, trainer_procs
 from prime_rl.protocol.atomic import write_once
 from prime_rl.protocol.run_dir import RunDir
@@ -144,6 +145,21 @@ def job_nodes(cfg: Config) -> tuple[list[int], list[str], str]:
         return list(range(n)), [f"node{k}" for k in range(n)], "0"
     here = f" (this SLURM job has {len(hostnames)})" if hostnames else ""
     raise RuntimeError(f"a multi-node deployment runs inside a SLURM job of {n} nodes{here}, one task per node")
+
+
+def nodes_of_job(cfg: Config) -> tuple[list[int], list[str], str] | None:
+    """A multi-node job's (ranks to plan here, the job's hostnames, the attempt id); None on one node."""
+    if not is_multi_node(cfg):
+        return None
+    try:
+        return job_nodes(cfg)
+    except RuntimeError as e:
+        raise ConfigError(
+            ["deployment.num_infer_nodes", "deployment.num_train_nodes"],
+            str(e),
+            "submit it with -m hydra/launcher=slurm_gpu (or srun one task per node with a shared hydra.run.dir), "
+            "or see every node's plan with launcher.dry_run=true",
+        ) from e
 
 
 def lock_name(cfg: Config) -> str:

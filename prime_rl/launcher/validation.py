@@ -26,6 +26,7 @@ from prime_rl.config.extras import SLURM_PLUGIN, missing_extra
 from prime_rl.config.modes import modes_with
 from prime_rl.config.user_error import UserError, exit_with, first_line
 from prime_rl.launcher.gpus import visible_gpus
+from prime_rl.launcher.multinode import nodes_of_job
 from prime_rl.launcher.preflight import check_at_launch
 from prime_rl.protocol.run_dir import RunDir
 
@@ -36,7 +37,7 @@ class ValidateRun(Callback):
     """A single run: its config, then its output dir."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
-        error = validation_error(config, len(visible_gpus()))
+        error = validation_error(config, len(visible_gpus()), runs_here=True)
         if error:
             exit_with(error)
         run_dir = Path(config.hydra.run.dir)
@@ -102,12 +103,16 @@ def compose_point(config_loader, master: DictConfig, overrides: list[str], num: 
     return cfg, validation_error(cfg, gpus)
 
 
-def validation_error(cfg: DictConfig, gpus: int) -> str | None:
-    """The one-line error of the job's config (without its hydra node, as the task function gets it)."""
+def validation_error(cfg: DictConfig, gpus: int, runs_here: bool = False) -> str | None:
+    """The one-line error of the job's config (without its hydra node, as the task function gets it); `runs_here`
+    (a single run: its job runs in this process) adds what depends on where the job runs: its SLURM nodes."""
     task = OmegaConf.to_container(cfg)  # a plain copy: far cheaper than deep-copying the DictConfig
     del task["hydra"]
     try:
-        check_at_launch(to_config(task), gpus)
+        typed = to_config(task)
+        check_at_launch(typed, gpus)
+        if runs_here:
+            nodes_of_job(typed)
     except UserError as e:  # a ConfigError, or a resource the config names (a standing server)
         return str(e)
     except OmegaConfBaseException as e:
