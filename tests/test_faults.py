@@ -194,7 +194,7 @@ def test_a_server_that_is_not_ready_in_time_fails_naming_it_with_its_log(tmp_pat
     assert run.returncode == 1
     failed = outcome(tmp_path / "run")
     assert (failed["status"], failed["role"], failed["exit_code"]) == ("failed", "inference", None)  # alive, too late
-    assert "launcher starts inference" in run.stderr  # the tail of logs/inference.log follows
+    assert (tmp_path / "run" / "logs" / "inference.log").read_text().splitlines()[0] in run.stderr  # its log's tail
     assert time.monotonic() - started < 60
     assert not [r for r, pgid in started_roles(tmp_path / "run").items() if group_alive(pgid)]
 
@@ -454,4 +454,5 @@ def test_a_trainer_without_batches_gives_up_after_step_timeout(tmp_path):
         timeout=240,
     )
     assert trainer.returncode != 0
-    assert "no batch for step 0 after 3s (step_timeout_s)" in trainer.stderr
+    error = trainer.stderr.strip().splitlines()[-1]  # the exception it died of, naming the knob that bounded it
+    assert error.startswith("TimeoutError: ") and "step_timeout_s" in error, trainer.stderr[-2000:]
