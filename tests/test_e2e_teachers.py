@@ -29,21 +29,21 @@ def teacher_dir() -> Path:
 
 @pytest.mark.vllm
 def test_opd_distills_the_teacher(tmp_path, teacher_dir, standing_servers):
-    """The reference experiment (experiment=opd) learns toward the teacher, with every step's teacher term; in 40
-    steps (its cosine decay then ends at 40) it measured 0.44 -> 0.81 (docs/opd_sweep.md, job 12, step 40)."""
+    """The reference experiment (experiment=opd) learns toward the teacher, with every step's teacher term; in 20
+    steps (its cosine decay then ends at 20) it measured 0.43 -> 0.77 (14 standard errors), the teacher term's last
+    5 steps 0.48 of its first 5 (docs/opd_sweep.md tuned it at 40-80 steps)."""
     run = launch(
-        tmp_path / "run", "experiment=opd", "max_steps=40", "orchestrator.eval.interval=40", standing=standing_servers
+        tmp_path / "run", "experiment=opd", "max_steps=20", "orchestrator.eval.interval=20", standing=standing_servers
     )
     assert run.returncode == 0, run.stderr[-3000:]
     s = summary(tmp_path / "run")
     train = [r for r in rows(tmp_path / "run") if "loss" in r]
     kl = [r["teacher_kl"] for r in train]
-    assert [r["step"] for r in train] == list(range(40)) and len(kl) == 40, kl
-    # the teacher term falls: its last 10 steps were 0.51 of step 0's in a run whose eval went 0.45 -> 0.81 (a
-    # half failed it; rollouts are sampled unseeded, so the ratio varies from run to run)
-    assert sum(kl[-10:]) / 10 <= 0.6 * kl[0], kl
+    assert [r["step"] for r in train] == list(range(20)) and len(kl) == 20, kl
+    # the teacher term falls (rollouts are sampled unseeded: five steps a side, so one step's noise cannot decide)
+    assert sum(kl[-5:]) <= 0.6 * sum(kl[:5]), kl
     assert s["eval/teacher_reward"] > s["eval/reward_first"]
-    assert eval_gain_in_standard_errors(tmp_path / "run") > 4, s  # toward the teacher: 0.37 measured, ~9 SE
+    assert eval_gain_in_standard_errors(tmp_path / "run") > 4, s  # toward the teacher
     assert not (tmp_path / "run" / "merged").exists()  # full fine-tuning: no merged adapter
 
 
