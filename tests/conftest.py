@@ -13,6 +13,10 @@ os.environ.setdefault("PRIME_RL_CACHE", str(ROOT / ".cache" / "test-models"))
 # between parallel regions, taking the cores the other worker's run needs (two e2e runs side by side took 225 s
 # with spinning, 108 s without; one alone 76 s either way). Passive threads sleep instead.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Runs log to W&B only where a test reads what they logged (monitor.wandb.mode=offline, real files:
+# tests/test_monitor.py, the requeued SLURM job, the secrets scan); elsewhere a W&B run costs a second of CPU per
+# role and a service process.
+os.environ.setdefault("WANDB_MODE", "disabled")
 
 
 # The vLLM tests that start servers and run no training: the integration tier, beside the tests marked

@@ -73,6 +73,7 @@ def test_sft_from_two_providers_at_once_each_by_its_rules_and_no_secret_leaves_t
         f"+teacher.header_envs.X-Team-Token={TEAM_TOKEN_ENV}",
         "teacher.max_retries=5",
         "max_steps=2", "orchestrator.eval.interval=0", "orchestrator.log_samples=128", "monitor.samples_interval=1",
+        "monitor.wandb.mode=offline",  # its files are searched for secrets too
         f"hydra.run.dir={run_dir}",
     )  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

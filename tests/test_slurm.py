@@ -122,6 +122,7 @@ def test_a_job_that_times_out_is_requeued_and_resumes(sweep_dir):
             "max_steps=8",
             "ckpt.interval=1",
             "orchestrator.eval.interval=0",
+            "monitor.wandb.mode=offline",  # the resumed attempt continues the same W&B run
             f"hydra.sweep.dir={sweep_dir}",
         ),
         cwd=ROOT,
