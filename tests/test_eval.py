@@ -63,7 +63,8 @@ def evals_of(run_dir: Path) -> dict[int, float]:
 @pytest.fixture(scope="module")
 def rl_run(tmp_path_factory, standing_servers) -> Path:
     run_dir = tmp_path_factory.mktemp("eval") / "rl"
-    proc = launch(run_dir, *RUN, EVAL_TASKS, standing=standing_servers)
+    offline = "monitor.wandb.mode=offline"  # an evaluation logs to W&B as its run did, and a test reads that back
+    proc = launch(run_dir, *RUN, EVAL_TASKS, offline, standing=standing_servers)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run_dir
 

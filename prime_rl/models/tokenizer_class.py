@@ -27,7 +27,7 @@ def load_tokenizer(source: str | Path):
     import transformers
 
     recorded = recorded_class(Path(source), transformers.__version__)
-    loader = getattr(transformers, recorded) if recorded and hasattr(transformers, recorded) else None
+    loader = getattr(transformers, recorded, None) if recorded else None
     if loader is None:
         from transformers import AutoTokenizer as loader
     return loader.from_pretrained(source)
