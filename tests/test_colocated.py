@@ -119,8 +119,9 @@ def test_gpu_fit_counts_the_shares_and_the_trainers_resident_state():
     assert gpu_fit_problem(lora, 80 * GIB, 8_000_000_000) is None  # a frozen fp32 base: 32 GB
 
 
-def test_param_count_reads_the_config_without_loading_weights(tmp_path):
-    config = AutoConfig.for_model(
+def small_qwen2(tied: bool) -> AutoConfig:
+    """Two layers of width 64 over a vocabulary of 100, one kv head: sizes a test can count by hand."""
+    return AutoConfig.for_model(
         "qwen2",
         hidden_size=64,
         intermediate_size=128,
@@ -128,9 +129,12 @@ def test_param_count_reads_the_config_without_loading_weights(tmp_path):
         num_attention_heads=2,
         num_key_value_heads=1,
         vocab_size=100,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tied,
     )
-    config.save_pretrained(tmp_path)  # a config and no weights: counted on the meta device
+
+
+def test_param_count_reads_the_config_without_loading_weights(tmp_path):
+    small_qwen2(tied=False).save_pretrained(tmp_path)  # a config and no weights: counted on the meta device
     # per layer: q (64x64 + bias), k and v (one kv head of 32: 64x32 + bias each), o (64x64), mlp (3 x 64x128), 2 norms
     layer = (64 * 64 + 64) + 2 * (64 * 32 + 32) + 64 * 64 + 3 * 64 * 128 + 2 * 64
     assert param_count(tmp_path) == 2 * 100 * 64 + 2 * layer + 64  # embedding, untied head, layers, final norm
@@ -144,17 +148,7 @@ def test_param_count_from_the_weights_headers_is_the_models_own(tmp_path, tied, 
 
     from prime_rl.models.size import largest_param, meta_sizes, safetensors_files
 
-    config = AutoConfig.for_model(
-        "qwen2",
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        vocab_size=100,
-        tie_word_embeddings=tied,
-    )
-    model = AutoModelForCausalLM.from_config(config)
+    model = AutoModelForCausalLM.from_config(small_qwen2(tied))
     model.save_pretrained(tmp_path, max_shard_size=shard)
     (tmp_path / "consolidated.safetensors").write_bytes((tmp_path / safetensors_files(tmp_path)[0].name).read_bytes())
     assert len(safetensors_files(tmp_path)) == (1 if shard == "1GB" else len(list(tmp_path.glob("model-*"))))
