@@ -19,9 +19,10 @@ from prime_rl.launcher.preflight import _opd_teachers
 from prime_rl.models import student_dir, teacher_dir
 from prime_rl.models.chat import prompt_ids
 from prime_rl.models.prompt_lengths import prompt_lengths
+from prime_rl.models.recipe import RECIPE_FILE
 from prime_rl.models.tiny import build_tiny_model, save_model
 from prime_rl.models.tokenizer import build_tokenizer
-from prime_rl.models.tokenizer_class import RECIPE_FILE, RECORD_KEY, load_tokenizer, recorded_class
+from prime_rl.models.tokenizer_class import RECORD_KEY, load_tokenizer, recorded_class
 from prime_rl.models.tokenizer_files import same_tokenizer_files
 from prime_rl.prepare import prepare_model, prepare_student, prepare_teacher, tiny
 from prime_rl.prepare.greedy_eval import eval_reward

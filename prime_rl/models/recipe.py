@@ -17,6 +17,7 @@ from prime_rl.models.hub import is_hub_id
 # bump when the builder changes what a recipe produces (3: templates list tools; 4: they render OpenAI tool_calls;
 # 5: the record names the class AutoTokenizer loads its tokenizer with)
 RECIPE_VERSION = 5
+RECIPE_FILE = "recipe.json"  # a built model's record: its recipe, build time, greedy eval, tokenizer class
 
 
 def cache_root(cache_dir: str | None) -> Path:

@@ -6,7 +6,8 @@ AutoTokenizer itself."""
 import json
 from pathlib import Path
 
-RECIPE_FILE = "recipe.json"  # a built-in model's build record (prepare/tiny.py), where the choice is kept
+from prime_rl.models.recipe import RECIPE_FILE
+
 RECORD_KEY = "tokenizer"  # {"class": AutoTokenizer's class name, "transformers": the version that chose it}
 
 

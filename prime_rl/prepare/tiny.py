@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from prime_rl.config.schema import TaskConfig, TinyModelConfig, TinyTokenizer, WarmStartConfig
-from prime_rl.models.recipe import model_dir, recipe, trained_on
-from prime_rl.models.tokenizer_class import RECIPE_FILE, RECORD_KEY, tokenizer_record
+from prime_rl.models.recipe import RECIPE_FILE, model_dir, recipe, trained_on
+from prime_rl.models.tokenizer_class import RECORD_KEY, tokenizer_record
 from prime_rl.protocol.atomic import is_complete, publish_dir
 from prime_rl.protocol.file_lock import FileLock
 from prime_rl.tasks.gym_env import demonstrated
