@@ -92,8 +92,9 @@ def test_every_mode_teacher_lora_combination(mode, teacher, lora):
     if (mode, teacher) in VALID:
         check_at_launch(cfg, 0)
     else:
-        with pytest.raises(ConfigError, match="teacher"):
+        with pytest.raises(ConfigError) as err:
             check_at_launch(cfg, 0)
+        assert "teacher" in err.value.keys or "training_mode" in err.value.keys, err.value.keys
 
 
 @pytest.mark.parametrize("name", ["rl", "opd", "opd_lora", "sft", "sft_lora", "sft_external"])
@@ -395,8 +396,9 @@ TWO_LOCAL_TEACHERS = [
 def test_gpu_rules_against_visible_devices():
     two = ["deployment.num_infer_gpus=1", "deployment.num_train_gpus=1"]
     check(two, visible_gpus=2)
-    with pytest.raises(ConfigError, match="2 GPUs asked but 1 visible"):
+    with pytest.raises(ConfigError) as err:
         check(two, visible_gpus=1)
+    assert err.value.keys == ["deployment.num_infer_gpus", "deployment.num_train_gpus"]
     opd_gpu = ["training_mode=opd", *two]
     check([*opd_gpu, "deployment.num_teacher_gpus=1"], visible_gpus=3)
     with pytest.raises(ConfigError) as err:
@@ -405,11 +407,10 @@ def test_gpu_rules_against_visible_devices():
     # several local teachers: num_teacher_gpus split evenly between their servers
     teachers_gpu = [*TWO_LOCAL_TEACHERS, *two]
     check([*teachers_gpu, "deployment.num_teacher_gpus=4"], visible_gpus=6)
-    uneven = r"3 GPUs do not split evenly between the servers of 2 local teachers \(teacher, teachers.srt\)"
-    with pytest.raises(ConfigError, match=uneven):
-        check([*teachers_gpu, "deployment.num_teacher_gpus=3"], visible_gpus=5)
-    with pytest.raises(ConfigError, match="needs GPUs for the local teachers' servers"):
-        check(teachers_gpu, visible_gpus=6)
+    for uneven_or_none in (["deployment.num_teacher_gpus=3"], []):
+        with pytest.raises(ConfigError) as err:
+            check([*teachers_gpu, *uneven_or_none], visible_gpus=6)
+        assert err.value.keys == ["deployment.num_teacher_gpus"] and "(teacher, teachers.srt)" in err.value.problem
     named_only = [*teachers_gpu, "teacher=external", "teacher.base_url=http://h/v1", "teacher.model=m"]
     check([*named_only, "deployment.num_teacher_gpus=1"], visible_gpus=3)  # the GPU is the named local one's
 
@@ -450,8 +451,9 @@ def test_a_job_runs_only_the_job_time_checks(tmp_path, monkeypatch):
     cfg = compose_config([*external, "monitor=off"])
     assert check_at_job(cfg, tmp_path, print) == cfg  # the unset key env var was the launch's to refuse
     two = compose_config(["deployment.num_infer_gpus=1", "deployment.num_train_gpus=1", "monitor=off"])
-    with pytest.raises(ConfigError, match="2 GPUs asked but 0 visible"):
+    with pytest.raises(ConfigError) as err:
         check_at_job(two, tmp_path, print)
+    assert err.value.keys == ["deployment.num_infer_gpus", "deployment.num_train_gpus"]
 
 
 def test_local_model_dir_and_jsonl_task_are_accepted(tmp_path):
@@ -459,7 +461,7 @@ def test_local_model_dir_and_jsonl_task_are_accepted(tmp_path):
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"w{i}", "answer": f"{i}w"}) + "\n" for i in range(20)))
     check([f"model.name={tmp_path}", "task=jsonl", f"task.path={data}", "task.num_eval=4"])  # 16 train rows
-    with pytest.raises(ConfigError, match="15 train prompts, fewer than the 16") as err:
+    with pytest.raises(ConfigError) as err:
         check([f"model.name={tmp_path}", "task=jsonl", f"task.path={data}", "task.num_eval=5"])
     assert err.value.keys == ["task.path", "orchestrator.batch_size"]
 
