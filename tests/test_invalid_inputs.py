@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, launch_cmd
+from tests.conftest import ROOT
+from tests.forked_launch import run_launch
 
 pytestmark = pytest.mark.faults  # with tests/test_faults.py: `pytest -m faults`
 DOC = ROOT / "docs" / "invalid_inputs.md"
@@ -475,15 +476,14 @@ def message(proc: subprocess.CompletedProcess, run_dir: Path) -> str:
     return proc.stderr.strip().replace(str(run_dir), "<run dir>")
 
 
-def run_case(case: Case, run_dir: Path) -> subprocess.CompletedProcess:
+def run_case(case: Case, run_dir: Path, output_dir: Path) -> subprocess.CompletedProcess:
+    """`python launch.py <the case's args>` (tests/forked_launch.py), its output kept in `output_dir`."""
     where = (
         []
         if any(a.startswith("hydra.run.dir=") for a in case.args)
         else [f"hydra.run.dir={run_dir}", f"hydra.sweep.dir={run_dir}"]
     )
-    return subprocess.run(
-        launch_cmd(*case.args, *where), capture_output=True, text=True, cwd=ROOT, env=env(), timeout=120
-    )
+    return run_launch([*case.args, *where], env(), output_dir, timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -492,7 +492,7 @@ def results(tmp_path_factory) -> dict[Case, tuple[subprocess.CompletedProcess, P
 
     def one(case: Case):
         run_dir = earlier_run(tmp_path_factory.mktemp("run"))
-        return case, (run_case(case, run_dir), run_dir)
+        return case, (run_case(case, run_dir, tmp_path_factory.mktemp("output")), run_dir)
 
     tmp_path_factory.getbasetemp()  # created once here: from four threads at once, each would make its own
     with ThreadPoolExecutor(4) as pool:
@@ -562,7 +562,7 @@ def main(argv: list[str]) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         run_dirs = [earlier_run(Path(tmp) / str(i)) for i in range(len(CASES))]
-        messages = {c: message(run_case(c, d), d) for c, d in zip(CASES, run_dirs)}
+        messages = {c: message(run_case(c, d, Path(tmp)), d) for c, d in zip(CASES, run_dirs)}
     DOC.write_text(render(messages))
     print(f"wrote {DOC} ({len(CASES)} cases)")
 
