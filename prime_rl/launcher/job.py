@@ -6,6 +6,7 @@ those that depend on where the job runs (launcher/preflight.py `check_at_job`). 
 `error:` line and exit code 2 (config/user_error.py `run_or_exit`).
 """
 
+import json
 import os
 import sys
 from dataclasses import replace
@@ -82,7 +83,23 @@ def job(cfg: DictConfig) -> None:
         return
     code = run(plans[0])
     if code:  # only on failure: a finished job returns, so a local multirun goes on to its next job
-        sys.exit(code)
+        end_failed_job(plans[0], code)
+
+
+class JobFailed(Exception):
+    """A role of a SLURM job's run failed: raised, not exited, so that submitit records it for the sweep at once."""
+
+
+def end_failed_job(plan: Plan, code: int) -> None:
+    """Exit with the run's code; in a SLURM job whose run failed, raise instead. submitit records an exception in
+    the job's result file, which the waiting sweep reads within a second; after a plain exit the sweep learns of
+    the failure from accounting, which submitit polls ever less often as the job ages (up to every 10 min)."""
+    node = plan.node
+    outcome_file = RunDir(plan.run_dir).outcome(node.rank if node.multi else None)
+    outcome = json.loads(outcome_file.read_text()) if outcome_file.exists() else {}
+    if "SUBMITIT_EXECUTOR" in os.environ and outcome.get("status") == "failed":
+        raise JobFailed(f"error: role {outcome['role']} {outcome['reason']}; its log: {outcome['log']}")
+    sys.exit(code)
 
 
 def with_hub_snapshots(cfg: Config) -> Config:

@@ -123,7 +123,7 @@ class Supervisor:
         except RoleFailed as e:
             self.stop()
             self.report_failure(e)
-            self.record_outcome("failed", role=e.name, reason=e.reason, exit_code=e.exit_code)
+            self.record_outcome("failed", role=e.name, reason=e.reason, exit_code=e.exit_code, log=str(e.log_file))
             return 1
         except Interrupted as e:
             self.stop()
@@ -240,10 +240,13 @@ class Supervisor:
         reason: str | None = None,
         exit_code: int | None = None,
         signal_name: str | None = None,
+        log: str | None = None,
     ) -> None:
         """How this attempt ended, as data (RunDir.outcome): what the terminal and logs/launcher.log say in words.
-        status finished | failed (the role, why, its exit code where it exited) | stopped (the launcher's signal)."""
+        status finished | failed (the role, why, its exit code where it exited, its log) | stopped (the launcher's
+        signal)."""
         outcome = {"status": status, "role": role, "reason": reason, "exit_code": exit_code, "signal": signal_name}
+        outcome |= {"log": log}
         write_text(self.outcome_file, json.dumps(outcome) + "\n")
 
     def report_failure(self, e: RoleFailed) -> None:
