@@ -192,7 +192,8 @@ def test_a_stuck_push_ends_the_trainer_with_one_line_and_a_quick_one_does_not(de
     )
     assert done.returncode == code
     if code:
-        assert done.stderr.strip().splitlines() == ["error: the push of weights 3 did not finish"]
+        [line] = done.stderr.strip().splitlines()  # one line naming the weights whose push hung
+        assert line.startswith("error: ") and "weights 3 " in line
         assert "finished" not in done.stdout
     else:
         assert done.stdout.strip() == "finished" and done.stderr == ""
