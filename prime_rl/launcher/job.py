@@ -94,9 +94,10 @@ def end_failed_job(plan: Plan, code: int) -> None:
     """Exit with the run's code; in a SLURM job whose run failed, raise instead. submitit records an exception in
     the job's result file, which the waiting sweep reads within a second; after a plain exit the sweep learns of
     the failure from accounting, which submitit polls ever less often as the job ages (up to every 10 min)."""
-    node = plan.node
-    outcome_file = RunDir(plan.run_dir).outcome(node.rank if node.multi else None)
-    outcome = json.loads(outcome_file.read_text()) if outcome_file.exists() else {}
+    from prime_rl.launcher.supervisor import outcome_file
+
+    recorded = outcome_file(plan)
+    outcome = json.loads(recorded.read_text()) if recorded.exists() else {}
     if "SUBMITIT_EXECUTOR" in os.environ and outcome.get("status") == "failed":
         raise JobFailed(f"error: role {outcome['role']} {outcome['reason']}; its log: {outcome['log']}")
     sys.exit(code)

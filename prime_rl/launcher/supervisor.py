@@ -230,8 +230,7 @@ class Supervisor:
 
     @property
     def outcome_file(self) -> Path:
-        node = self.plan.node
-        return RunDir(self.plan.run_dir).outcome(node.rank if node.multi else None)
+        return outcome_file(self.plan)
 
     def record_outcome(
         self,
@@ -245,8 +244,14 @@ class Supervisor:
         """How this attempt ended, as data (RunDir.outcome): what the terminal and logs/launcher.log say in words.
         status finished | failed (the role, why, its exit code where it exited, its log) | stopped (the launcher's
         signal)."""
-        outcome = {"status": status, "role": role, "reason": reason, "exit_code": exit_code, "signal": signal_name}
-        outcome |= {"log": log}
+        outcome = {
+            "status": status,
+            "role": role,
+            "reason": reason,
+            "exit_code": exit_code,
+            "signal": signal_name,
+            "log": log,
+        }
         write_text(self.outcome_file, json.dumps(outcome) + "\n")
 
     def report_failure(self, e: RoleFailed) -> None:
@@ -259,6 +264,11 @@ class Supervisor:
         self.console.print(message, style=style, markup=False, highlight=False, soft_wrap=True)
         if not self.log.closed:
             self.log.write(f"{datetime.now():%Y-%m-%d %H:%M:%S} {message}\n")
+
+
+def outcome_file(plan: Plan) -> Path:
+    """Where this node's launcher records how its attempt ended (RunDir.outcome)."""
+    return RunDir(plan.run_dir).outcome(plan.node.rank if plan.node.multi else None)
 
 
 def server_name(server: Child | RemoteServer) -> str:
