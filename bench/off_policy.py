@@ -1,6 +1,7 @@
 """The off-policy correction's presets (issue 48, docs/off_policy.md) where the mismatch between sampler and trainer
-is real: the default run at max_async_level=2 (float32: the mismatch is staleness), and the 4.1 M size (s) of
-bench/model_size.py with server and trainer in bf16 (max_async_level=1: rounding and staleness). Per preset,
+is real: the default run at max_async_level=2 (float32: the mismatch is staleness), and the 4.1 M size (s) and the
+13 M size (m) of bench/model_size.py with server and trainer in bf16 (max_async_level=1: rounding and staleness).
+Per preset,
 medians over seeds: the eval reward at the last step (its standard error beside it) and at a fixed wall-clock (the
 last evaluation every preset's run had reached by then), steps/min, and what the correction did (the median
 mismatch_kl, the run's largest token weight, the mean shares of tokens dropped and truncated, the steps where it
@@ -8,6 +9,7 @@ dropped or truncated any).
 
     .venv/bin/python bench/off_policy.py --runs 3                        # both points: ~80 min on 2 cores
     .venv/bin/python bench/off_policy.py --runs 1 --points async2        # ~12 min
+    .venv/bin/python bench/off_policy.py --runs 1 --points bf16_size_m   # ~30 min a seed (--first-seed N)
     .venv/bin/python bench/off_policy.py --runs 1 --steps 4 --smoke --presets band,token_tis
 """
 
@@ -37,6 +39,8 @@ SHARES = {  # per step, the share of tokens -> the result's key (its mean over t
     "correction/truncated_sequence": "truncated_sequence",
 }
 PER_RUN = ["mismatch_kl", "weight_max", *SHARES.values(), "steps_acted", "skipped"]
+# the bf16 points: the size of bench/model_size.py each runs (records before 2026-12-05 call bf16_4m bf16_13m)
+BF16_SIZES = {"bf16_4m": "s", "bf16_size_m": "m"}
 
 
 def point_overrides(point: str, steps: int, seed: int) -> list[str]:
@@ -44,7 +48,7 @@ def point_overrides(point: str, steps: int, seed: int) -> list[str]:
     common = ["monitor=off", f"seed={seed}", f"max_steps={steps}", f"orchestrator.eval.interval={max(1, steps // 4)}"]
     if point == "async2":
         return [*common, "orchestrator.max_async_level=2"]
-    return [*short_run(SIZES["s"], steps, seed), *BF16, *common, "orchestrator.max_async_level=1"]
+    return [*short_run(SIZES[BF16_SIZES[point]], steps, seed), *BF16, *common, "orchestrator.max_async_level=1"]
 
 
 def run_preset(args, point: str, preset: str, seed: int, out: Path) -> dict:
@@ -87,7 +91,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_runs_arg(parser)
     parser.add_argument("--steps", type=int, default=80, help="optimizer steps per run")
-    parser.add_argument("--points", default="async2,bf16_4m", help="comma-separated, of async2, bf16_4m")
+    points = ", ".join(["async2", *BF16_SIZES])
+    parser.add_argument("--points", default="async2,bf16_4m", help=f"comma-separated, of {points}")
     parser.add_argument("--presets", default=",".join(PRESETS), help="comma-separated, of " + ", ".join(PRESETS))
     parser.add_argument("--timeout", type=float, default=1200, help="seconds per run")
     parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + runs - 1")
