@@ -52,7 +52,16 @@ class StandingServers:
         run_dir = self.root / f"server{len(os.listdir(self.root))}"
         with open(self.root / f"{run_dir.name}.err", "w") as err:  # the child keeps its own copy of the fd
             proc = subprocess.Popen(
-                [sys.executable, "-m", "prime_rl.serve", *overrides, "--run-dir", str(run_dir)],
+                # --stop-with: a worker that dies without its teardown (killed, crashed) takes its servers along
+                [
+                    sys.executable,
+                    "-m",
+                    "prime_rl.serve",
+                    *overrides,
+                    "--run-dir",
+                    str(run_dir),
+                    f"--stop-with={os.getpid()}",
+                ],
                 stdout=subprocess.PIPE,
                 stderr=err,
                 text=True,

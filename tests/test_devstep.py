@@ -108,3 +108,27 @@ def test_a_prompts_samples_are_a_group_and_means_are_over_the_trained_tokens():
     assert trained_mean([-1.0, -3.0, -5.0], [True, False, True]) == -3.0
     assert trained_mean([None, -2.0], None) == -2.0
     assert trained_mean([], None) is None and trained_mean([-1.0], [False]) is None
+
+
+@pytest.mark.vllm
+def test_a_standing_server_stops_when_the_process_it_was_started_with_ends(tmp_path):
+    """`python -m prime_rl.serve --stop-with PID` (the suite's standing servers pass their worker's pid): when that
+    process ends, however it ends, the server stops and nothing it started is left; a pid that is not running is
+    refused in one line before anything starts."""
+    marker, owner = uuid.uuid4().hex, subprocess.Popen(["sleep", "600"])
+    env = {**os.environ, MARKER: marker, "VLLM_API_KEY": "a-key"}
+    serve = [sys.executable, "-m", "prime_rl.serve", *SMALL, "--run-dir", str(tmp_path / "run")]
+    server = subprocess.Popen(
+        [*serve, f"--stop-with={owner.pid}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert "serves at" in server.stdout.readline(), server.stderr.read()
+        owner.kill()
+        owner.wait()
+        assert server.wait(timeout=120) == 0
+    finally:
+        for proc in (owner, server):
+            proc.kill()
+    assert not marked(marker), "a process of the server outlived it"
+    refused = subprocess.run([*serve, f"--stop-with={owner.pid}"], capture_output=True, text=True, env=env)
+    assert refused.returncode == 2 and "[--stop-with]" in refused.stderr and "; fix: " in refused.stderr

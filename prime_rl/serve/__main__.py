@@ -1,14 +1,16 @@
 """`python -m prime_rl.serve <hydra overrides...> [--run-dir DIR]`: the student's vLLM server of the run those
-overrides compose (as for launch.py), started as the launcher starts it, serving until stopped (Ctrl-C, SIGTERM).
+overrides compose (as for launch.py), started as the launcher starts it, serving until stopped (Ctrl-C, SIGTERM, or
+the end of the process `--stop-with` names: the program that started it, so that its death leaves no server behind).
 Runs with the same overrides and `inference.url=<its URL>` use it instead of starting one of their own
 (launcher/standing_server.py); it answers only the key in `inference.api_key_env` (VLLM_API_KEY)."""
 
 import argparse
+import os
+import select
 import sys
-import time
 from pathlib import Path
 
-from prime_rl.config.user_error import run_or_exit
+from prime_rl.config.user_error import UserError, run_or_exit
 from prime_rl.devstep.config import claim, launch_config, prepared
 from prime_rl.devstep.server import run_plan, stop_signals_as_ctrl_c, student_server
 from prime_rl.launcher.standing_server import standing_key
@@ -21,6 +23,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m prime_rl.serve", description=__doc__.split("\n\n")[0])
     p.add_argument("overrides", nargs="*", help="Hydra overrides, as for launch.py (key=value, group=option)")
     p.add_argument("--run-dir", type=Path, metavar="DIR", help="its configs, log and URL (default: a temporary dir)")
+    p.add_argument("--stop-with", type=int, metavar="PID", help="stop when this process ends (the one that started it)")
     return p.parse_intermixed_args(argv)
 
 
@@ -36,14 +39,25 @@ def main(argv: list[str] | None = None) -> None:
 def serve(args: argparse.Namespace) -> None:
     cfg = launch_config(args.overrides)  # a mistake: exit 2 with one line, before anything starts
     key = standing_key(cfg)
+    owner = owner_ended(args.stop_with)
     run_dir = claim(args.run_dir)
     plan = run_plan(prepared(cfg), run_dir)
     with student_server(plan, key) as supervisor:
         url = server_url(run_dir, plan.config)
         print(f"the student's server serves at {url}; runs use it with inference.url={url}", flush=True)
-        while True:
+        while not owner():
             supervisor.check()
-            time.sleep(POLL_S)
+    print(f"process {args.stop_with} ended; the student's server is stopped", file=sys.stderr, flush=True)
+
+
+def owner_ended(pid: int | None):
+    """A check that waits up to POLL_S and is true once process `pid` has ended (through a pidfd: that process,
+    not a later one given its number); without a pid, a wait that is never true."""
+    try:
+        fds = [] if pid is None else [os.pidfd_open(pid)]
+    except ProcessLookupError:
+        raise UserError(f"process {pid} is not running [--stop-with]; fix: give the pid of a live process") from None
+    return lambda: bool(select.select(fds, [], [], POLL_S)[0])
 
 
 def server_url(run_dir: Path, cfg) -> str:
