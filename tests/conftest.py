@@ -1,6 +1,7 @@
 import os
 import socket
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -37,19 +38,37 @@ def tier(item) -> str:
     return "integration" if item.get_closest_marker("integration") else "unit"
 
 
+# What a test costs, roughly, by what it starts (seconds on two cores): the groups are handed to the two workers
+# longest first, so that the run does not end on one long group while the other worker idles.
+COST_S = {"slurm": 30, "vllm": 40, "integration": 2}
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
 def pytest_collection_modifyitems(items):
     """Each test gets its tier's marker (`pytest -m unit` ... `-m slurm`). Tests that start real servers, SLURM jobs
     or fault-injected runs are `slow` too: `pytest -m "not slow"` is the suite without them. With two workers
     (`-n 2 --dist loadgroup`) a file's tests run in one worker, so its module fixtures run once; the SLURM tests,
     of any file, in one worker too, one after the other on the one-node cluster (their jobs' time limits count from
-    a start that another worker's job would delay)."""
+    a start that another worker's job would delay). The groups come in order of their cost (COST_S), the costliest
+    first (with --no-loadscope-reorder, setup.cfg, pytest-xdist keeps that order)."""
+    group_of, totals = {}, Counter()
     for item in items:
         its_tier = tier(item)
         item.add_marker(its_tier)
-        item.add_marker(pytest.mark.xdist_group("slurm" if its_tier == "slurm" else item.path.name))
+        group_of[item.nodeid] = "slurm" if its_tier == "slurm" else item.path.name
+        item.add_marker(pytest.mark.xdist_group(group_of[item.nodeid]))
         if any(item.get_closest_marker(m) for m in ("vllm", "slurm", "faults")):
             item.add_marker(pytest.mark.slow)
+        totals[group_of[item.nodeid]] += cost(item, its_tier)
+    items.sort(key=lambda item: -totals[group_of[item.nodeid]])  # stable: a group keeps its tests' order
+
+
+def cost(item, its_tier: str) -> float:
+    if its_tier == "slurm":
+        return COST_S["slurm"]
+    if item.get_closest_marker("vllm"):
+        return COST_S["vllm"]
+    return COST_S.get(its_tier, 0.3)
 
 
 def unused_port() -> int:
