@@ -20,6 +20,15 @@ UNSET_KEY_ENV = "PRIME_RL_TEST_UNSET_KEY"
 EXTERNAL = ("training_mode=sft", "teacher=external")  # conf/teacher/external.yaml: OpenAI, key in OPENAI_API_KEY
 
 
+# Model dirs some cases name, built by `model_dirs` (each shown as its placeholder in the docs): the default tiny
+# student; a tiny teacher on a BPE of the task's text (another tokenizer); one whose tokenizer knows a few words only.
+STUDENT, BPE_TEACHER, WORDS_TEACHER = (
+    "<student dir>",
+    "<dir of a teacher of another tokenizer>",
+    "<dir of a teacher of words>",
+)
+
+
 @dataclass(frozen=True)
 class Case:
     kind: str  # the row's category in the docs table
@@ -257,6 +266,18 @@ CASES = [
         "[teacher.tokenizer, teacher]",
     ),
     Case(
+        "tokenizer",
+        "a teacher of another tokenizer held to the student's tokens",
+        ("training_mode=opd", f"model.name={STUDENT}", f"teacher.model={BPE_TEACHER}", "teacher.alignment=tokens"),
+        "[teacher.alignment]",
+    ),
+    Case(
+        "tokenizer",
+        "a teacher whose tokenizer cannot read the task's text back",
+        ("training_mode=opd", f"model.name={STUDENT}", f"teacher.model={WORDS_TEACHER}"),
+        "[teacher.model, task]",
+    ),
+    Case(
         "mode conflict",
         "GRPO advantage with one rollout per prompt",
         ("training_mode=opd", "orchestrator.rollouts_per_example=1"),
@@ -471,30 +492,72 @@ def earlier_run(run_dir: Path) -> Path:
     return run_dir
 
 
-def message(proc: subprocess.CompletedProcess, run_dir: Path) -> str:
-    """The error line as the docs show it: the test's own run dir written as <run dir>."""
-    return proc.stderr.strip().replace(str(run_dir), "<run dir>")
+def model_dirs(root: Path) -> dict[str, Path]:
+    """The cases' model dirs, by placeholder: tiny models of the default architecture, built here untrained (the
+    checks read their tokenizers and configs; nothing starts)."""
+    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers.models import WordLevel
+
+    from prime_rl.config.schema import TaskConfig, TinyModelConfig
+    from prime_rl.models.tiny import build_tiny_model, save_model
+    from prime_rl.models.tokenizer import (
+        CHAT_TEMPLATE,
+        SPECIAL_TOKENS,
+        as_transformers,
+        build_bpe_tokenizer,
+        build_tokenizer,
+    )
+    from prime_rl.prepare.tiny import conversations
+    from prime_rl.tasks.registry import load_task
+
+    words = Tokenizer(WordLevel({t: i for i, t in enumerate([*SPECIAL_TOKENS, "reverse"])}, unk_token="<|pad|>"))
+    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizers = {
+        STUDENT: build_tokenizer(),
+        BPE_TEACHER: build_bpe_tokenizer(conversations(load_task(TaskConfig())), 320),
+        WORDS_TEACHER: as_transformers(words, pad="<|pad|>", chat_template=CHAT_TEMPLATE),
+    }
+    dirs = {}
+    for i, (placeholder, tokenizer) in enumerate(tokenizers.items()):
+        dirs[placeholder] = root / f"model{i}"
+        save_model(build_tiny_model(TinyModelConfig(), tokenizer), tokenizer, dirs[placeholder])
+    return dirs
 
 
-def run_case(case: Case, run_dir: Path, output_dir: Path) -> subprocess.CompletedProcess:
+def message(proc: subprocess.CompletedProcess, run_dir: Path, models: dict[str, Path]) -> str:
+    """The error line as the docs show it: the test's own run dir written as <run dir>, model dirs as theirs."""
+    line = proc.stderr.strip().replace(str(run_dir), "<run dir>")
+    for placeholder, path in models.items():
+        line = line.replace(str(path), placeholder)
+    return line
+
+
+def run_case(case: Case, run_dir: Path, output_dir: Path, models: dict[str, Path]) -> subprocess.CompletedProcess:
     """`python launch.py <the case's args>` (tests/forked_launch.py), its output kept in `output_dir`."""
+    args = list(case.args)
+    for placeholder, path in models.items():
+        args = [a.replace(placeholder, str(path)) for a in args]
     where = (
         []
-        if any(a.startswith("hydra.run.dir=") for a in case.args)
+        if any(a.startswith("hydra.run.dir=") for a in args)
         else [f"hydra.run.dir={run_dir}", f"hydra.sweep.dir={run_dir}"]
     )
-    return run_launch([*case.args, *where], env(), output_dir, timeout=120)
+    return run_launch([*args, *where], env(), output_dir, timeout=120)
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory) -> dict[Case, tuple[subprocess.CompletedProcess, Path]]:
+def models(tmp_path_factory) -> dict[str, Path]:
+    return model_dirs(tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory, models) -> dict[Case, tuple[subprocess.CompletedProcess, Path]]:
     """Every case run once (four at a time), each against a run dir that already holds a run's files."""
 
     def one(case: Case):
         run_dir = earlier_run(tmp_path_factory.mktemp("run"))
-        return case, (run_case(case, run_dir, tmp_path_factory.mktemp("output")), run_dir)
+        return case, (run_case(case, run_dir, tmp_path_factory.mktemp("output"), models), run_dir)
 
-    tmp_path_factory.getbasetemp()  # created once here: from four threads at once, each would make its own
     with ThreadPoolExecutor(4) as pool:
         return dict(pool.map(one, CASES))
 
@@ -530,8 +593,8 @@ def test_the_catalogue_has_at_least_30_cases_of_every_kind_the_issue_names():
     } <= kinds
 
 
-def test_the_docs_table_is_generated_from_these_cases(results):
-    messages = {case: message(proc, run_dir) for case, (proc, run_dir) in results.items()}
+def test_the_docs_table_is_generated_from_these_cases(results, models):
+    messages = {case: message(proc, run_dir, models) for case, (proc, run_dir) in results.items()}
     assert DOC.read_text() == render(messages), "regenerate it: python -m tests.test_invalid_inputs"
 
 
@@ -561,8 +624,9 @@ def main(argv: list[str]) -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
+        models = model_dirs(Path(tmp))
         run_dirs = [earlier_run(Path(tmp) / str(i)) for i in range(len(CASES))]
-        messages = {c: message(run_case(c, d, Path(tmp)), d) for c, d in zip(CASES, run_dirs)}
+        messages = {c: message(run_case(c, d, Path(tmp), models), d, models) for c, d in zip(CASES, run_dirs)}
     DOC.write_text(render(messages))
     print(f"wrote {DOC} ({len(CASES)} cases)")
 

@@ -5,8 +5,9 @@ teacher's endpoint), and when each runs (docs/architecture.md, "Validation"):
   submitted: the config's rules (config/rules/), then a standing student server (launcher/standing_server.py), the
   external teacher's env vars, a writable
   teacher.cache_dir, the model dirs and Hub ids (and a local teacher's vocabulary against a top-k, each GPU
-  server's attention heads against its tensor parallelism), and the task, built as configured. Called by the
-  `ValidateRun` callback and the validating sweeper (launcher/validation.py).
+  server's attention heads against its tensor parallelism), the task, built as configured, and where both models
+  are on disk already, how a local opd teacher meets the student's tokens. Called by the `ValidateRun` callback
+  and the validating sweeper (launcher/validation.py).
 - at job time (`check_at_job`), where the job runs (a SLURM node, or this machine): the GPU count against the GPUs
   the job really sees, a CPU deployment on a GPU node with vLLM's GPU build, W&B's reachability
   (monitor/wandb_mode.py), the teacher's probe (teacher/chat_api.py) and, for a top-k distillation, its
@@ -60,6 +61,7 @@ from prime_rl.models.hub import hub_model_problem, is_hub_id
 from prime_rl.models.prompt_lengths import prompt_lengths
 from prime_rl.models.recipe import WARM_START_ENVS, student_dir, teacher_dir
 from prime_rl.monitor.wandb_mode import settle_wandb_mode
+from prime_rl.protocol.atomic import is_complete
 from prime_rl.tasks import Task
 from prime_rl.tasks.gym_env import demonstrates, env_factory, tool_schemas
 from prime_rl.tasks.registry import (
@@ -104,6 +106,7 @@ def check_at_launch(cfg: Config, gpus: int) -> None:
     _eval_tasks(cfg)
     if uses(cfg, lambda m: m.needs_answers):
         _answers(cfg, load_task(cfg.task))
+    _local_alignments(cfg)
 
 
 def check_at_job(cfg: Config, run_dir: Path, warn: Callable[[str], None]) -> Config:
@@ -158,15 +161,47 @@ def _opd_teachers(cfg: Config, task: Task, tokenizer: Callable) -> tuple[Config,
     student's text in its own tokens (teacher.alignment, resolved here: teacher/scoring.py); an external one also
     answers prompt logprobs. The orchestrator checks again (it may run alone), with a local teacher's server up."""
     alignments = {}
-    for name, view in [(DEFAULT, cfg), *named_views(cfg)]:
-        scores = teaches(cfg, name, lambda m: m.scorer == Scorer.teacher)
-        if not scores or teacher_config(cfg, name).kind == TeacherKind.none:  # none: an evaluation's, no teacher
-            continue
+    for name, view in scoring_teachers(cfg):
         with named_errors(name):
             alignment = asyncio.run(_alignment(view, tokenizer, scored_examples(cfg, task, name)))
         cfg = with_teacher(cfg, name, replace(view.teacher, alignment=alignment.kind))
         alignments[teacher_key(name)] = f"{alignment.kind.value} ({alignment.reason})"
     return cfg, alignments
+
+
+def scoring_teachers(cfg: Config) -> list[tuple[str, Config]]:
+    """(name, the run as it sees it) of each teacher that scores an opd source's samples."""
+    return [
+        (name, view)
+        for name, view in [(DEFAULT, cfg), *named_views(cfg)]
+        if teaches(cfg, name, lambda m: m.scorer == Scorer.teacher)
+        and teacher_config(cfg, name).kind != TeacherKind.none  # none: an evaluation's, no teacher
+    ]
+
+
+def _local_alignments(cfg: Config) -> None:
+    """Where the student and a local opd teacher are on disk before the job (model dirs, or tiny models an earlier run
+    built), how the teacher meets the student's tokens is checked at launch, so that another tokenizer under
+    teacher.alignment=tokens, or a task text the teacher cannot read back, is refused before the run dir is touched;
+    else at job time, once the models are built (check_with_student_tokenizer). An external teacher's endpoint is
+    asked at job time, from where the job runs."""
+    local = [
+        (name, view)
+        for name, view in scoring_teachers(cfg)
+        if view.teacher.kind == TeacherKind.local_vllm and on_disk(view.teacher.model, teacher_dir(view))
+    ]
+    if not local or not on_disk(cfg.model.name, student_dir(cfg)):
+        return
+    tokenizer, task = functools.cache(lambda: _student_tokenizer(cfg)), load_task(cfg.task)
+    for name, view in local:
+        with named_errors(name):  # a local teacher's alignment asks no endpoint: no client
+            asyncio.run(resolve_alignment(view, None, "", tokenizer, scored_examples(cfg, task, name)))
+
+
+def on_disk(name: str, path: Path) -> bool:
+    """A model the launch can read now: a model dir, or a tiny model already built (a Hub model is read at job time,
+    from its snapshot)."""
+    return not is_hub_id(name) and (name != "tiny" or is_complete(path))
 
 
 async def _alignment(cfg: Config, tokenizer: Callable, examples: list):

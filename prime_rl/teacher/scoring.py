@@ -96,8 +96,9 @@ async def resolve_alignment(
         return Alignment(TeacherAlignment.tokens, "its tokenizer is the student's")
     if wanted == TeacherAlignment.tokens:
         raise TeacherError(
-            f"teacher tokenizer at {teacher_dir(cfg) if local else client.root} differs from the student's "
-            f"({difference}), and teacher.alignment=tokens scores the student's tokens; {TOKENS_FIX}"
+            f"the teacher's tokenizer at {teacher_dir(cfg) if local else client.root} differs from the student's "
+            f"({difference}) [teacher.alignment]: teacher.alignment=tokens scores the student's own tokens; "
+            + TOKENS_FIX
         )
     source = teacher_tokenizer_source(cfg, difference)
     if not local:
