@@ -16,6 +16,7 @@ from prime_rl.inference import cpu_platform
 from prime_rl.inference.server import attention_heads, tensor_parallel_fits
 from prime_rl.launcher.multinode import build_node_plan
 from prime_rl.launcher.plan import build_plan
+from prime_rl.models.tokenizer import build_tokenizer
 from tests.test_config import TWO_LOCAL_TEACHERS, check
 
 EIGHT = [str(i) for i in range(8)]
@@ -151,12 +152,14 @@ def test_vllms_tensor_parallel_split_of_the_attention_heads():
 
 
 def model_dir(tmp_path, name: str, heads: int, kv_heads: int):
-    """A model dir's config.json, as Hugging Face writes it (no weights: the checks read only the config)."""
+    """A model dir's config.json, as Hugging Face writes it, and the built-in student's tokenizer (no weights: the
+    checks read only the config, and an opd teacher's tokenizer where the student is built already)."""
     path = tmp_path / name
     config = AutoConfig.for_model(
         "qwen2", num_attention_heads=heads, num_key_value_heads=kv_heads, hidden_size=32 * heads
     )
     config.save_pretrained(path)
+    build_tokenizer().save_pretrained(path, save_jinja_files=False)
     return path
 
 
