@@ -40,7 +40,7 @@ from prime_rl.config.modes import (
     uses,
 )
 from prime_rl.config.rules import check_gpu_count, check_rules
-from prime_rl.config.schema import Config, TaskConfig, TaskSourceConfig, TeacherKind
+from prime_rl.config.schema import Config, TaskConfig, TaskSourceConfig, TeacherAlignment, TeacherKind
 from prime_rl.config.sources import mix_sources, source_label
 from prime_rl.config.teachers import (
     DEFAULT,
@@ -80,6 +80,7 @@ from prime_rl.teacher.client import teacher_client
 from prime_rl.teacher.scoring import (
     check_top_k_served,
     check_top_k_vocab,
+    local_difference,
     probe_teacher,
     resolve_alignment,
     scored_examples,
@@ -192,10 +193,13 @@ def _local_alignments(cfg: Config) -> None:
     ]
     if not local or not on_disk(cfg.model.name, student_dir(cfg)):
         return
-    tokenizer, task = functools.cache(lambda: _student_tokenizer(cfg)), load_task(cfg.task)
+    tokenizer, task = functools.cache(lambda: _student_tokenizer(cfg)), functools.cache(lambda: load_task(cfg.task))
     for name, view in local:
-        with named_errors(name):  # a local teacher's alignment asks no endpoint: no client
-            asyncio.run(resolve_alignment(view, None, "", tokenizer, scored_examples(cfg, task, name)))
+        with named_errors(name):
+            if view.teacher.alignment != TeacherAlignment.text and local_difference(view, tokenizer) is None:
+                continue  # it scores the student's own tokens: nothing to refuse, no task to build for it
+            # a local teacher's alignment asks no endpoint: no client
+            asyncio.run(resolve_alignment(view, None, "", tokenizer, scored_examples(cfg, task(), name)))
 
 
 def on_disk(name: str, path: Path) -> bool:
