@@ -181,7 +181,7 @@ def test_a_teachers_top_k_travels_in_the_batch_file_and_lands_at_its_tokens(tmp_
     tb = collate_rows([[back[1], back[0]]], pad_id=0)  # packed: the scored sample second in its row
     assert tb.teacher_top_ids[0, 4:].tolist() == ids.tolist() and not tb.teacher_top_ids[0, :4].any()
     assert torch.equal(tb.teacher_top_logprobs[0, 4:], back[0].teacher_top_logprobs)
-    assert tb.has_teacher_top.tolist() == [[False, False, True, True, True, True]]
+    assert tb.has_teacher_top.tolist() == [[False, False, False, False, True, True]]  # its completion tokens
     assert collate([Sample([7], [9], [-0.3])], pad_id=0).teacher_top_ids is None
 
 

@@ -12,17 +12,20 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from transformers import PreTrainedTokenizerFast
 
 from prime_rl.config import compose_config
-from prime_rl.config.schema import LossConfig
+from prime_rl.config.schema import DistillSignal, LossConfig
 from prime_rl.config.user_error import UserError
+from prime_rl.inference.client import TopLogprobs
 from prime_rl.models.chat import answer_ids, prompt_ids, transcript_ids
 from prime_rl.models.tokenizer import build_bpe_tokenizer, build_tokenizer
+from prime_rl.orchestrator.scoring import keep_scores
 from prime_rl.prepare import prepare_teacher
 from prime_rl.protocol.batch import TEACHER_CHUNKS, TEACHER_LOGPROBS, Sample
 from prime_rl.protocol.servers import TEACHER_MODEL_NAME
 from prime_rl.tasks import load_task
-from prime_rl.teacher.alignment import TextAlignment, align, char_ends, decoded, text_ends, unreadable
+from prime_rl.teacher.alignment import Chunks, TextAlignment, align, char_ends, decoded, text_ends, unreadable
+from prime_rl.teacher.shared_tokens import UNLISTED, SharedTokens, token_bytes
 from prime_rl.trainer.data import collate_rows
-from prime_rl.trainer.loss import distill_center, rl_loss
+from prime_rl.trainer.loss import distill_center, rl_loss, top_k_distill
 from tests.test_e2e_rl import launch, rows
 from tests.vllm_server import serve
 
@@ -228,6 +231,111 @@ def test_a_chunks_advantage_is_the_teachers_log_p_of_its_text_less_the_students_
     assert distill_center([batch], with_center) == pytest.approx(sum(advantages) / 5)
 
 
+def test_each_tokens_text_in_bytes_and_the_teachers_tokens_the_student_spells_in_one(tokenizers):
+    """A text's tokens' bytes, joined, are its UTF-8 (after the word-start space a SentencePiece normaliser puts
+    first), for byte-level, character and byte-fallback tokens alike. A teacher token maps to the student's token
+    of the same bytes: itself with one tokenizer; across vocabularies a one-byte token to the student's byte, a
+    longer one to nothing (the student spells it in several), special tokens by their string."""
+    for name, tok in tokenizers.items():
+        for text in random_texts(80, seed=3):
+            ids = tok.encode(text, add_special_tokens=False)
+            spaced = name == "sp" and ids
+            assert b"".join(token_bytes(tok, ids)) == b" " * bool(spaced) + text.encode(), (name, text)
+    char, bpe = tokenizers["char"], tokenizers["bpe"]
+    same, foreign = SharedTokens(TextAlignment(char, char)), SharedTokens(TextAlignment(char, bpe))
+    assert [same.student_id(i) for i in range(len(char))] == list(range(len(char)))
+    for piece, i in bpe.get_vocab().items():
+        expected = char.convert_tokens_to_ids(piece) if len(piece) == 1 or piece in char.all_special_tokens else None
+        assert foreign.student_id(i) == expected, piece
+
+
+def test_a_foreign_teachers_top_k_is_listed_at_each_chunks_first_token_over_the_tokens_both_have(tokenizers):
+    """By hand: chunks (a, b | A), (c | C), (end | end); the teacher's top 3 at A lists a longer token the student
+    has not (its mass to the tail), at C two ids of one text (a byte-fallback token and a piece: their
+    probabilities add up). Listed at a and c and the end of turn, nothing at b; the share of the top-k mass the
+    student has, per chunk."""
+    char, sp = tokenizers["char"], tokenizers["sp"]
+    shared = SharedTokens(TextAlignment(char, sp))
+    longer = next(i for piece, i in sp.get_vocab().items() if len(piece) > 2 and piece.startswith("▁"))
+    [x, o] = [sp.convert_tokens_to_ids(p) for p in ("x", "o")]
+    [cx, co, c_end] = [char.convert_tokens_to_ids(p) for p in ("x", "o", "<|im_end|>")]
+    top = TopLogprobs(
+        [[longer, x, o], [o, sp.convert_tokens_to_ids("<0x6F>"), x], [sp.eos_token_id, x, longer]],
+        [[-0.2, -1.9, -3.0], [-0.5, -1.5, -2.5], [-0.1, -3.0, -4.0]],
+    )
+    listed, mass = shared.student_top(top, Chunks([2, 1, 1], [1, 1, 1]), k=3)
+    assert listed.ids == [[cx, co, UNLISTED], [UNLISTED] * 3, [co, cx, UNLISTED], [c_end, cx, UNLISTED]]
+    inf = math.inf
+    expected = [[-1.9, -3.0, -inf], [-inf] * 3, [math.log(math.exp(-0.5) + math.exp(-1.5)), -2.5, -inf]]
+    assert listed.logprobs == expected + [[-0.1, -3.0, -inf]]
+    share = [
+        sum(map(math.exp, kept)) / sum(map(math.exp, lp))
+        for kept, lp in (([-1.9, -3.0], [-0.2, -1.9, -3.0]), ([-0.1, -3.0], [-0.1, -3.0, -4.0]))
+    ]
+    assert mass == pytest.approx([share[0], 1.0, share[1]])
+
+
+def top_k_loss(rows: list[list[Sample]], vocab: int, seed: int = 0):
+    """distill=topk's term on `rows` under made-up student logits: (loss, the logits' gradient, metric sums)."""
+    batch = collate_rows(rows, pad_id=0)
+    torch.manual_seed(seed)
+    logits = torch.randn(*batch.input_ids.shape, vocab, requires_grad=True)
+    student = logits.log_softmax(-1)
+    tokens = student.gather(-1, batch.input_ids[..., None])[..., 0]
+    cfg = LossConfig(teacher_tau=0.5, distill=DistillSignal.topk)
+    loss, sums = top_k_distill(student.gather(-1, batch.teacher_top_ids), tokens, batch, cfg, total_tokens=10)
+    loss.backward()
+    return loss.item(), logits.grad, sums
+
+
+def test_where_the_tokenizers_agree_the_text_paths_top_k_is_the_fast_paths_to_the_bit(tokenizers):
+    """A teacher of the student's tokenizer on the text path: every chunk one token, each listed id the student's
+    own, the whole mass shared; the trainer's top-k loss, gradient and metrics are the fast path's to the bit."""
+    char = tokenizers["char"]
+    messages = [{"role": "user", "content": "reverse: naïve 🦊"}]
+    reply = answer_ids(char, messages, "🦊 evïan")
+    aligner, rng, k = TextAlignment(char, char), random.Random(4), 4
+    prompt, completion, chunks = aligner.teacher_pair(messages, reply, truncated=False)
+    logprobs = [sorted((-rng.uniform(0.1, 4) for _ in range(k)), reverse=True) for _ in completion]
+    top = TopLogprobs([rng.sample(range(len(char)), k) for _ in completion], logprobs)
+    listed, mass = SharedTokens(aligner).student_top(top, chunks, k)
+    assert listed == top and mass == [1.0] * len(reply)
+    teacher = [lp[0] for lp in logprobs]
+    fast, on_text = (Sample(prompt, reply, [-0.7] * len(reply)) for _ in range(2))
+    keep_scores(fast, teacher, top, k, "t")
+    keep_scores(on_text, chunks.teacher_sums(teacher), listed, k, "t")
+    on_text.streams[TEACHER_CHUNKS] = chunks.starts()
+    a, b = top_k_loss([[fast]], len(char)), top_k_loss([[on_text]], len(char))
+    assert a[0] == b[0] and torch.equal(a[1], b[1]) and a[2] == b[2]
+
+
+def test_a_top_k_with_unlisted_ids_compares_the_listed_ones_and_the_tail_and_nothing_at_a_chunks_other_tokens():
+    """By hand, in a packed row beside a sample with a full top 2: the foreign teacher's sample lists one id at its
+    first token (the other slot UNLISTED) and none at its second. Its KL is over {that id, the tail} at the first
+    token alone; the unlisted slots and the second token get no gradient."""
+    inf = math.inf
+    foreign = Sample([1], [5, 6], [-0.4, -0.6], streams={TEACHER_LOGPROBS: [-1.0, -1.0], TEACHER_CHUNKS: [1.0, 0.0]})
+    foreign.teacher_top_ids = torch.tensor([[7, UNLISTED], [UNLISTED, UNLISTED]], dtype=torch.int32)
+    foreign.teacher_top_logprobs = torch.tensor([[-0.5, -inf], [-inf, -inf]])
+    full = Sample([2], [8], [-0.3], streams={TEACHER_LOGPROBS: [-0.2]})
+    full.teacher_top_ids = torch.tensor([[3, 4]], dtype=torch.int32)
+    full.teacher_top_logprobs = torch.tensor([[-0.2, -2.0]])
+    batch = collate_rows([[foreign, full]], pad_id=0)
+    assert batch.has_teacher_top.tolist() == [[False, True, False, False, True]]
+    top = torch.log(torch.tensor([[[0.5, 0.5], [0.3, 0.9], [0.2, 0.2], [0.5, 0.5], [0.6, 0.1]]])).requires_grad_()
+    cfg = LossConfig(teacher_tau=0.5, distill=DistillSignal.topk)
+    loss, sums = top_k_distill(top, batch.inference_logprobs, batch, cfg, total_tokens=3)
+    loss.backward()
+
+    def kl(q: list[float], p: list[float]) -> float:  # reverse KL over the listed ids and the tail
+        q, p = [*q, 1 - sum(q)], [*p, 1 - sum(p)]
+        return sum(a * (math.log(a) - math.log(b)) for a, b in zip(q, p))
+
+    kls = [kl([0.3], [math.exp(-0.5)]), kl([0.6, 0.1], [math.exp(-0.2), math.exp(-2.0)])]
+    assert loss.item() == pytest.approx(0.5 * sum(kls) / 3) and sums["distill/topk_kl"] == pytest.approx(sum(kls))
+    assert top.grad[0, 1, 1] == 0 and not top.grad[0, 2].any() and top.grad[0, 1, 0] != 0
+
+
 def test_a_tokenizer_that_cannot_read_a_text_back_names_it():
     """A word-level tokenizer maps what it does not know to <unk>: the first text it loses is named from there."""
     vocab = {"<unk>": 0, "reverse": 1, "abc": 2, "cba": 3}
@@ -259,8 +367,8 @@ def test_a_teacher_of_another_tokenizer_is_aligned_on_text_unless_the_run_wants_
     assert alignment(student, "teacher.alignment=text") == "text (teacher.alignment=text)"
     with pytest.raises(UserError, match=r"\(vocab\) \[teacher.alignment\]"):
         alignment(other, "teacher.alignment=tokens")
-    with pytest.raises(UserError, match=r"\[trainer.loss.distill, teacher.alignment\]"):
-        alignment(other, "trainer.loss.distill=topk", "trainer.loss.distill_top_k=4")
+    top_k = alignment(other, "trainer.loss.distill=topk", "trainer.loss.distill_top_k=4")  # over the shared tokens
+    assert top_k == "text (its tokenizer differs from the student's: vocab)"
 
 
 @pytest.fixture(scope="module")
@@ -278,7 +386,8 @@ def test_opd_from_teachers_with_another_tokenizer_scores_chunks_of_text(tmp_path
     one by the same model behind an external vLLM endpoint (its tokenizer named by teacher.tokenizer), and episodes
     of the retry environment taught by the local teacher (each reply aligned within its own turn). The plan
     says each scores on text and why; every step scores the samples in chunks (the BPE teacher's tokens span
-    several of the student's) at the right teacher, and the teacher term is in the loss."""
+    several of the student's) at the right teacher, and the teacher term is in the loss. Then a run distilling
+    from the external teacher's top k (trainer.loss.distill=topk) over the tokens both vocabularies have."""
     run_dir = tmp_path / "run"
     with serve(bpe_teacher, tmp_path, served_name="foreign", student=False) as url:
         remote = f"++teachers={{remote:{{kind:external,model:foreign,base_url:'{url}/v1',tokenizer:'{bpe_teacher}'}}}}"
@@ -295,7 +404,27 @@ def test_opd_from_teachers_with_another_tokenizer_scores_chunks_of_text(tmp_path
             "debug=smoke",
             standing=standing_servers,
         )
+        top_k_dir = tmp_path / "top_k"
+        top_k = launch(
+            top_k_dir,
+            "training_mode=opd",
+            "teacher=external",
+            f"teacher.base_url={url}/v1",
+            "teacher.model=foreign",
+            "teacher.api_key_env=null",  # a local endpoint with no key
+            f"teacher.tokenizer={bpe_teacher}",
+            "trainer.loss.distill=topk",
+            "trainer.loss.distill_top_k=8",
+            "debug=smoke",
+            standing=standing_servers,
+        )
         endpoint_log = next(tmp_path.glob("vllm-foreign-*.log")).read_text()
+    assert top_k.returncode == 0, top_k.stderr[-3000:]
+    train = [r for r in rows(top_k_dir) if "loss" in r]
+    assert [r["step"] for r in train] == [0, 1, 2]
+    for r in train:  # the foreign teacher's top 8 over the tokens the student has: most of its mass
+        assert 0.5 < r["distill/topk_shared_mass"] <= 1 and 0 < r["distill/teacher_tail"], r
+        assert r["distill/topk_kl"] > 0 and math.isfinite(r["teacher_kl"]) and r["distill/unscored"] < 0.05, r
     assert run.returncode == 0, run.stderr[-3000:]
     plan = json.loads((run_dir / "configs" / "plan.json").read_text())
     assert plan["teacher_alignment"] == {

@@ -255,12 +255,6 @@ CASES = [
     ),
     Case(
         "mode conflict",
-        "a top-k teacher signal from a teacher scoring on text",
-        ("training_mode=opd", "teacher.alignment=text", "trainer.loss.distill=topk"),
-        "[trainer.loss.distill, teacher.alignment]",
-    ),
-    Case(
-        "mode conflict",
         "a tokenizer named for a local teacher",
         ("training_mode=opd", "teacher.tokenizer=/models/llama"),
         "[teacher.tokenizer, teacher]",

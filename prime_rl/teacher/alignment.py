@@ -77,27 +77,32 @@ def ends_inside(start: int, stop: int, sizes: list[int | None]) -> list[int | No
 def token_sizes(tokenizer, ids: list[int]) -> list[int | None]:
     """Each token's size in bytes where its string spells its bytes: a byte-level BPE's (one character a byte) or
     a byte-fallback token (`<0xE2>`); None for others."""
-    decoder = tokenizer.backend_tokenizer.decoder
-    byte_level = decoder is not None and b'"ByteLevel"' in decoder.__getstate__()
+    byte_level = is_byte_level(tokenizer)
     return [piece_size(piece, byte_level, byte_chars()) for piece in tokenizer.convert_ids_to_tokens(ids)]
 
 
+def is_byte_level(tokenizer) -> bool:
+    """A byte-level BPE: its decoder reads each character of a token's string as a byte."""
+    decoder = tokenizer.backend_tokenizer.decoder
+    return decoder is not None and b'"ByteLevel"' in decoder.__getstate__()
+
+
 @functools.cache
-def byte_chars() -> frozenset[str]:
-    """The characters byte-level BPE spells bytes with."""
+def byte_chars() -> dict[str, int]:
+    """The characters byte-level BPE spells bytes with, and the byte each stands for."""
     from prime_rl.models.tokenizer import byte_alphabet  # transformers: not for a launch's validation
 
-    return frozenset(byte_alphabet())
+    return {char: byte for byte, char in enumerate(byte_alphabet())}
 
 
-def piece_size(piece: str | None, byte_level: bool, alphabet: frozenset[str]) -> int | None:
+def piece_size(piece: str | None, byte_level: bool, alphabet: dict[str, int]) -> int | None:
     """A token string's size in bytes; None where it does not spell them (or the id has no token: a model whose
     embedding is larger than its vocabulary may sample one)."""
     if piece is None:
         return None
     if BYTE_TOKEN.fullmatch(piece):
         return 1
-    return len(piece) if byte_level and set(piece) <= alphabet else None
+    return len(piece) if byte_level and set(piece) <= alphabet.keys() else None
 
 
 def char_ends(tokenizer, ids: list[int]) -> tuple[str, list[int | None]]:
@@ -158,7 +163,7 @@ class TextAlignment:
 
         self.student, self.teacher = student, teacher
         self.student_stops = {*turn_end_ids(student), student.eos_token_id}
-        self.teacher_stop = [*turn_end_ids(teacher), teacher.eos_token_id][0]
+        self.student_stop, self.teacher_stop = ([*turn_end_ids(t), t.eos_token_id][0] for t in (student, teacher))
 
     def teacher_pair(
         self, messages: list[dict], completion_ids: list[int], truncated: bool

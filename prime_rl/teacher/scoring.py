@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prime_rl.config.modes import Scorer, distill_top_k, example_mode
-from prime_rl.config.rules.teachers import sampled_signal_on_text
 from prime_rl.config.schema import Config, TeacherAlignment, TeacherKind
 from prime_rl.config.teachers import DEFAULT, source_teachers
 from prime_rl.config.user_error import check, first_line
@@ -83,8 +82,7 @@ async def resolve_alignment(
 ) -> Alignment:
     """teacher.alignment of a teacher (`cfg`: as it sees the run) that scores `examples`' samples, checked: tokens
     where its tokenizer is the student's (its files; an endpoint's /tokenize), else text, where the teacher reads
-    their text back and the run distils from sampled tokens. A local teacher's server need
-    not be up."""
+    their text back. A local teacher's server need not be up."""
     local = cfg.teacher.kind == TeacherKind.local_vllm
     if local:
         text, difference = None, local_difference(cfg, student_tok)
@@ -103,7 +101,7 @@ async def resolve_alignment(
     source = teacher_tokenizer_source(cfg, difference)
     if not local:
         await check_endpoint_tokenizer(client, model, load_tokenizer(source), text, source)
-    check_text_alignment(cfg, examples, load_tokenizer(source), source)
+    check_text_alignment(examples, load_tokenizer(source), source)
     reason = (
         "teacher.alignment=text" if difference is None else f"its tokenizer differs from the student's: {difference}"
     )
@@ -176,11 +174,9 @@ async def check_endpoint_tokenizer(client: InferenceClient, model: str, teacher_
         )
 
 
-def check_text_alignment(cfg: Config, examples: list, teacher_tok, source) -> None:
-    """Scoring on text: the run distils from sampled tokens, and the teacher's tokenizer reads back each example's
-    prompt and answer (a character it maps to <unk> would be lost to the comparison)."""
-    why = f"its tokenizer at {source} is not the student's"
-    sampled_signal_on_text(cfg, why)
+def check_text_alignment(examples: list, teacher_tok, source) -> None:
+    """Scoring on text: the teacher's tokenizer reads back each example's prompt and answer (a character it maps to
+    <unk> would be lost to the comparison)."""
     texts = [
         (f"train example {i}'s {part}", text)
         for i, ex in enumerate(examples)

@@ -25,8 +25,9 @@ class TokenBatch:
     has_stream: dict[str, torch.Tensor] = field(default_factory=dict)  # [B, T] bool: tokens of samples with the stream
     sample_ids: torch.Tensor | None = None  # [B, T] the index of a token's sample in the micro-batch (padding: n)
     position_ids: torch.Tensor | None = None  # [B, T] packed rows: each sample's positions from 0; None: unpacked
-    # distill=topk: [B, T, k] the teacher's top-k ids and log p_T at completion positions (0 elsewhere), [B, T] bool
-    # at the tokens of samples that have them; None where no sample of the micro-batch has them
+    # distill=topk: [B, T, k] the teacher's top-k ids and log p_T at completion positions (0 elsewhere; an id a
+    # teacher of another tokenizer could not list: id 0, log p_T -inf), [B, T] bool at the completion tokens that
+    # have any; None where no sample of the micro-batch has them
     teacher_top_ids: torch.Tensor | None = None
     teacher_top_logprobs: torch.Tensor | None = None
     has_teacher_top: torch.Tensor | None = None
@@ -76,9 +77,10 @@ def collate_rows(rows: list[Row], pad_id: int) -> TokenBatch:
                 streams[name][i, completion] = floored(values)
                 has_stream[name][i, whole] = True
             if s.teacher_top_ids is not None:
-                top_ids[i, completion] = s.teacher_top_ids.long()
-                top_logprobs[i, completion] = s.teacher_top_logprobs.clamp(min=LOGPROB_FLOOR)
-                has_top[i, whole] = True
+                listed = s.teacher_top_ids >= 0  # teacher/shared_tokens.py's UNLISTED pads a position's top k
+                top_ids[i, completion] = s.teacher_top_ids.long().clamp(min=0)
+                top_logprobs[i, completion] = s.teacher_top_logprobs.clamp(min=LOGPROB_FLOOR).where(listed, -torch.inf)
+                has_top[i, completion] = listed.any(-1)
             start, k = start + s.length, k + 1
     packed = any(len(row) > 1 for row in rows)
     return TokenBatch(

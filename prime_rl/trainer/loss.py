@@ -17,7 +17,7 @@ from prime_rl.config.modes import Mode, distill_top_k, import_object, mode_named
 from prime_rl.config.schema import Config, KlDirection, LossConfig, RatioLevel
 from prime_rl.config.sources import source_losses
 from prime_rl.protocol.batch import TEACHER_CHUNKS, TEACHER_LOGPROBS, Sample
-from prime_rl.trainer.data import TokenBatch
+from prime_rl.trainer.data import LOGPROB_FLOOR, TokenBatch
 from prime_rl.trainer.logprobs import Logprobs
 from prime_rl.trainer.off_policy import correct, sample_mean
 from prime_rl.trainer.step_metrics import source_sums
@@ -168,8 +168,10 @@ def top_k_distill(
     if top is None:
         return torch.zeros(()), dict.fromkeys(names, 0.0)
     scored = batch.loss_mask.float() * batch.has_teacher_top
-    teacher = with_tail(batch.teacher_top_logprobs)
-    kl = top_k_kl(with_tail(top), teacher, cfg.distill_kl) * scored
+    # an id the teacher could not list (another tokenizer's): nothing on either side, its mass in the tails
+    listed = batch.teacher_top_logprobs.isfinite()
+    teacher = with_tail(batch.teacher_top_logprobs.where(listed, LOGPROB_FLOOR))
+    kl = top_k_kl(with_tail(top.where(listed, LOGPROB_FLOOR)), teacher, cfg.distill_kl) * scored
     values = (
         sampled_teacher_kl(logprobs, batch),
         kl.detach().sum().item(),

@@ -2,13 +2,12 @@
 
 from urllib.parse import urlparse
 
-from prime_rl.config.modes import RolloutSource, distill_top_k, modes_with, source_modes
+from prime_rl.config.modes import RolloutSource, modes_with, source_modes
 from prime_rl.config.schema import (
     EPISODIC,
     MIX,
     Config,
     ReferenceSource,
-    TeacherAlignment,
     TeacherKind,
     num_nodes,
 )
@@ -125,26 +124,12 @@ def teacher_settings(cfg: Config, _: int) -> None:
         "a local teacher's tokenizer is its model's",
         "drop teacher.tokenizer (it is for an external teacher with another tokenizer than the student's)",
     )
-    if t.alignment == TeacherAlignment.text:
-        sampled_signal_on_text(cfg, "teacher.alignment=text")
     leaked = sorted(h for h in t.headers if any(word in h.lower() for word in SECRET_HEADER_WORDS))
     check(
         not leaked,
         [f"teacher.headers.{h}" for h in leaked],
         "a credential in teacher.headers would be written to config dumps",
         f"put its value in an env var and set +teacher.header_envs.{leaked[0] if leaked else '<name>'}=<VAR>",
-    )
-
-
-def sampled_signal_on_text(cfg: Config, why: str) -> None:
-    """A teacher that scores the student's text in its own tokens gives one logprob per chunk of text, not its top
-    k over the student's vocabulary (`why`: what made it score on text)."""
-    check(
-        not distill_top_k(cfg),
-        ["trainer.loss.distill", "teacher.alignment"],
-        f"trainer.loss.distill=topk needs the teacher's top k over the student's vocabulary, and it scores on text "
-        f"({why})",
-        "set trainer.loss.distill=sampled (chunk by chunk), or use a teacher with the student's tokenizer",
     )
 
 

@@ -1,6 +1,7 @@
 """opd: the student samples the rollouts as in rl; the teacher scores every sampled token (prompt logprobs), which
 the trainer turns into the per-token advantage teacher_tau * (log p_T - log pi). A teacher with another tokenizer
-scores the sample's text in its own tokens, chunk by chunk (teacher/alignment.py, docs/cross_tokenizer.md)."""
+scores the sample's text in its own tokens, chunk by chunk (teacher/alignment.py, docs/cross_tokenizer.md), and its
+top k at each chunk's start over the tokens both vocabularies have (teacher/shared_tokens.py)."""
 
 import asyncio
 import time
@@ -15,11 +16,13 @@ from prime_rl.protocol.batch import TEACHER_CHUNKS, Sample
 from prime_rl.tasks import Example
 from prime_rl.teacher.alignment import Chunks, TextAlignment
 from prime_rl.teacher.scoring import load_tokenizer, probe_teacher, resolve_alignment, scored_examples
+from prime_rl.teacher.shared_tokens import SharedTokens
 
 
 class OPD(RL):
     def __init__(self):
         self.aligners: dict[str, TextAlignment] = {}  # by teacher name: those with another tokenizer
+        self.shared: dict[str, SharedTokens] = {}  # by teacher name, where the run distils from their top k
         self.prompts: dict[int, list[dict]] = {}  # by id() of a sample made this step: its prompt's messages
 
     async def preflight(self, ctx: Context) -> None:
@@ -33,6 +36,8 @@ class OPD(RL):
             await probe_teacher(t.client, t.model, alignment, ctx.tokenizer, examples[0], ctx.cfg)
             if alignment.kind == TeacherAlignment.text:
                 self.aligners[t.name] = TextAlignment(ctx.tokenizer, load_tokenizer(alignment.tokenizer))
+                if distill_top_k(ctx.cfg):
+                    self.shared[t.name] = SharedTokens(self.aligners[t.name])
                 ctx.conversations = {}  # an episode's conversation, for the teacher's own rendering of it
 
     async def rollouts(self, ctx: Context, examples: list[Example]) -> tuple[list[list[Sample]], dict[str, float]]:
@@ -61,21 +66,32 @@ class OPD(RL):
         self.prompts.clear()
         if ctx.conversations:
             ctx.conversations.clear()
-        chunks = [c for found in done if found for c in found]  # the text-aligned teachers' chunks
-        return {"time/teacher": time.monotonic() - start, **chunk_metrics(chunks, sum(map(len, on_text.values())))}
+        chunks = [c for found in done if found for c in found[0]]  # the text-aligned teachers' chunks
+        shared = [x for found in done if found for x in found[1]]
+        metrics = chunk_metrics(chunks, sum(map(len, on_text.values())))
+        if shared:
+            metrics["distill/topk_shared_mass"] = sum(shared) / len(shared)
+        return {"time/teacher": time.monotonic() - start, **metrics}
 
-    async def score_text(self, ctx: Context, teacher: Teacher, samples: list[Sample]) -> list[Chunks]:
+    async def score_text(
+        self, ctx: Context, teacher: Teacher, samples: list[Sample]
+    ) -> tuple[list[Chunks], list[float]]:
         """A teacher with another tokenizer scores each sample's text in its own tokens, after its own rendering of
         the prompt; a sample whose text it does not read back, or that would not fit its context, is not scored
-        (its tokens train on the rewards' advantage alone). Returns the chunks of the samples it scored."""
+        (its tokens train on the rewards' advantage alone). Returns the chunks of the samples it scored and, with a
+        top k, each reply chunk's share of it the student's vocabulary has."""
         aligner, room = self.aligners[teacher.name], ctx.cfg.inference.max_model_len - 1  # and a token to score
+        k, shared = distill_top_k(ctx.cfg), []
         pairs = [(s, self.teacher_view(ctx, aligner, s)) for s in samples]
         fit = [(s, pair) for s, pair in pairs if pair and len(pair[0]) + len(pair[1]) <= room]
-        replies = await scored(ctx, teacher.client, teacher.model, [(p, c) for _, (p, c, _) in fit])
-        for (s, (_, _, chunks)), (logprobs, _) in zip(fit, replies):
-            keep_scores(s, chunks.teacher_sums(logprobs), None, 0, teacher.label)
+        replies = await scored(ctx, teacher.client, teacher.model, [(p, c) for _, (p, c, _) in fit], k)
+        for (s, (_, _, chunks)), (logprobs, top) in zip(fit, replies):
+            if k:
+                top, mass = self.shared[teacher.name].student_top(top, chunks, k)
+                shared += mass
+            keep_scores(s, chunks.teacher_sums(logprobs), top, k, teacher.label)
             s.streams[TEACHER_CHUNKS] = chunks.starts()
-        return [chunks for _, (_, _, chunks) in fit]
+        return [chunks for _, (_, _, chunks) in fit], shared
 
     def teacher_view(self, ctx: Context, aligner: TextAlignment, s: Sample) -> tuple | None:
         """A sample as a teacher of another tokenizer reads it: a reply after its prompt, or an episode's turns."""
