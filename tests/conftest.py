@@ -41,6 +41,9 @@ def tier(item) -> str:
 # What a test costs, roughly, by what it starts (seconds on two cores): the groups are handed to the two workers
 # longest first, so that the run does not end on one long group while the other worker idles.
 COST_S = {"slurm": 30, "vllm": 40, "integration": 2}
+# Fixtures that build a run once for the session's workers (shared_dir): a test of another group that uses one comes
+# last in its group, by when the group that owns it has built it, instead of waiting for it at the start.
+SHARED_RUNS = {"rl_run"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
@@ -60,7 +63,12 @@ def pytest_collection_modifyitems(items):
         if any(item.get_closest_marker(m) for m in ("vllm", "slurm", "faults")):
             item.add_marker(pytest.mark.slow)
         totals[group_of[item.nodeid]] += cost(item, its_tier)
-    items.sort(key=lambda item: -totals[group_of[item.nodeid]])  # stable: a group keeps its tests' order
+    # stable: a group keeps its tests' order, but for those waiting on another group's run
+    items.sort(key=lambda item: (-totals[group_of[item.nodeid]], borrows_a_run(item, group_of[item.nodeid])))
+
+
+def borrows_a_run(item, group: str) -> bool:
+    return group != item.path.name and bool(SHARED_RUNS & set(getattr(item, "fixturenames", ())))
 
 
 def cost(item, its_tier: str) -> float:
@@ -91,6 +99,14 @@ def standing_servers(tmp_path_factory):
     pool = StandingServers(tmp_path_factory.mktemp("standing"))
     yield pool
     pool.stop_all()
+
+
+@pytest.fixture(scope="session")
+def shared_dir(tmp_path_factory, worker_id) -> Path:
+    """A dir every worker of this session sees (each worker's own temp dirs sit side by side in it): for what two
+    groups need and one builds, under a FileLock."""
+    base = tmp_path_factory.getbasetemp()
+    return base if worker_id == "master" else base.parent
 
 
 @pytest.fixture(autouse=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from filelock import FileLock
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
@@ -61,11 +62,15 @@ def evals_of(run_dir: Path) -> dict[int, float]:
 
 
 @pytest.fixture(scope="module")
-def rl_run(tmp_path_factory, standing_servers) -> Path:
-    run_dir = tmp_path_factory.mktemp("eval") / "rl"
-    offline = "monitor.wandb.mode=offline"  # an evaluation logs to W&B as its run did, and a test reads that back
-    proc = launch(run_dir, *RUN, EVAL_TASKS, offline, standing=standing_servers)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def rl_run(shared_dir, standing_servers) -> Path:
+    """Built once for both workers: the SLURM group's test of it runs in the other (tests/conftest.py SHARED_RUNS).
+    The evaluations only read it."""
+    run_dir = shared_dir / "eval-rl"
+    with FileLock(shared_dir / "eval-rl.lock"):
+        if not (run_dir / "summary.json").exists():
+            offline = "monitor.wandb.mode=offline"  # an evaluation logs to W&B as its run did, and a test reads it back
+            proc = launch(run_dir, *RUN, EVAL_TASKS, offline, standing=standing_servers)
+            assert proc.returncode == 0, proc.stderr[-3000:]
     return run_dir
 
 
