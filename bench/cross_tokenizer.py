@@ -6,7 +6,8 @@ with a Qwen-style chat template; the student is the default one (one token per b
 Per variant, medians over seeds: steps and seconds (from `python launch.py`) to 90 % of its teacher's eval reward
 (the run's own `eval/teacher_reward` at step 0; rl, which has none, is measured against the foreign teacher's), the
 last eval reward, the step's seconds and the teacher's share of them (the cost of alignment: opd_foreign against
-opd_same), and the alignment's chunk metrics.
+opd_same), and the alignment's chunk metrics. The `_top8` variants distil from the teacher's top 8
+(trainer.loss.distill=topk), across vocabularies over the tokens both have.
 
     .venv/bin/python bench/cross_tokenizer.py --runs 3                     # ~60 min on 2 cores
     .venv/bin/python bench/cross_tokenizer.py --runs 1 --steps 4 --eval-interval 2 --smoke
@@ -34,12 +35,15 @@ NAME = "cross_tokenizer"
 # the foreign teacher's recipe: a BPE of 320 tokens (at 512, merged letters made the reversal too hard for the tiny
 # teacher: 0.16 eval reward against 0.96)
 FOREIGN = ["model.tiny.tokenizer=bpe"]
+TOP8 = ["trainer.loss.distill=topk", "trainer.loss.distill_top_k=8"]  # the top-k signal (BENCHMARKS.md §15's k)
 
 
 def variants(foreign_dir: str) -> dict[str, list[str]]:
     return {
         "opd_same": ["experiment=opd"],
         "opd_foreign": ["experiment=opd", f"teacher.model={foreign_dir}"],
+        "opd_same_top8": ["experiment=opd", *TOP8],
+        "opd_foreign_top8": ["experiment=opd", f"teacher.model={foreign_dir}", *TOP8],
         "sft_foreign": ["experiment=sft", f"teacher.model={foreign_dir}"],
         "rl": ["experiment=rl"],
     }
@@ -67,6 +71,7 @@ def run_variant(args, overrides: list[str], name: str, seed: int, fallback: floa
         "aligned_fraction": median(r.get("distill/aligned_fraction") for r in rows),
         "chunk_student_tokens": median(r.get("distill/chunk_student_tokens") for r in rows),
         "chunk_teacher_tokens": median(r.get("distill/chunk_teacher_tokens") for r in rows),
+        "topk_shared_mass": median(r.get("distill/topk_shared_mass") for r in rows),
     }
 
 
@@ -79,6 +84,7 @@ COLUMNS = {  # summary key -> column header
     "aligned_fraction": "1:1 share",
     "chunk_student_tokens": "student tok/chunk",
     "chunk_teacher_tokens": "teacher tok/chunk",
+    "topk_shared_mass": "top-k mass shared",
 }
 
 
