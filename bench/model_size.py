@@ -12,7 +12,9 @@ model.generate call per step, timed), the eval reward before and after the steps
 gain, and for the separate layout the pipeline efficiency (Σ max(generate, train) / Σ step time,
 bench/pipeline.py's measure; in turns, colocated and TRL, nothing overlaps); per our layout also where a step's
 time goes (medians of its train rows, as in bench/vs_trl.py). Each size's student is warm-started once (cached)
-before any clock starts; the sides alternate per run.
+before any clock starts; the sides alternate per run. Ours computes in what `dtype=auto` (the default) picks for the
+size on this CPU (bfloat16 where the CPU has native bf16 and the model is large enough, launcher/auto_dtype.py);
+TRL's side gets bf16 autocast (`bf16=True`) at the same sizes, float32 at the others.
 
 --gen-heavy is the generation-heavy point: words, so completions, of 128-240 letters (max_tokens 256). The
 prompt is the word plus 7 tokens of "reverse: " and the chat template, so prompt and completion (at most
@@ -108,10 +110,15 @@ def run_ours(size: Size, args, seed: int, layout: str, out: Path) -> dict:
     }
 
 
-def run_trl_side(cfg, student: Path, size: Size, args, seed: int, out: Path) -> dict:
+def run_trl_side(cfg, student: Path, size: Size, args, seed: int, out: Path, bf16: bool) -> dict:
     n = steps(size, args)
     trl_args = argparse.Namespace(
-        steps=n, eval_interval=max(1, n // 2), target=math.inf, trl_threads=args.trl_threads, timeout=args.timeout
+        steps=n,
+        eval_interval=max(1, n // 2),
+        target=math.inf,
+        trl_threads=args.trl_threads,
+        timeout=args.timeout,
+        bf16=bf16,
     )
     result = run_trl(cfg, student, trl_args, seed, out)
     return {**result, **gain_stats(result["curve"], args.gain), "pipeline_efficiency": None}
@@ -124,6 +131,15 @@ def gain_stats(curve: Curve, gain: float) -> dict:
     goal = curve[0][2] + gain
     hit = next(((t, step) for t, step, r in curve if r >= goal), (None, None))
     return {"gain_s": hit[0], "gain_step": hit[1]}
+
+
+def our_dtype(cfg) -> tuple[str, str]:
+    """What trainer.dtype=auto and inference.dtype=auto (the defaults) resolve to for this size on this CPU, and
+    why: TRL's side gets bf16 autocast where ours computes in bfloat16, so both sides compute alike."""
+    from prime_rl.launcher.auto_dtype import with_auto_dtypes
+
+    resolved, why = with_auto_dtypes(cfg)
+    return resolved.trainer.dtype, why
 
 
 def parameters(student: Path) -> int:
@@ -167,14 +183,23 @@ def main() -> None:
         size = SIZES[name]
         cfg = compose(overrides(size, args, 0))
         student = prepare_student(cfg)  # built (or taken from the cache) before any clock starts
+        dtype, why = our_dtype(cfg)
+        print(f"size {name}: {why}", flush=True)
         runs = []
         for seed in range(args.runs):
             print(f"size {name}, run {seed + 1}/{args.runs}", flush=True)
             ours = {
                 layout: run_ours(size, args, seed, layout, out / f"{name}-{layout}-{seed}") for layout in args.layouts
             }
-            runs.append({"seed": seed, **ours, "trl": run_trl_side(cfg, student, size, args, seed, out / name)})
-        results[name] = {"params": parameters(student), "steps": steps(size, args), "size": vars(size), "runs": runs}
+            trl = run_trl_side(cfg, student, size, args, seed, out / name, bf16=dtype == "bfloat16")
+            runs.append({"seed": seed, **ours, "trl": trl})
+        results[name] = {
+            "params": parameters(student),
+            "steps": steps(size, args),
+            "size": vars(size),
+            "dtype": dtype,
+            "runs": runs,
+        }
     report(args, results, out)
 
 
@@ -204,12 +229,13 @@ def report(args, results: dict, out: Path) -> None:
         }
         summary[name] = {
             "params": res["params"],
+            "dtype": res["dtype"],
             "steps": res["steps"],
             "median": med,
             "step_times": times,
             "ratio_over_trl": ratios,
         }
-        params = f"{res['params'] / 1e6:.1f} M"
+        params = f"{res['params'] / 1e6:.1f} M {res['dtype']}"
         rows += [[name, params, side, *(med[side][k] for k in KEYS)] for side in sides]
         rows += [[name, "", f"{ours} / TRL", *ratios[ours].values()] for ours in args.layouts]
         time_rows += [[name, params, ours, *times[ours].values()] for ours in args.layouts]

@@ -100,7 +100,7 @@ def main(spec: dict) -> None:
     )
     trainer.add_callback(EvalCallback(trainer.model, tokenizer, task.eval[: spec["eval_examples"]], spec))
     time_generate(trainer.model, tokenizer.pad_token_id)
-    emit("ready")
+    emit("ready", bf16=config.bf16)  # bf16 autocast (model_size.py: where our dtype=auto chose bfloat16)
     trainer.train()
     emit("done")
 

@@ -112,7 +112,7 @@ def trl_spec(cfg, student: Path, args, seed: int, out: Path) -> dict:
         lr_scheduler_type="constant_with_warmup",
         # CPU, no logging services, no checkpoints (ours: monitor=off; its checkpoints are cheap and kept)
         use_cpu=True,
-        bf16=False,
+        bf16=getattr(args, "bf16", False),  # model_size.py: bf16 autocast where our dtype=auto chose bfloat16
         use_vllm=False,
         report_to="none",
         save_strategy="no",
