@@ -16,7 +16,7 @@ class SharedTokens:
     string, and the teacher's end of turn as the student's."""
 
     def __init__(self, aligner: TextAlignment):
-        self.teacher = aligner.teacher
+        self.teacher, self.teacher_specials = aligner.teacher, special_tokens(aligner.teacher)
         self.student_ids = by_bytes(aligner.student)
         self.student_specials = {t.content: i for i, t in special_tokens(aligner.student).items()}
         # by teacher id, filled as ids come
@@ -50,7 +50,7 @@ class SharedTokens:
 
     def student_id(self, teacher_id: int) -> int | None:
         if teacher_id not in self.known:
-            special = special_tokens(self.teacher).get(teacher_id)
+            special = self.teacher_specials.get(teacher_id)
             if special is not None:
                 self.known[teacher_id] = self.student_specials.get(special.content)
             else:
