@@ -1,4 +1,4 @@
-"""docs/parameters.md and the README's parameter table are generated from the field comments in
+"""docs/parameters.md and the table of common knobs in docs/reference/config.md are generated from the field comments in
 prime_rl/config/schema.py (`python -m prime_rl.config.reference`); these tests keep them in step with the schema,
 and keep every field commented, since that comment is the only description a key has."""
 
@@ -10,27 +10,28 @@ import pytest
 from prime_rl.config import reference, schema
 
 
-@pytest.mark.parametrize("path", [reference.README, reference.PARAMETERS], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [reference.COMMON, reference.PARAMETERS], ids=lambda p: p.name)
 def test_generated_parameter_docs_are_current(path):
     assert path.read_text() == reference.expected()[path], f"{path.name} is stale; regenerate it: {reference.COMMAND}"
 
 
 def test_check_names_the_stale_files_and_the_fix_and_a_rewrite_touches_only_the_block(tmp_path, monkeypatch):
-    readme, parameters = tmp_path / "README.md", tmp_path / "docs" / "parameters.md"
-    readme.write_text(f"# before\n\n{reference.BEGIN}\nhand-written\n{reference.END}\n\nafter\n")
+    common, parameters = tmp_path / "docs" / "reference" / "config.md", tmp_path / "docs" / "parameters.md"
+    common.parent.mkdir(parents=True)
+    common.write_text(f"# before\n\n{reference.BEGIN}\nhand-written\n{reference.END}\n\nafter\n")
     monkeypatch.setattr(reference, "ROOT", tmp_path)
-    monkeypatch.setattr(reference, "README", readme)
+    monkeypatch.setattr(reference, "COMMON", common)
     monkeypatch.setattr(reference, "PARAMETERS", parameters)
     with pytest.raises(SystemExit) as stale:
         reference.main(["--check"])
+    stale_files = "docs/reference/config.md, docs/parameters.md"
     fix = f"fix: {reference.COMMAND}"
-    assert str(stale.value) == f"error: README.md, docs/parameters.md out of date with prime_rl/config/schema.py; {fix}"
-    assert not parameters.exists() and "hand-written" in readme.read_text()
+    assert str(stale.value) == f"error: {stale_files} out of date with prime_rl/config/schema.py; {fix}"
+    assert not parameters.exists() and "hand-written" in common.read_text()
 
-    parameters.parent.mkdir()
     reference.main([])
     reference.main(["--check"])
-    before, _, after = readme.read_text().partition(reference.readme_block())
+    before, _, after = common.read_text().partition(reference.common_block())
     assert (before, after) == ("# before\n\n", "\n\nafter\n")
     assert parameters.read_text() == reference.parameters_md()
 

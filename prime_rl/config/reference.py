@@ -1,10 +1,10 @@
 """The parameter reference, rendered from the one-line comment each field has in schema.py.
 
 That comment is the only description of a key: a table written beside it restates it by hand and drifts
-(the README's did). So docs/parameters.md (every key) and the README's table (the keys most runs touch, between
-two markers) are rendered from those comments and from the defaults Hydra composes, once per training mode since
-a mode's group changes some of them. `python -m prime_rl.config.reference` rewrites both files; `--check` only
-compares, and tests/test_docs.py fails when either file is stale.
+(the README's did). So docs/parameters.md (every key) and the table of the keys most runs touch in
+docs/reference/config.md (between two markers) are rendered from those comments and from the defaults Hydra
+composes, once per training mode since a mode's group changes some of them. `python -m prime_rl.config.reference`
+rewrites both files; `--check` only compares, and tests/test_docs.py fails when either file is stale.
 """
 
 import argparse
@@ -25,14 +25,14 @@ from prime_rl.config.store import compose_config
 from prime_rl.config.user_error import literal
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+COMMON = ROOT / "docs" / "reference" / "config.md"  # the knobs most runs touch, beside the config groups
 PARAMETERS = ROOT / "docs" / "parameters.md"
 COMMAND = "python -m prime_rl.config.reference"
 BEGIN = f"<!-- parameters: generated from prime_rl/config/schema.py by `{COMMAND}`, do not edit -->"
 END = "<!-- /parameters -->"
 MODE_KEY = "training_mode"  # the mode itself: noting that `training_mode=opd` sets it to opd says nothing
 MODE_SET = (MODE_KEY, "modes")  # what a mode's group sets by definition (modes.<name>: its own section below)
-README_KEYS = (
+COMMON_KEYS = (
     "training_mode",
     "max_steps",
     "step_timeout_s",
@@ -184,25 +184,28 @@ def mode_tables() -> list[str]:
     return lines
 
 
-def readme_block() -> str:
+def common_block() -> str:
     link = [
-        "Every parameter, with its default and meaning: [docs/parameters.md](docs/parameters.md). It and this table",
+        "Every parameter, with its default and meaning: [Parameters](../parameters.md). It and this table",
         f"are generated from the comments in `prime_rl/config/schema.py` by `{COMMAND}`.",
     ]
-    return "\n".join([BEGIN, "", *table(list(README_KEYS)), "", *link, "", END])
+    return "\n".join([BEGIN, "", *table(list(COMMON_KEYS)), "", *link, "", END])
 
 
-def readme_md(text: str) -> str:
-    """The README with the block between the markers regenerated, the rest as it is."""
+def common_md(text: str) -> str:
+    """docs/reference/config.md with the block between the markers regenerated, the rest as it is."""
     if text.count(BEGIN) != 1 or text.count(END) != 1:
-        raise ValueError(f"README.md must hold `{BEGIN}` and `{END}` once each, in its Parameter reference section")
+        raise ValueError(
+            f"docs/reference/config.md must hold `{BEGIN}` and `{END}` once each, in its section of the knobs most"
+            " runs touch"
+        )
     before, rest = text.split(BEGIN)
-    return before + readme_block() + rest.split(END)[1]
+    return before + common_block() + rest.split(END)[1]
 
 
 def expected() -> dict[Path, str]:
     """Each generated file's content as the schema and conf/ make it now."""
-    return {README: readme_md(README.read_text()), PARAMETERS: parameters_md()}
+    return {COMMON: common_md(COMMON.read_text()), PARAMETERS: parameters_md()}
 
 
 def main(argv: list[str]) -> None:
