@@ -30,7 +30,8 @@ class Rules:
     retry_after_ms: bool = False  # a rate limit names its wait in OpenAI's retry-after-ms instead of Retry-After
 
 
-# the rule sets of the providers the README names (rate limits: the every-rule test in test_hosted_teachers.py)
+# the rule sets of the providers docs/concepts/teachers.md names (rate limits: the every-rule test in
+# test_hosted_teachers.py)
 OPENAI_REASONING = Rules(key="sk-openai-test", completion_tokens_only=True, default_sampling_only=True)
 ANTHROPIC = Rules(key="sk-ant-test", n="refuse")
 

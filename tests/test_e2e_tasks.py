@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.test_e2e_rl import launch, rows
 
-# random-init students (no warm start): the runs prove the plumbing, the learning curves are in the README
+# random-init students (no warm start): the runs prove the plumbing, the learning curves are in docs/how-to/
 FAST = ["model.warm_start.steps=0", "max_steps=2", "orchestrator.eval.interval=2", "orchestrator.eval.num_examples=16"]
 
 

@@ -153,7 +153,7 @@ class TaskSourceConfig:
     prompt_key: str = "prompt"  # hf: the column holding the user message
     answer_key: str = "answer"  # hf: the column holding the reference answer
     system_prompt: str | None = None  # a system message before every prompt (None: the chat template's default)
-    verifier: str = "similarity"  # similarity | exact | contains | math | <module>:<function> (see README)
+    verifier: str = "similarity"  # similarity | exact | contains | math | <module>:<function> (docs/how-to/own-task.md)
     dataset: str | None = None  # reasoning_gym: the dataset's name, e.g. spell_backward
     env: str | None = None  # verifiers: the taskset id (a module exporting a Taskset); gym: <module>:<factory>
     max_turns: int = 4  # gym, verifiers episodes: an episode's turns at most (or fewer, as the environment says)
@@ -381,7 +381,7 @@ class TeacherConfig:
 
 @dataclass
 class DeploymentConfig:
-    layout: Layout = Layout.auto  # auto | separate | colocated (one device shared in turns; README "One device")
+    layout: Layout = Layout.auto  # auto | separate | colocated (one device shared in turns; docs/concepts/layouts.md)
     num_infer_gpus: NonNegInt = 0  # GPUs of the student vLLM server (per inference node when multi-node); 0 = CPU
     num_train_gpus: NonNegInt = 0  # GPUs of the trainer (per trainer node when multi-node); 0 = CPU
     num_teacher_gpus: NonNegInt | None = None  # GPUs of the local teachers' vLLM servers, split evenly; None = no GPUs

@@ -96,7 +96,7 @@ def check_offline(cfg: TaskConfig, task) -> None:
         raise ConfigError(
             ["task.env"],
             f"taskset {cfg.env!r} needs {', '.join(needs)}, which single-turn offline scoring does not provide",
-            "use a taskset whose rewards read the task data and the reply only (see README, Your own task)",
+            "use a taskset whose rewards read the task data and the reply only (see docs/how-to/own-task.md)",
         )
 
 
