@@ -22,6 +22,7 @@ def _run_launch(args: list[str], env: dict[str, str], out: str, err: str) -> Non
     os.chdir(ROOT)
     os.environ.clear()
     os.environ.update(env)
+    sys.path[:0] = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]  # as an interpreter started with it
     for fd, path in ((1, out), (2, err)):
         os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
     sys.argv = [str(LAUNCH), *args]
