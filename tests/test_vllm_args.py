@@ -1,7 +1,7 @@
 """The servers' command lines as vLLM reads them: every server the launcher plans (CPU and GPU, each mode, LoRA,
 pushed weights, several teachers, several nodes) parses with vLLM's own parser into its engine arguments; a LoRA
 rank vLLM does not list is served at the next one it does; a tensor parallelism the model's attention heads do not
-split over is refused before anything starts."""
+split over is refused before anything starts; the tool parser names the launcher checks a task against are vLLM's."""
 
 import importlib.util
 import sys
@@ -17,6 +17,7 @@ from prime_rl.inference.server import attention_heads, tensor_parallel_fits
 from prime_rl.launcher.multinode import build_node_plan
 from prime_rl.launcher.plan import build_plan
 from prime_rl.models.tokenizer import build_tokenizer
+from prime_rl.tasks.gym_env import check_env, vllm_tool_parser_names
 from tests.test_config import TWO_LOCAL_TEACHERS, check
 
 EIGHT = [str(i) for i in range(8)]
@@ -207,3 +208,16 @@ def test_a_student_tp_its_heads_do_not_split_over_is_refused_at_launch():
         "inference.dp * inference.tp = deployment.num_infer_gpus"
     )
     check(["deployment=gpu", "deployment.num_infer_gpus=4", "inference.tp=4"], visible_gpus=5)  # KV heads replicated
+
+
+def test_the_tool_parser_names_the_launcher_reads_without_importing_vllm_are_vllms_own():
+    from vllm.tool_parsers import ToolParserManager
+
+    assert vllm_tool_parser_names() == ToolParserManager.list_registered()
+
+
+def test_a_tool_parser_vllm_does_not_have_is_refused_before_anything_starts():
+    check_env(compose_config(["task=lookup"]).task, seed=0)  # hermes, the default: known
+    with pytest.raises(ConfigError) as err:
+        check_env(compose_config(["task=lookup", "task.tool_parser=no_such_parser"]).task, seed=0)
+    assert err.value.keys == ["task.tool_parser"]

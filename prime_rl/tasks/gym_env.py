@@ -11,9 +11,12 @@ reply's text (after any reasoning block). Rewards are summed over the episode; `
 checks every value an environment returns.
 """
 
+import ast
 import importlib
+import importlib.util
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 from prime_rl.config.schema import TaskConfig
 from prime_rl.config.user_error import ConfigError, check
@@ -21,6 +24,8 @@ from prime_rl.tasks.task import EnvSpec, Example, Task
 
 SEED_STRIDE = 1_000_000  # task.seed s plays reset seeds s*STRIDE + 0.. (train), then the eval seeds after them
 API = "reset(seed=) -> (str, dict) and step(str) -> (str, float, bool, bool, dict)"
+TOOL_PARSERS = "_TOOL_PARSERS_TO_REGISTER"  # vllm/tool_parsers/__init__.py: parser name -> (module, class)
+TOOL_PARSER_FIX = "use a name vLLM's --tool-call-parser takes: hermes (Qwen), llama3_json, mistral, …"
 
 
 class EnvProtocolError(ValueError):
@@ -84,7 +89,13 @@ def check_env(cfg: TaskConfig, seed: int) -> None:
         fix = "give each of its tools type hints and a docstring with an Args section"
         raise ConfigError(["task.env"], f"{cfg.env}'s tools have no JSON schema: {e}", fix) from e
     if tools:
-        tool_parser_class(cfg.tool_parser)
+        names = vllm_tool_parser_names()
+        check(
+            names is None or cfg.tool_parser in names,
+            ["task.tool_parser"],
+            f"vLLM has no tool parser {cfg.tool_parser!r}",
+            TOOL_PARSER_FIX,
+        )
 
 
 def tool_schemas(env) -> list[dict]:
@@ -105,8 +116,21 @@ def tool_parser_class(name: str):
     try:
         return ToolParserManager.get_tool_parser(name)
     except KeyError as e:
-        fix = "use a name vLLM's --tool-call-parser takes: hermes (Qwen), llama3_json, mistral, …"
-        raise ConfigError(["task.tool_parser"], f"vLLM has no tool parser {name!r}", fix) from e
+        raise ConfigError(["task.tool_parser"], f"vLLM has no tool parser {name!r}", TOOL_PARSER_FIX) from e
+
+
+def vllm_tool_parser_names() -> list[str] | None:
+    """The names vLLM's `--tool-call-parser` takes, read from its registry's source rather than imported: the import
+    is ~8 s of CPU (vLLM's entrypoints), which every launch of a task with tools would pay before anything starts.
+    None without vLLM. tests/test_vllm_args.py holds the list to vLLM's own ToolParserManager."""
+    vllm = importlib.util.find_spec("vllm")
+    if vllm is None:
+        return None
+    registry = Path(vllm.submodule_search_locations[0], "tool_parsers", "__init__.py")
+    for node in ast.parse(registry.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == TOOL_PARSERS for t in node.targets):
+            return sorted(ast.literal_eval(node.value))
+    return None
 
 
 def demonstrated(example: Example) -> tuple[list[dict], list[dict] | None]:
