@@ -33,8 +33,9 @@ def run_one(size: str, steps: int, seed: int, layout: str, dtype: str, out: Path
 
 
 def mean_se(values: list[float]) -> tuple[float, float]:
-    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.nan
-    return statistics.fmean(values), se
+    from prime_rl.orchestrator.evaluation import standard_error
+
+    return statistics.fmean(values), standard_error(values)
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -58,7 +59,8 @@ def in_se(bf16: dict, fp32: dict) -> float | None:
     """bf16's last eval minus float32's, in standard errors of the difference."""
     if bf16["eval_last"] is None or fp32["eval_last"] is None:
         return None
-    return (bf16["eval_last"] - fp32["eval_last"]) / math.hypot(bf16["eval_last_se"], fp32["eval_last_se"])
+    se = math.hypot(bf16["eval_last_se"], fp32["eval_last_se"])
+    return (bf16["eval_last"] - fp32["eval_last"]) / se if se else None  # one seed: no spread to measure in
 
 
 def main() -> None:
