@@ -18,17 +18,19 @@ SHORT = ["max_steps=50", "trainer.optim.lr=5e-4", "orchestrator.eval.interval=50
 
 
 def run_processes(marker: str) -> list[int]:
-    """Pids of live processes whose command line mentions `marker` (a run dir)."""
+    """Pids of live processes whose command line mentions `marker` (a run dir) or whose output goes to a file under
+    it (a role's log: a server forked by the server factory shows the factory's command line)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            output = os.readlink(entry / "fd" / "1") if (entry / "fd" / "1").exists() else ""
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if marker in cmdline and state != "Z" and int(entry.name) != os.getpid():
+        if (marker in cmdline or output.startswith(marker)) and state != "Z" and int(entry.name) != os.getpid():
             pids.append(int(entry.name))
     return pids
 

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from prime_rl.config import compose_config
+from prime_rl.launcher.server_factory import FACTORY_ENV
 from prime_rl.prepare import prepare_teacher
 from tests.conftest import ROOT, launch_cmd
 from tests.hosted_api import ANTHROPIC, OPENAI_REASONING, HostedApi, Rules
@@ -76,6 +77,8 @@ def test_sft_from_two_providers_at_once_each_by_its_rules_and_no_secret_leaves_t
         "monitor.wandb.mode=offline",  # its files are searched for secrets too
         f"hydra.run.dir={run_dir}",
     )  # fmt: skip
+    # no server factory: each role's environment is read from /proc, where a forked server shows the factory's
+    monkeypatch.delenv(FACTORY_ENV, raising=False)
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_until(lambda: len(train_steps(run_dir)) >= 1, proc, 300, "step 0")

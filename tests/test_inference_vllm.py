@@ -62,14 +62,18 @@ def forked_engine(url: str) -> bool:
     then it holds the API server's listening socket too (a fork inherits open files; spawn execs the engine with only
     its pipes)."""
     port = int(url.rsplit(":", 1)[1])
-    listening = [
-        p
-        for p in psutil.Process().children(recursive=True)
-        if any(c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in p.net_connections("tcp"))
-    ]
+    # every process, not only this test's descendants: the server factory forks the servers of the suite's runs
+    listening = [p for p in psutil.process_iter() if port in listening_ports(p)]
     [api_server] = [p for p in listening if p.name() != ENGINE]
     [engine] = [p for p in api_server.children() if p.name() == ENGINE]
     return engine in listening
+
+
+def listening_ports(p: psutil.Process) -> set[int]:
+    try:
+        return {c.laddr.port for c in p.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+    except psutil.Error:  # it exited while we looked
+        return set()
 
 
 @pytest.mark.vllm

@@ -8,6 +8,7 @@ import httpx
 
 from prime_rl.config.schema import Config, WeightTransfer
 from prime_rl.inference.server import vllm_command
+from prime_rl.launcher.allocator import preload_env
 from prime_rl.launcher.plan import Role
 from prime_rl.launcher.processes import log_tail, spawn, stop_children
 
@@ -32,6 +33,7 @@ def serve(
     else:
         cfg.teacher.extra_args = list(extra_args)
     command, server_env = vllm_command(cfg, model, served_name, 0, gpus=[], lora_rank=lora_rank, student=student)
+    server_env |= preload_env(cfg.launcher.tcmalloc)
     log = log_dir / f"vllm-{served_name}-{time.monotonic_ns()}.log"
     role = Role(name=served_name, command=command, env=server_env, gpus=[], log_file=log, config_file=log, port=0)
     child = spawn(role, env or {})

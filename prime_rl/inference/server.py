@@ -16,6 +16,11 @@ WEIGHT_RELOAD = "prime_rl.inference.weight_reload.WeightReload"
 LOGITS_BYTES_PER_ENTRY = 8  # float32 logits and their float32 log-softmax
 # vLLM's API-server defaults on GPUs below 70 GB and on H100/H200 (both above its max_num_seqs, which they must be)
 MIN_BATCHED_TOKENS, MAX_BATCHED_TOKENS = 2048, 8192
+# Every server's environment beside the run's: dev mode's routes (see the middleware below)
+SERVER_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+# and a CPU server's (launcher/server_factory.py imports vLLM in it): one engine process per server (fast start, and a
+# process-group kill takes all of it), forked, not spawned (~8 s less of a ~25 s start, cpu_platform.py)
+CPU_SERVER_ENV = SERVER_ENV | {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", cpu_platform.ENV_VAR: "1"}
 
 
 def student_context(cfg: Config) -> int:
@@ -70,7 +75,7 @@ def vllm_command(
         # generation_config.json (top_k, min_p, repetition penalty; Qwen3 ships top_k 20), a policy the trainer
         # would not reproduce. A teacher samples as its model's config recommends.
         argv += ["--generation-config", "vllm"]
-    env = {"VLLM_SERVER_DEV_MODE": "1"}
+    env = dict(SERVER_ENV)
     if on_gpu:
         # inference.tp/dp shape the student server; the teacher spreads over its own GPUs by tensor parallelism.
         tp, dp = (inf.tp, inf.dp) if student else (len(gpus), 1)
@@ -91,10 +96,7 @@ def vllm_command(
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     else:
         argv += ["--distributed-executor-backend", "uni", "--kv-cache-memory-bytes", str(inf.kv_cache_bytes)]
-        # One engine process per server: fast start, and a process-group kill takes all of it.
-        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        # its engine process forked, not spawned: ~8 s less of a ~25 s start (cpu_platform.py)
-        env[cpu_platform.ENV_VAR] = "1"
+        env |= CPU_SERVER_ENV
         # A seeded request (the orchestrator sends none; a user's client may) whose prefill is split over engine
         # steps crashes the CPU engine ("CPU Generator does not use offset": vLLM rewinds the request's generator).
         argv.append("--no-enable-chunked-prefill")

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from prime_rl.launcher.server_factory import ForkedServer, fork_server
+
 if TYPE_CHECKING:  # the reaper imports this module and nothing heavier
     from prime_rl.launcher.plan import Role
 
@@ -26,7 +28,7 @@ KILL_WAIT_S = 3.0  # SIGKILL cannot be ignored; this only covers processes stuck
 @dataclass(eq=False)  # compared by identity
 class Child:
     role: "Role"
-    popen: subprocess.Popen
+    popen: subprocess.Popen | ForkedServer  # a CPU server may be forked by a server factory (server_factory.py)
     stopped: bool = False  # its group has been emptied; never signal this pgid again (it may be reused)
 
     @property
@@ -66,18 +68,18 @@ NOT_INHERITED = {"WANDB_SERVICE"}
 
 def spawn(role: "Role", extra_env: dict[str, str]) -> Child:
     """Start a role in its own session, output appended to its log, environment = ours + the role's +
-    `extra_env` (the run marker, and the server key: given here, so no plan, log or config ever holds it)."""
+    `extra_env` (the run marker, and the server key: given here, so no plan, log or config ever holds it). A CPU
+    server is forked by the server factory the environment names, where there is one that can."""
     role.log_file.parent.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED | set(role.withheld)} | role.env | extra_env
     with open(role.log_file, "ab") as log:
         # A header per start, so a log appended to across restarts shows where each attempt begins.
         header = f"=== {datetime.now():%Y-%m-%d %H:%M:%S} launcher starts {role.name}: {' '.join(role.command)}\n"
         log.write(header.encode())
         log.flush()
-        popen = subprocess.Popen(
+        popen = (fork_server(role.command, env, log) if role.is_server else None) or subprocess.Popen(
             role.command,
-            env={k: v for k, v in os.environ.items() if k not in NOT_INHERITED | set(role.withheld)}
-            | role.env
-            | extra_env,
+            env=env,
             stdin=subprocess.DEVNULL,  # no child may read the launcher's terminal
             stdout=log,
             stderr=log,
