@@ -45,11 +45,13 @@ def student_server(log_dir: Path) -> Role:
 
 @pytest.mark.vllm
 def test_a_forked_server_serves_reports_how_it_ended_and_stops_with_its_launcher(factory, tmp_path):
-    child = spawn(student_server(tmp_path), {SERVER_KEY_ENV: KEY})  # this test is its launcher
+    role = student_server(tmp_path)
+    child = spawn(role, {SERVER_KEY_ENV: KEY})  # this test is its launcher
     try:
         assert isinstance(child.popen, ForkedServer)
-        parent = psutil.Process(child.pgid).parent()
-        assert parent.pid != os.getpid() and "prime_rl.launcher.server_factory" in parent.cmdline()
+        process = psutil.Process(child.pgid)
+        assert process.parent().pid != os.getpid() and "prime_rl.launcher.server_factory" in process.parent().cmdline()
+        assert " ".join(process.cmdline()) == " ".join(role.command)  # what ps shows: its own command line
         url = wait_until(lambda: _healthy_url(child), 120, 0.5, "the forked server never served")
         reply = httpx.post(
             f"{url}/v1/completions",

@@ -16,8 +16,10 @@ the role's log. The factory ends with the process `--stop-with` names, or on Ctr
 """
 
 import argparse
+import gc
 import json
 import os
+import random
 import runpy
 import select
 import shlex
@@ -139,12 +141,12 @@ class Factory:
         session_r, session_w = os.pipe()
         pid = os.fork()
         if pid == 0:
+            gc.enable()
             os.setsid()
             os.close(session_r)
-            os.close(session_w)  # the pid is a process group the launcher can signal now
-            self.become_server(request, fds[0], conn)
+            self.become_server(request, fds[0], conn, session_w)
         os.close(session_w)
-        os.read(session_r, 1)  # b"" once the child has closed its end
+        os.read(session_r, 1)  # b"" once the child has closed its end: its group and its title are there
         os.close(session_r)
         os.close(fds[0])
         conn.send(json.dumps({"pid": pid}).encode())
@@ -173,7 +175,7 @@ class Factory:
             pass  # its launcher ended first
         conn.close()
 
-    def become_server(self, request: dict, log_fd: int, conn: socket.socket) -> None:
+    def become_server(self, request: dict, log_fd: int, conn: socket.socket, started_fd: int) -> None:
         """In the forked child: the server `request` asks for, as `python -m SERVER_MODULE` would run it. It never
         returns into the factory's frames: it ends in os._exit, with the exit code a `python -m` would give."""
         code = 1
@@ -193,9 +195,13 @@ class Factory:
             import setproctitle  # vLLM's dependency: how its engine process names itself
 
             setproctitle.setproctitle(shlex.join([sys.executable, "-m", SERVER_MODULE, *request["argv"]]))
+            os.close(started_fd)  # the launcher may signal its process group now, and ps shows its command line
             os.environ.clear()
             os.environ.update(request["env"] | self.set_by_import)
+            # sys.path as `python -m` in that dir with that PYTHONPATH starts: the dir first, then PYTHONPATH's
+            sys.path[0] = request["cwd"]
             sys.path[1:1] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+            random.seed()  # a fresh interpreter's own, not the factory's copied into every server
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             print(f"=== forked by the server factory (pid {os.getppid()})", flush=True)
@@ -263,7 +269,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"a server factory already listens at {args.socket}; fix: use it, or give another path")
     reexec_with_preloads()
     owner_fd = os.pidfd_open(args.stop_with) if args.stop_with else None
+    # what Python's docs give a process that forks without exec: no collection leaves holes in the pages the
+    # servers share, and none in a server walks the objects it inherits (which would copy their pages)
+    gc.disable()
     env, set_by_import = preload()
+    gc.freeze()
     args.socket.unlink(missing_ok=True)  # a factory's that ended without removing it
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(str(args.socket))
