@@ -285,12 +285,13 @@ def main(argv: list[str] | None = None) -> None:
     sys.stdout.flush()
     try:
         Factory(listener, env, set_by_import).serve(owner_fd)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):
         pass
-    finally:
-        listener.close()
-        if args.socket.exists() and args.socket.stat().st_ino == ours:  # not another factory's since
-            args.socket.unlink()
+    listener.close()
+    if args.socket.exists() and args.socket.stat().st_ino == ours:  # not another factory's since
+        args.socket.unlink()
+    # nothing to finalize, and the frozen imports would make the interpreter's end report nanobind's types leaked
+    os._exit(0)
 
 
 def answers(path: Path) -> bool | None:
