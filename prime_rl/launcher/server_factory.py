@@ -45,6 +45,7 @@ IMPORT_TIME_PREFIXES += ("KMP_", "MKL_", "CUDA_", "VLLM_", "PRIME_RL_VLLM_")
 FREE_TO_DIFFER = {"VLLM_API_KEY", "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "VLLM_CPU_NUM_OF_RESERVED_CPU", "PYTHONPATH"}
 FREE_TO_DIFFER |= {"HF_XET_HIGH_PERFORMANCE"}
 MAX_REQUEST_BYTES = 1 << 20  # one request: a command line and an environment
+ANSWER_TIMEOUT_S = 60  # a factory forks in milliseconds; one that does not answer in this is stuck
 UNKNOWN_EXIT = 255  # a server whose factory ended before it: its exit code is lost with the factory
 
 
@@ -80,6 +81,9 @@ class ForkedServer:
             self.conn = None  # the factory ended before the server: only the pidfd still says when it does
         if self.returncode is None and self.conn is None and select.select([self.pidfd], [], [], 0)[0]:
             self.returncode = UNKNOWN_EXIT
+        if self.returncode is not None and self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
         return self.returncode
 
 
@@ -91,12 +95,13 @@ def fork_server(command: list[str], env: dict[str, str], log) -> ForkedServer | 
         return None
     request = {"argv": command[3:], "env": env, "cwd": os.getcwd(), "owner": os.getpid(), "cgroup": cgroup()}
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    conn.settimeout(ANSWER_TIMEOUT_S)
     try:
         conn.connect(path)
         socket.send_fds(conn, [json.dumps(request).encode()], [log.fileno()])
         reply = json.loads(conn.recv(MAX_REQUEST_BYTES) or b'{"refused": "it closed the connection"}')
     except OSError as e:
-        reply = {"refused": f"it does not answer ({e.strerror})"}
+        reply = {"refused": f"it does not answer ({e.strerror or e})"}
     if "pid" in reply:
         return ForkedServer(reply["pid"], conn)
     conn.close()
