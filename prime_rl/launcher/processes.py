@@ -77,7 +77,7 @@ def spawn(role: "Role", extra_env: dict[str, str]) -> Child:
         header = f"=== {datetime.now():%Y-%m-%d %H:%M:%S} launcher starts {role.name}: {' '.join(role.command)}\n"
         log.write(header.encode())
         log.flush()
-        popen = (fork_server(role.command, env, log) if role.is_server else None) or subprocess.Popen(
+        popen = fork_server(role.command, env, log) or subprocess.Popen(
             role.command,
             env=env,
             stdin=subprocess.DEVNULL,  # no child may read the launcher's terminal
