@@ -129,7 +129,8 @@ def formatted(value, spec: str | None, none: str | None = None) -> str:
     if value is None:
         return "—" if none is None else none.strip()
     if spec:
-        return format(value, spec)
+        text = format(value, spec) if value or not spec.endswith("e") else "0"
+        return re.sub(r"e([+-])0*(\d)", lambda m: f"e{m[1].strip('+')}{m[2]}", text)  # 5.9e-05 -> 5.9e-5
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
     if abs(value) >= 1000 or isinstance(value, int):
