@@ -42,7 +42,7 @@ BLOCK = re.compile(
 )
 SOURCE = re.compile(r"\s*(?:(?P<stem>[\w.]+)@(?P<time>\S+)|(?P<path>[^@\s]+)) as (?P<alias>\w+)\s*")
 PLACEHOLDER = re.compile(r"\{(?P<expr>[^{}:?]+)(?::(?P<spec>[^{}?]*))?(?:\?\?(?P<none>[^{}]*))?\}")
-TERM = r"(?:[A-Za-z_]\w*(?:\.(?:\*|[^\s.\[\]+*/-]+)|\.?\[[^\]]+\])+|-?\d+(?:\.\d+)?(?:e-?\d+)?)"
+TERM = r"(?:[A-Za-z_]\w*(?:\.(?:\*|-\d+|[^\s.\[\]+*/-]+)|\.?\[[^\]]+\])+|-?\d+(?:\.\d+)?(?:e-?\d+)?)"
 EXPRESSION = re.compile(rf"\s*{TERM}(?:\s*[-+*/]\s*{TERM})*\s*")
 STEP = re.compile(rf"(?:^|(?P<op>[-+*/]))\s*(?P<term>{TERM})")
 SEGMENT = re.compile(r"\.([^\s.\[\]]+)|\.?\[([^\]]+)\]")
@@ -128,6 +128,7 @@ def combined(left, op: str, right):
 def formatted(value, spec: str | None, none: str | None = None) -> str:
     if value is None:
         return "—" if none is None else none.strip()
+    spec = (spec or "").strip()
     if spec:
         text = format(value, spec) if value or not spec.endswith("e") else "0"
         return re.sub(r"e([+-])0*(\d)", lambda m: f"e{m[1].strip('+')}{m[2]}", text)  # 5.9e-05 -> 5.9e-5
