@@ -18,7 +18,8 @@ A placeholder is `{expression}` or `{expression:format}` (Python's format spec).
 alias, then keys or list indices joined by dots; `[any key]` for a key with dots, spaces or + - * /; `*` for
 every item, which makes a list), a number, or several of them joined by + - * /, taken left to right and item by
 item over lists (`{p.vocab * p.seq * 2 / 1048576:.0f}`); `median(...)`, `min(...)` and `max(...)` reduce a list
-(`{median(r.runs.*.ready - r.runs.*.imports):.1f}`). A null renders as "—", or as the text after `??`
+(`{median(r.runs.*.ready - r.runs.*.imports):.1f}`), and `reach(curve, level)` is the first x of a curve of
+[x, ..., y] points whose y is at least level. A null renders as "—", or as the text after `??`
 (`{r.target_step ?? > 80}`: not reached in 80 steps). Without a format, a number gets three significant digits
 (from 1,000 on, and an integer, none after the point).
 
@@ -28,6 +29,7 @@ item over lists (`{p.vocab * p.seq * 2 / 1048576:.0f}`); `median(...)`, `min(...
 
 import argparse
 import json
+import math
 import operator
 import re
 import statistics
@@ -48,6 +50,7 @@ STEP = re.compile(rf"(?:^|(?P<op>[-+*/]))\s*(?P<term>{TERM})")
 SEGMENT = re.compile(r"\.([^\s.\[\]]+)|\.?\[([^\]]+)\]")
 OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 STATISTICS = {"median": statistics.median, "min": min, "max": max}
+REACH = re.compile(r"\s*reach\((?P<curve>.*),\s*(?P<level>-?\d+(?:\.\d+)?)\)\s*")
 CALL = re.compile(rf"\s*(?P<name>{'|'.join(STATISTICS)})\((?P<inner>.*)\)\s*")
 
 
@@ -98,6 +101,9 @@ def term(text: str, records: dict[str, dict]):
 def evaluate(expr: str, records: dict[str, dict]):
     """A path or number, or several joined by + - * /, taken left to right, item by item where a path has `*`; null
     where a part is null (or a divisor zero). median(...), min(...), max(...) of such a list skip its nulls."""
+    reach = REACH.fullmatch(expr)
+    if reach:
+        return reached(evaluate(reach["curve"], records), float(reach["level"]), expr)
     call = CALL.fullmatch(expr)
     if call:
         values = evaluate(call["inner"], records)
@@ -114,6 +120,16 @@ def evaluate(expr: str, records: dict[str, dict]):
     return value
 
 
+def reached(curve, level: float, expr: str):
+    """The first x of a curve ([[x, y], ...], or [[x, t, y], ...]: y last) whose y is >= level; null if none. A list
+    of curves gives a list."""
+    if not isinstance(curve, list):
+        raise TableError(f"{{{expr}}}: reach needs a curve, a list of [x, ..., y]")
+    if curve and isinstance(curve[0], list) and curve[0] and isinstance(curve[0][0], list):
+        return [reached(c, level, expr) for c in curve]
+    return next((point[0] for point in curve if point[-1] >= level), None)
+
+
 def combined(left, op: str, right):
     if isinstance(left, list) or isinstance(right, list):
         n = len(left) if isinstance(left, list) else len(right)
@@ -126,7 +142,7 @@ def combined(left, op: str, right):
 
 
 def formatted(value, spec: str | None, none: str | None = None) -> str:
-    if value is None:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "—" if none is None else none.strip()
     spec = (spec or "").strip()
     if spec:
