@@ -17,8 +17,8 @@ are comma-separated, and a path into one can have an alias of its own (`..., r.s
 A placeholder is `{expression}` or `{expression:format}` (Python's format spec). An expression is a path (an
 alias, then keys or list indices joined by dots; `[any key]` for a key with dots, spaces or + - * /; `*` for
 every item, which makes a list), a number, or several of them joined by + - * /, taken left to right and item by
-item over lists (`{p.vocab * p.seq * 2 / 1048576:.0f}`); `median(...)`, `min(...)` and `max(...)` reduce a list
-(`{median(r.runs.*.ready - r.runs.*.imports):.1f}`), and `reach(curve, level)` is the first x of a curve of
+item over lists (`{p.vocab * p.seq * 2 / 1048576:.0f}`); `median(...)`, `min(...)` and `max(...)` reduce a list or
+several comma-separated values (`{median(r.runs.*.ready - r.runs.*.imports):.1f}`), and `reach(curve, level)` is the first x of a curve of
 [x, ..., y] points whose y is at least level. A null renders as "—", or as the text after `??`
 (`{r.target_step ?? > 80}`: not reached in 80 steps). Without a format, a number gets three significant digits
 (from 1,000 on, and an integer, none after the point).
@@ -106,10 +106,11 @@ def evaluate(expr: str, records: dict[str, dict]):
         return reached(evaluate(reach["curve"], records), float(reach["level"]), expr)
     call = CALL.fullmatch(expr)
     if call:
-        values = evaluate(call["inner"], records)
-        if not isinstance(values, list):
-            raise TableError(f"{{{expr}}}: {call['name']} needs a path with * (a list)")
-        present = [v for v in values if v is not None]
+        values = [evaluate(part, records) for part in top_level_parts(call["inner"])]
+        if len(values) == 1 and not isinstance(values[0], list):
+            raise TableError(f"{{{expr}}}: {call['name']} needs a path with * (a list), or several values")
+        flat = [v for value in values for v in (value if isinstance(value, list) else [value])]
+        present = [v for v in flat if v is not None]
         return STATISTICS[call["name"]](present) if present else None
     if not EXPRESSION.fullmatch(expr):
         raise TableError(f"{{{expr}}}: not a path, a number, or several joined by + - * /")
@@ -118,6 +119,17 @@ def evaluate(expr: str, records: dict[str, dict]):
         operand = term(step["term"], records)
         value = operand if step["op"] is None else combined(value, step["op"], operand)
     return value
+
+
+def top_level_parts(text: str) -> list[str]:
+    """text split at the commas outside parentheses."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return [*parts, text[start:]]
 
 
 def reached(curve, level: float, expr: str):
