@@ -17,11 +17,11 @@ are comma-separated, and a path into one can have an alias of its own (`..., r.s
 A placeholder is `{expression}` or `{expression:format}` (Python's format spec). An expression is a path (an
 alias, then keys or list indices joined by dots; `[any key]` for a key with dots, spaces or + - * /; `*` for
 every item, which makes a list), a number, or several of them joined by + - * /, taken left to right and item by
-item over lists (`{p.vocab * p.seq * 2 / 1048576:.0f}`); `median(...)`, `min(...)` and `max(...)` reduce a list or
-several comma-separated values (`{median(r.runs.*.ready - r.runs.*.imports):.1f}`), and `reach(curve, level)` is the first x of a curve of
-[x, ..., y] points whose y is at least level. A null renders as "—", or as the text after `??`
-(`{r.target_step ?? > 80}`: not reached in 80 steps). Without a format, a number gets three significant digits
-(from 1,000 on, and an integer, none after the point).
+item over lists (`{p.vocab * p.seq * 2 / 1048576:.0f}`). `median(...)`, `min(...)` and `max(...)` reduce a list
+or several comma-separated values (`{median(r.runs.*.ready - r.runs.*.imports):.1f}`); `reach(curve, level)` is
+the first x of a curve of [x, ..., y] points whose y is at least level. A null (or an infinity: not reached)
+renders as "—", or as the text after `??` (`{r.target_step ?? > 80}`). Without a format, a number gets three
+significant digits (from 1,000 on, and an integer, none after the point).
 
     .venv/bin/python bench/tables.py           # re-render every table in place
     .venv/bin/python bench/tables.py --check   # exit 1 and name each table whose text differs from its records
@@ -31,6 +31,7 @@ import argparse
 import json
 import math
 import operator
+import os
 import re
 import statistics
 import sys
@@ -62,12 +63,12 @@ def record(stem: str, time: str, results: Path = RESULTS) -> dict:
     """The line of bench/results/<stem>.jsonl whose `time` is `time`."""
     path = results / f"{stem}.jsonl"
     if not path.exists():
-        raise TableError(f"no results file {path.relative_to(REPO)}")
+        raise TableError(f"no results file {os.path.relpath(path, REPO)}")
     for line in path.read_text().splitlines():
         row = json.loads(line)
         if row.get("time") == time:
             return row
-    raise TableError(f"{path.relative_to(REPO)} has no record of {time}")
+    raise TableError(f"{os.path.relpath(path, REPO)} has no record of {time}")
 
 
 def lookup(path: str, records: dict[str, dict]):
@@ -219,7 +220,7 @@ def main() -> int:
     for path in documents():
         where = str(path.relative_to(REPO))
         try:
-            text, stale = rendered(path.read_text(), where)
+            text, stale = rendered(path.read_text(), where, RESULTS)
         except TableError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
