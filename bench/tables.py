@@ -45,13 +45,14 @@ BLOCK = re.compile(
 )
 SOURCE = re.compile(r"\s*(?:(?P<stem>[\w.]+)@(?P<time>\S+)|(?P<path>[^@\s]+)) as (?P<alias>\w+)\s*")
 PLACEHOLDER = re.compile(r"\{(?P<expr>[^{}:?]+)(?::(?P<spec>[^{}?]*))?(?:\?\?(?P<none>[^{}]*))?\}")
-TERM = r"(?:[A-Za-z_]\w*(?:\.(?:\*|-\d+|[^\s.\[\]+*/-]+)|\.?\[[^\]]+\])+|-?\d+(?:\.\d+)?(?:e-?\d+)?)"
+NUMBER = r"-?\d+(?:\.\d+)?(?:e-?\d+)?"
+TERM = rf"(?:[A-Za-z_]\w*(?:\.(?:\*|-\d+|[^\s.\[\]+*/-]+)|\.?\[[^\]]+\])+|{NUMBER})"
 EXPRESSION = re.compile(rf"\s*{TERM}(?:\s*[-+*/]\s*{TERM})*\s*")
 STEP = re.compile(rf"(?:^|(?P<op>[-+*/]))\s*(?P<term>{TERM})")
 SEGMENT = re.compile(r"\.([^\s.\[\]]+)|\.?\[([^\]]+)\]")
 OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 STATISTICS = {"median": statistics.median, "min": min, "max": max}
-REACH = re.compile(r"\s*reach\((?P<curve>.*),\s*(?P<level>-?\d+(?:\.\d+)?)\)\s*")
+REACH = re.compile(rf"\s*reach\((?P<curve>.*),\s*(?P<level>{NUMBER})\)\s*")
 CALL = re.compile(rf"\s*(?P<name>{'|'.join(STATISTICS)})\((?P<inner>.*)\)\s*")
 
 
@@ -94,7 +95,7 @@ def walk(value, keys: list[str], path: str):
 
 
 def term(text: str, records: dict[str, dict]):
-    if re.fullmatch(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", text):
+    if re.fullmatch(NUMBER, text):
         return float(text)
     return lookup(text, records)
 
