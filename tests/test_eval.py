@@ -16,16 +16,20 @@ from transformers import AutoModelForCausalLM
 
 from prime_rl.config import compose_config
 from prime_rl.config.user_error import UserError
+from prime_rl.eval.__main__ import evaluate as evaluate_command
+from prime_rl.eval.__main__ import parse_args
 from prime_rl.eval.configs import run_overrides
 from prime_rl.eval.harness import check_harness
 from prime_rl.eval.points import check_points, find_points, launcher_overrides, slurm_params
-from prime_rl.eval.run import Request
+from prime_rl.eval.run import Request, check_request
 from prime_rl.eval.subjects import Subject, find_subjects
+from prime_rl.launcher.gpus import visible_gpus
+from prime_rl.launcher.plan import build_plan
 from prime_rl.models.chat import chat_tokenizer
-from prime_rl.protocol.atomic import STABLE_MARKER
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.tasks import load_task
 from tests.conftest import ROOT
+from tests.run_dir_layouts import run_dir_with, sweep_dir_of, write_overrides
 from tests.test_e2e_rl import launch, rows, run_processes
 from tests.test_monitor import offline_runs
 from tests.test_slurm import job_ids, needs_slurm, sacct
@@ -206,25 +210,6 @@ def test_a_step_the_run_does_not_hold_is_one_line_before_any_server_starts(rl_ru
     assert not (tmp_path / "out").exists()
 
 
-def run_dir_with(root: Path, exports=(), checkpoints=(), markers_only=(), merged=False) -> Path:
-    """A run dir's layout: complete exports (full weights), complete checkpoints, pushed steps (markers only)."""
-    run = RunDir(root)
-    for step in exports:
-        (run.weights(step)).mkdir(parents=True)
-        (run.weights(step) / "config.json").write_text("{}")
-        (run.weights(step) / STABLE_MARKER).touch()
-    for step in markers_only:
-        run.weights(step).mkdir(parents=True)
-        (run.weights(step) / STABLE_MARKER).touch()
-    for step in checkpoints:
-        run.checkpoint(step).mkdir(parents=True)
-        (run.checkpoint(step) / STABLE_MARKER).touch()
-    if merged:
-        run.merged.mkdir()
-        (run.merged / "config.json").write_text("{}")
-    return root
-
-
 def test_subjects_are_exports_first_then_checkpoints_and_latest_is_the_newest_of_either(tmp_path):
     run = run_dir_with(tmp_path / "run", exports=[5], checkpoints=[2, 6], markers_only=[7])
     out = RunDir(tmp_path / "out")
@@ -259,8 +244,7 @@ def test_a_model_the_run_does_not_hold_is_refused_naming_what_it_holds(tmp_path,
 def test_a_dir_no_launch_wrote_is_refused(tmp_path):
     with pytest.raises(UserError, match=r"not a run dir of launch.py \(no .hydra/overrides.yaml\)"):
         run_overrides(tmp_path)
-    (tmp_path / ".hydra").mkdir()
-    (tmp_path / ".hydra" / "overrides.yaml").write_text("- max_steps=4\n- lora=on\n- inference.url=http://h:1/v1\n")
+    write_overrides(tmp_path, ["max_steps=4", "lora=on", "inference.url=http://h:1/v1"])
     assert run_overrides(tmp_path) == ["max_steps=4", "lora=on"]  # the standing server that launch used: not kept
 
 
@@ -333,16 +317,6 @@ def test_a_sweep_of_evaluations_on_slurm_is_one_array_job_joined_in_one_table(rl
     assert_one_row_per_point(rows, own)
 
 
-def sweep_dir_of(root: Path, taus: list[float]) -> Path:
-    """A sweep's dir as launch.py -m writes it: multirun.yaml, and a job dir per point with its overrides."""
-    for n, tau in enumerate(taus):
-        (root / str(n) / ".hydra").mkdir(parents=True)
-        overrides = ["training_mode=opd", "teacher=local_vllm", f"trainer.loss.teacher_tau={tau}"]
-        (root / str(n) / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
-    (root / "multirun.yaml").write_text("{}")
-    return root
-
-
 def test_a_sweeps_dir_and_a_sweep_of_overrides_are_its_jobs_times_the_points_each_labelled(tmp_path):
     sweep = sweep_dir_of(tmp_path / "sweep", [0.1, 0.5])
     overrides, launcher = launcher_overrides(SWEEP[1:] + ["hydra/launcher=slurm", "hydra.launcher.partition=gpu"])
@@ -380,3 +354,53 @@ def test_a_point_that_fails_its_checks_is_named_before_any_is_evaluated(tmp_path
     ):
         check_points(points)
     assert not (tmp_path / "out").exists()
+
+
+# a sweep of GPU runs: each run's student served on 2 GPUs (tp = 2), its trainer on 4, its teacher on 2
+GPU_RUN = [
+    "deployment.num_infer_gpus=2",
+    "inference.tp=2",
+    "deployment.num_train_gpus=4",
+    "deployment.num_teacher_gpus=2",
+]
+
+
+def dry_run(capsys, *args: str) -> str:
+    evaluate_command(parse_args([*args, "--dry-run"]))
+    return capsys.readouterr().out
+
+
+def test_an_eval_of_gpu_runs_needs_only_their_students_gpus_and_a_dry_run_shows_each_point(
+    tmp_path, monkeypatch, capsys
+):
+    sweep = sweep_dir_of(tmp_path / "sweep", [0.1, 0.5], exports=[3, 6], overrides=GPU_RUN)
+    out = tmp_path / "out"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # a login node: the SLURM tasks get the GPUs
+    shown = dry_run(
+        capsys,
+        "--run",
+        str(sweep),
+        "--step",
+        "start,3",
+        "--task",
+        "reverse,sort",
+        "--out",
+        str(out),
+        "hydra/launcher=slurm_gpu",
+        "hydra.launcher.partition=gpu",
+    )
+    points = shown.split("\neval #")
+    assert len(points) == 2 and "trainer.loss.teacher_tau=0.5" in points[1]
+    assert f"models: start (tiny), step_3 ({sweep / '1' / 'weights' / 'step_3'})" in points[1]
+    assert "tasks: reverse, sort" in points[1] and "SLURM: partition=gpu nodes=1 gpus_per_node=2" in points[1]
+    assert shown.endswith(
+        f"dry run: 2 evaluation(s) checked, joined in {out / 'results.json'}; nothing started or written\n"
+    )
+    assert not out.exists()
+    with pytest.raises(UserError, match=r"^eval #0 .*: the student's server takes 2 GPUs but 0 are visible here"):
+        dry_run(capsys, "--run", str(sweep), "--out", str(out))  # here, without them
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # the student's two: enough, the run's eight are not needed
+    assert "here, on a vLLM server of its own (2 GPU(s))" in dry_run(capsys, "--run", str(sweep / "0"))
+    checked = check_request(Request(sweep / "0", [], [], [], out))
+    plan = build_plan(checked.cfg, tmp_path / "plan", visible_gpus())
+    assert {r.name: r.gpus for r in plan.roles} == {"inference": ["0", "1"], "orchestrator": [], "trainer": []}

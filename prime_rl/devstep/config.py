@@ -9,7 +9,7 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from prime_rl.config.layout import pushes_weights
-from prime_rl.config.schema import Config, num_nodes
+from prime_rl.config.schema import Config, node_gpus, num_nodes
 from prime_rl.config.store import compose_config
 from prime_rl.config.teachers import REFERENCE, local_teachers, serves_reference, teacher_key
 from prime_rl.config.timeouts import with_ready_timeout
@@ -32,11 +32,13 @@ def validated(overrides: list[str]) -> Config:
     return cfg
 
 
-def launch_config(overrides: list[str]) -> Config:
-    """The config `python launch.py <overrides>` composes, through the launch's checks (one-line errors)."""
+def launch_config(overrides: list[str], as_launched: bool = False) -> Config:
+    """The config `python launch.py <overrides>` composes, through the launch's checks (one-line errors). With
+    `as_launched`, its GPU counts are checked against what it asks, as its own launch checked them, not against this
+    machine's: a run read back to serve part of it (an evaluation's student server) on other GPUs."""
     try:
         cfg = compose_config(overrides)
-        check_at_launch(cfg, len(visible_gpus()))
+        check_at_launch(cfg, node_gpus(cfg.deployment) if as_launched else len(visible_gpus()))
     except (HydraException, OmegaConfBaseException) as e:
         raise UserError(hydra_error(e)) from e
     return cfg

@@ -1,9 +1,10 @@
-"""`python -m prime_rl.eval [-m] [--run DIR,…] [--step S,…] [--task T,…] <hydra overrides...>`: the models of a run
-(its starting model, a step, the latest, a LoRA run's merged model, its local teacher) or the config's model
-(model.name: a model dir or a Hub id) evaluated on one or more tasks, with the training eval's sampling and metrics
-(orchestrator.eval.*: k samples per prompt for avg@k and pass@k), around a vLLM server it starts and stops (or a
-standing one, inference.url). Several runs (a sweep's dir: its jobs) and `-m` sweeps of the overrides are several
-evaluations, here or on SLURM (hydra/launcher=slurm), joined in one table."""
+"""`python -m prime_rl.eval [-m] [--run DIR,…] [--step S,…] [--task T,…] [--dry-run] <hydra overrides...>`: the
+models of a run (its starting model, a step, the latest, a LoRA run's merged model, its local teacher) or the config's
+model (model.name: a model dir or a Hub id) evaluated on one or more tasks, with the training eval's sampling and
+metrics (orchestrator.eval.*: k samples per prompt for avg@k and pass@k), around a vLLM server it starts and stops (or
+a standing one, inference.url). Several runs (a sweep's dir: its jobs) and `-m` sweeps of the overrides are several
+evaluations, here or on SLURM (hydra/launcher=slurm), joined in one table. `--dry-run` checks them and prints what
+each would do."""
 
 import argparse
 import sys
@@ -35,6 +36,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=["chat", "completions"],
         default="chat",
         help="chat: the server applies the chat template (tasks that generate); completions: raw text, loglikelihood",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check every point and print what each would evaluate, from where, and where it would run; start nothing",
     )
     p.add_argument(
         "--out", type=Path, metavar="DIR", help="its dir: results.json, the server's log (default: <run>/evals/<time>)"
@@ -83,7 +89,12 @@ def evaluate(args: argparse.Namespace) -> None:
         args.harness_api,
     )
     points, root = find_points(template, args.run, args.multirun)
-    check_points(points)
+    checked = check_points(points, here=not launcher)
+    if args.dry_run:
+        from prime_rl.eval.dry_run import show_points
+
+        show_points(points, checked, launcher, root)
+        return
     if launcher:
         rows, failed = evaluate_on_slurm(points, launcher, root or points[0].request.out)
     else:

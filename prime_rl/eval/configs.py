@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from prime_rl.config.schema import Config, TeacherConfig, TeacherKind
+from prime_rl.config.schema import Config, Layout, TeacherConfig, TeacherKind
 from prime_rl.config.sources import source_label
 from prime_rl.config.user_error import UserError
 from prime_rl.devstep.config import launch_config
@@ -35,9 +35,9 @@ def task_configs(base: list[str], tasks: list[str]) -> dict[str, Config]:
     """By the name its results take, one checked config per task (`task=<option>` over `base`), or the base's own
     task where none is named (named as a mix source would be: its dataset, taskset, file or kind)."""
     if not tasks:
-        cfg = student_only(launch_config(base))
+        cfg = student_only(launch_config(base, as_launched=True))
         return {source_label(cfg.task): cfg}
-    return {t: student_only(launch_config([*base, f"task={t}"])) for t in tasks}
+    return {t: student_only(launch_config([*base, f"task={t}"], as_launched=True)) for t in tasks}
 
 
 def teacher_as_student(cfg: Config) -> Config:
@@ -54,6 +54,15 @@ def teacher_as_student(cfg: Config) -> Config:
 
 
 def student_only(cfg: Config) -> Config:
-    """No teacher, no served reference: nothing but the student's server is planned or waited for."""
+    """No teacher, no served reference, and the deployment of the student's server alone on one node: nothing but
+    that server is planned, given GPUs or waited for."""
     loss = replace(cfg.trainer.loss, kl_ref_tau=0.0)
-    return replace(cfg, teacher=TeacherConfig(), teachers={}, trainer=replace(cfg.trainer, loss=loss))
+    d = cfg.deployment
+    alone = replace(
+        d,
+        num_train_gpus=d.num_train_gpus if d.layout == Layout.colocated else 0,  # colocated: the one shared GPU
+        num_teacher_gpus=None,
+        num_infer_nodes=0,
+        num_train_nodes=0,
+    )
+    return replace(cfg, teacher=TeacherConfig(), teachers={}, trainer=replace(cfg.trainer, loss=loss), deployment=alone)

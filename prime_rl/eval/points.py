@@ -19,7 +19,7 @@ from prime_rl.config.store import composed, hydra_conf
 from prime_rl.config.user_error import UserError
 from prime_rl.eval.configs import run_overrides
 from prime_rl.eval.results import show_results, write_results
-from prime_rl.eval.run import Request, check_request, default_out, evaluate_request
+from prime_rl.eval.run import Checked, Request, check_request, default_out, evaluate_request
 from prime_rl.launcher.slurm import is_slurm
 from prime_rl.launcher.validation import hydra_error, sweep_points
 
@@ -85,15 +85,18 @@ def launcher_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
     return [o for o in overrides if o not in where], where
 
 
-def check_points(points: list[Point]) -> None:
-    """Every point checked before any is evaluated: one line naming the first that fails."""
+def check_points(points: list[Point], here: bool = True) -> list[Checked]:
+    """Every point checked before any is evaluated (`here`: on this machine, else on SLURM): one line naming the first
+    that fails."""
+    checked = []
     for n, point in enumerate(points):
         try:
-            check_request(point.request)
+            checked.append(check_request(point.request, here))
         except UserError as e:
             if len(points) == 1:
                 raise
             raise UserError(f"eval #{n} ({point.label}): {e}; nothing was evaluated") from e
+    return checked
 
 
 def evaluate_point(req: Request) -> list[dict]:

@@ -13,11 +13,13 @@ from datetime import datetime
 from pathlib import Path
 
 from prime_rl.config.schema import Config
+from prime_rl.config.user_error import UserError
 from prime_rl.devstep.config import claim, launch_config, prepared
 from prime_rl.devstep.server import run_plan, student_server
 from prime_rl.eval.configs import run_overrides, student_only, task_configs, teacher_as_student
 from prime_rl.eval.harness import check_harness, harness_rows
 from prime_rl.eval.subjects import Subject, find_subjects
+from prime_rl.launcher.gpus import visible_gpus
 from prime_rl.launcher.preflight import check_eval_prompts
 from prime_rl.launcher.standing_server import standing_key
 from prime_rl.models import student_dir
@@ -49,19 +51,31 @@ class Checked:
     tasks: dict[str, Config]  # the tasks by the name their rows take
 
 
-def check_request(req: Request) -> Checked:
-    """The request's configs and models found and checked: one-line UserErrors, nothing started or written."""
+def check_request(req: Request, here: bool = True) -> Checked:
+    """The request's configs and models found and checked: one-line UserErrors, nothing started or written. `here`:
+    it runs on this machine (else on a SLURM node that gets the student's GPUs, and checks them there)."""
     base = run_overrides(req.run) + req.overrides
-    cfg = launch_config(base)  # the model: the run's, whatever task it is evaluated on
+    cfg = launch_config(base, as_launched=True)  # the model: the run's, whatever task it is evaluated on
     out = (req.out or default_out(req.run)).resolve()
     subjects = find_subjects(req.run, req.steps, cfg.model.name, RunDir(out), req.teacher)
     cfg = student_only(teacher_as_student(cfg) if req.teacher else cfg)
+    if here:
+        check_student_gpus(cfg)
     tasks = task_configs(base, req.tasks)
     for task in tasks.values():
         check_eval_prompts(task.task)
     if req.harness:
         check_harness(req.harness, req.harness_include)
     return Checked(cfg, out, subjects, tasks)
+
+
+def check_student_gpus(cfg: Config) -> None:
+    asked, visible = cfg.deployment.num_infer_gpus, len(visible_gpus())
+    if asked > visible:
+        raise UserError(
+            f"deployment.num_infer_gpus={asked}: the student's server takes {asked} GPUs but {visible} are visible "
+            "here; fix: evaluate where they are (CUDA_VISIBLE_DEVICES), or on SLURM with hydra/launcher=slurm_gpu"
+        )
 
 
 def evaluate_request(req: Request) -> tuple[Config, Path, list[dict]]:
