@@ -25,7 +25,8 @@ from prime_rl.launcher.validation import hydra_error, sweep_points
 
 SWEEP_RECORD = "multirun.yaml"  # Hydra writes it into a sweep's dir; the sweep's jobs are the numbered dirs beside it
 LAUNCHER = ("hydra/launcher=", "hydra.launcher.")  # overrides that say where the points run, not what they evaluate
-# the eval serves one model on the student's GPUs: the resources the launcher presets ask for, without the rest
+# the eval serves one model on the student's GPUs: the resources the launcher presets ask for, without the rest (the
+# typed config's deployment is stripped alike by configs.student_only)
 SERVER_ONLY = [
     "deployment.num_train_gpus=0",
     "deployment.num_teacher_gpus=null",
