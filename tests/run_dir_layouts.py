@@ -19,15 +19,12 @@ def run_dir_with(
     if overrides:
         write_overrides(root, overrides)
     for step in exports:
-        (run.weights(step)).mkdir(parents=True)
+        marked(run.weights(step))
         (run.weights(step) / ("adapter_config.json" if adapters else "config.json")).write_text("{}")
-        (run.weights(step) / STABLE_MARKER).touch()
     for step in markers_only:
-        run.weights(step).mkdir(parents=True)
-        (run.weights(step) / STABLE_MARKER).touch()
+        marked(run.weights(step))
     for step in checkpoints:
-        run.checkpoint(step).mkdir(parents=True)
-        (run.checkpoint(step) / STABLE_MARKER).touch()
+        marked(run.checkpoint(step))
     if merged:
         run.merged.mkdir()
         (run.merged / "config.json").write_text("{}")
@@ -47,3 +44,9 @@ def sweep_dir_of(root: Path, taus: list[float], exports=(), overrides=()) -> Pat
 def write_overrides(root: Path, overrides) -> None:
     (root / RUN_OVERRIDES).parent.mkdir(parents=True, exist_ok=True)
     (root / RUN_OVERRIDES).write_text("".join(f"- {o}\n" for o in overrides))
+
+
+def marked(path: Path) -> None:
+    """A dir its writer marked complete."""
+    path.mkdir(parents=True)
+    (path / STABLE_MARKER).touch()
