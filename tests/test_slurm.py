@@ -8,12 +8,14 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from prime_rl.launcher.slurm import requeue_outlives_its_own_kill
 from prime_rl.models.tokenizer import build_tokenizer
 from tests.conftest import ROOT, launch_cmd
 from tests.test_e2e_rl import plan_of, run_processes
@@ -154,6 +156,36 @@ def test_a_job_that_times_out_is_requeued_and_resumes(sweep_dir):
     assert (run_dir / "wandb_run_id").read_text() == wandb_run_id  # and one W&B run
     assert sorted(p.name for p in sweep_dir.iterdir()) == [".submitit", "0", "multirun.yaml"]  # one run dir
     assert not run_processes(str(sweep_dir))
+
+
+def test_the_requeue_command_outlives_the_sigterm_of_its_own_requeue():
+    """submitit's SIGUSR2 handler runs `scontrol requeue`, which SIGTERMs the whole job, scontrol too: here a
+    command that SIGTERMs itself before it exits stands in for it. Shielded, it finishes, and the launcher's
+    SIGTERM handler is back afterwards; unshielded, it dies."""
+    outcomes = []
+
+    def requeue(signum, frame):  # as submitit's handler: a command the job's end reaches before it exits
+        command = "import os, signal; os.kill(os.getpid(), signal.SIGTERM); print('requeued')"
+        outcomes.append(subprocess.run([sys.executable, "-c", command], capture_output=True, text=True))
+
+    def launcher_stop(signum, frame):
+        pass
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGUSR2, signal.SIGTERM)}
+    try:
+        signal.signal(signal.SIGTERM, launcher_stop)
+        signal.signal(signal.SIGUSR2, requeue)
+        os.kill(os.getpid(), signal.SIGUSR2)
+        requeue_outlives_its_own_kill()
+        os.kill(os.getpid(), signal.SIGUSR2)
+        after = signal.getsignal(signal.SIGTERM)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    unshielded, shielded = outcomes
+    assert unshielded.returncode == -signal.SIGTERM
+    assert (shielded.returncode, shielded.stdout) == (0, "requeued\n")
+    assert after is launcher_stop
 
 
 @needs_slurm

@@ -1,6 +1,7 @@
 """SLURM glue around hydra-submitit-launcher: the GPU request of a job, the dry run, and requeued attempts."""
 
 import os
+import signal
 from pathlib import Path
 
 import yaml
@@ -35,3 +36,23 @@ def requeued(run_dir: Path) -> bool:
     if "SLURM_JOB_ID" not in os.environ:
         return False
     return int(os.environ.get("SLURM_RESTART_COUNT", "0")) > 0 or RunDir(run_dir).latest_checkpoint() is not None
+
+
+def requeue_outlives_its_own_kill() -> None:
+    """On SIGUSR2 (the time limit is near) submitit runs `scontrol requeue` from inside the job, and the requeue
+    ends the job: SIGTERM to each of its processes, scontrol among them. Where that lands before scontrol exits,
+    submitit takes the requeue as failed and records the job as failed, and the sweep stops, though SLURM did
+    requeue it. So SIGTERM is ignored while submitit's handler runs, and scontrol inherits the ignore (an ignored
+    signal stays ignored across exec); afterwards the launcher's own handler is back."""
+    requeue = signal.getsignal(signal.SIGUSR2)
+    if not callable(requeue):  # not a submitit job: SIGUSR2 means nothing here
+        return
+
+    def shielded(signum, frame):
+        stop = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            requeue(signum, frame)
+        finally:
+            signal.signal(signal.SIGTERM, stop)
+
+    signal.signal(signal.SIGUSR2, shielded)
