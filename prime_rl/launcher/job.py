@@ -30,7 +30,7 @@ from prime_rl.launcher.plan import Plan, build_plan, write_role_configs
 from prime_rl.launcher.preflight import check_at_job, check_with_student_tokenizer
 from prime_rl.launcher.resume import prepare_resume
 from prime_rl.launcher.run_lock import claim_run_dir
-from prime_rl.launcher.slurm import requeue_outlives_its_own_kill, requeued
+from prime_rl.launcher.slurm import requeued
 from prime_rl.launcher.weights_dir import link_weights, unlink_weights, weights_home
 from prime_rl.models import student_dir, teacher_dir
 from prime_rl.models.hub import HubModelError, resolve_hub_models
@@ -53,7 +53,6 @@ def warn(message: str) -> None:
 
 
 def run_job(cfg: DictConfig) -> None:
-    requeue_outlives_its_own_kill()
     run_or_exit(lambda: job(cfg))
 
 
