@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from prime_rl.config.modes import Mode, RolloutSource, Scorer, mode_config
+from prime_rl.config.modes import Mode, RolloutSource, Scorer
 from prime_rl.trainer.data import TokenBatch
 from prime_rl.trainer.logprobs import Logprobs
 from prime_rl.trainer.loss import ModeLoss, StepLoss
@@ -33,7 +33,7 @@ class RewardWeightedNll(ModeLoss):
     """The NLL of the student's own tokens, each sample's weighted by min(exp(A / beta), max_weight)."""
 
     def for_step(self, mbs: list[TokenBatch]) -> StepLoss:
-        knobs = mode_config(self.cfg, self.mode)
+        knobs = self.knobs  # modes.reward_weighted_sft, typed as RewardWeightedSftConfig
 
         def step_loss(out: Logprobs, mb: TokenBatch, total_tokens: int) -> tuple[torch.Tensor, dict[str, float]]:
             mask = mb.loss_mask.float()
@@ -53,4 +53,5 @@ MODE = Mode(
     algorithm="prime_rl.orchestrator.algo.rl:RL",  # rl's orchestrator part: nothing to add to a step
     loss=f"{__name__}:RewardWeightedNll",  # this module, wherever it is imported from
     config=RewardWeightedSftConfig,  # its knobs: modes.reward_weighted_sft.*
+    signal="the NLL of its own samples, each weighted by exp(A / beta)",  # what its loss learns from, in one line
 )

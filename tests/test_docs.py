@@ -1,6 +1,6 @@
 """docs/parameters.md and the table of common knobs in docs/reference/config.md are generated from the field comments in
-prime_rl/config/schema.py (`python -m prime_rl.config.reference`); these tests keep them in step with the schema,
-and keep every field commented, since that comment is the only description a key has."""
+prime_rl/config/schema.py, the table of modes in docs/modes.md from MODES (`python -m prime_rl.config.reference`);
+these tests keep them in step, and keep every field commented, since that comment is the only description a key has."""
 
 import importlib.util
 import sys
@@ -10,7 +10,7 @@ import pytest
 from prime_rl.config import reference, schema
 
 
-@pytest.mark.parametrize("path", [reference.COMMON, reference.PARAMETERS], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [reference.COMMON, reference.PARAMETERS, reference.MODES_DOC], ids=lambda p: p.name)
 def test_generated_parameter_docs_are_current(path):
     assert path.read_text() == reference.expected()[path], f"{path.name} is stale; regenerate it: {reference.COMMAND}"
 

@@ -53,6 +53,12 @@ CASES = [
     Case("unknown key", "key added with +", ("+trainer.foo=1",), "[trainer.foo]"),
     Case("unknown key", "top-level key added with +", ("+max_step=10",), "[max_step]"),
     Case("unknown choice", "no such training mode", ("training_mode=ppo",), "[training_mode]"),
+    Case(
+        "unknown choice",
+        "a mode of one's own by import path on the command line",
+        ("training_mode=examples.reward_weighted_sft:MODE",),
+        "[training_mode]",
+    ),
     Case("unknown choice", "no such teacher", ("teacher=openai",), "[teacher]"),
     Case("unknown choice", "no such task", ("task=addition",), "[task]"),
     Case("unknown choice", "option the built-in task does not take", ("+task.options.length=5",), "[task.options]"),

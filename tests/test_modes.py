@@ -13,10 +13,14 @@ import pytest
 import yaml
 
 from prime_rl.config import ConfigError, compose_config
-from prime_rl.config.modes import Scorer, mode_config, mode_named
+from prime_rl.config.modes import MODES, Scorer, mode_config, mode_named, modes_with
+from prime_rl.config.rules import check_rules
+from prime_rl.config.schema import scorer_knobs
 from prime_rl.inference.server import vllm_command
+from prime_rl.orchestrator.algo import part
 from prime_rl.orchestrator.algo.opsd import privileged
 from prime_rl.tasks import Example
+from prime_rl.trainer.loss import Objective
 from tests.conftest import ROOT
 from tests.test_e2e_rl import launch, rows
 from tests.test_episodes import ON_POLICY
@@ -60,6 +64,52 @@ def test_a_mode_is_named_by_import_path_and_its_knobs_are_typed():
     with pytest.raises(ConfigError) as err:
         mode_named("ppo")
     assert err.value.keys == ["training_mode"] and "'ppo'" in err.value.problem
+
+
+OWN = "examples.reward_weighted_sft:MODE"
+
+
+def test_a_modes_parts_are_built_with_the_mode_and_its_typed_knobs():
+    """The orchestrator part and the loss of a built-in mode and of an own one each hold their mode and the knobs
+    modes.<name> sets, typed by the mode's dataclass; a mode without knobs gets None."""
+    opsd = compose_config(["training_mode=opsd", "modes.opsd.context='Shown: {answer}'"])
+    algo = part(opsd, MODES["opsd"])
+    assert algo.mode is MODES["opsd"] and algo.knobs.context == "Shown: {answer}"
+    assert part(opsd, MODES["rl"]).knobs is None
+    own = compose_config(["task=mix", f"task.mix=[{{name:reverse,mode:'{OWN}'}}]", "+modes.reward_weighted_sft.beta=2"])
+    mode = mode_named(OWN)
+    assert part(own, mode).mode is mode and part(own, mode).knobs.beta == 2.0
+    loss = Objective(own).mode_loss(mode.name, 1.0, 0.0)
+    assert type(loss).__name__ == "RewardWeightedNll" and loss.knobs.beta == 2.0 and loss.knobs.max_weight == 20.0
+
+
+def test_an_own_mode_once_named_is_listed_where_rules_list_the_modes_with_a_fact():
+    """modes_with lists the registered modes: the built-ins, and an own mode after a config named it, by the import
+    path training_mode takes; a rule's refusal then offers it (reward_weighted_sft learns from advantages)."""
+    mode_named(OWN)
+    listed = modes_with(lambda m: m.advantages and not m.scores_tokens).split("|")
+    assert listed[0] == "rl" and OWN in listed and "opd" not in listed
+    cfg = compose_config(["task=mix", "task.mix=[{name:reverse,mode:sft,adv_tau:0.5}]", "teacher=local_vllm"])
+    with pytest.raises(ConfigError) as err:
+        check_rules(cfg, 0)
+    assert err.value.keys == ["task.mix[0].adv_tau", "task.mix[0].mode"] and OWN in err.value.fix
+
+
+def test_the_scorer_knobs_are_the_loss_fields_so_marked_and_each_is_refused_where_no_mode_scores():
+    """trainer.loss's fields marked scorer_knob, each refused in rl (whose mode scores nothing) at another value."""
+    other = {
+        "teacher_tau": "0.5",
+        "distill": "topk",
+        "distill_top_k": "8",
+        "distill_kl": "forward",
+        "teacher_adv_clip": "1.0",
+        "teacher_adv_center": "false",
+    }
+    assert sorted(scorer_knobs()) == sorted(other)
+    for knob, value in other.items():
+        with pytest.raises(ConfigError) as err:
+            check_rules(compose_config([f"trainer.loss.{knob}={value}"]), 0)
+        assert err.value.keys[0] == f"trainer.loss.{knob}", knob
 
 
 @pytest.mark.integration

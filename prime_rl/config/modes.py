@@ -5,12 +5,12 @@ Every process reads these facts instead of branching on the mode's name: validat
 (config/rules/), the orchestrator runs the mode's part (`Mode.algorithm`, orchestrator/algo/), the trainer its
 loss (`Mode.loss`, trainer/loss.py), the launcher the servers' settings (inference/server.py). A built-in mode is one
 entry of MODES plus its part in orchestrator/algo/; a researcher's own is a `Mode` in their own module, named by
-import path (training_mode=<module>:<name> in a config file, task.mix[i].mode=<module>:<name>). A mix's sources may
+import path (training_mode=<module>:<name> in a config file, task.mix[i].mode=<module>:<name>) and registered when
+a config first names it (`OWN_MODES`): every message that lists modes lists it too. A mix's sources may
 each set their own mode: what a mode needs is then looked up per source (`source_modes`, `example_mode`), and what
 the run's processes need is what any of its modes needs (`run_modes`).
 """
 
-import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,10 +41,13 @@ class Mode:
     scorer: Scorer  # who scores each sampled token for the term teacher_tau * (log p_scorer - log pi)
     needs_rewards: bool  # the loss learns from task rewards: verification must be on
     advantages: bool  # GRPO advantages (weighted by adv_tau) enter the loss
-    algorithm: str  # <module>:<class> of its orchestrator part (an orchestrator.algo.base.Algorithm)
-    loss: str  # <module>:<class> of its loss (trainer/loss.py ModeLoss: built with (cfg, mode, loss config))
+    # <module>:<class> of its orchestrator part and of its loss, imported where they run (the orchestrator, the
+    # trainer): validating a config never imports torch. Each is built with the mode and its typed knobs.
+    algorithm: str  # an orchestrator.algo.base.Algorithm
+    loss: str  # a trainer.loss.ModeLoss
     config: type | None = None  # the dataclass of its own knobs, set under modes.<name> (None: it has none)
     needs_answers: bool = False  # its signal reads each prompt's reference answer: single-turn prompts with one
+    signal: str = ""  # what its loss learns from, in one line: the docs' table of modes shows it
 
     @property
     def teacher(self) -> bool:
@@ -78,9 +81,6 @@ class OpsdConfig:
             raise ValueError("modes.opsd.context must show the reference answer: put {answer} in it")
 
 
-# trainer.loss's knobs of the scorer's term: they apply only where a mode scores the student's tokens
-SCORER_KNOBS = ("teacher_tau", "distill", "distill_top_k", "distill_kl", "teacher_adv_clip", "teacher_adv_center")
-
 ALGO, LOSS = "prime_rl.orchestrator.algo", "prime_rl.trainer.loss"
 STUDENT, TEACHER = RolloutSource.student, RolloutSource.teacher
 MODES: dict[str, Mode] = {
@@ -94,6 +94,7 @@ MODES: dict[str, Mode] = {
             advantages=True,
             algorithm=f"{ALGO}.rl:RL",
             loss=f"{LOSS}:PolicyLoss",
+            signal="`adv_tau·A` (GRPO advantages from the task's rewards)",
         ),
         Mode(
             "opd",
@@ -103,6 +104,7 @@ MODES: dict[str, Mode] = {
             advantages=True,
             algorithm=f"{ALGO}.opd:OPD",
             loss=f"{LOSS}:PolicyLoss",
+            signal="`adv_tau·A + teacher_tau·(log p_teacher − log p_student)` per token, or the top-k KL",
         ),
         Mode(
             "sft",
@@ -112,6 +114,7 @@ MODES: dict[str, Mode] = {
             advantages=False,
             algorithm=f"{ALGO}.sft:SFT",
             loss=f"{LOSS}:NllLoss",
+            signal="NLL of the teacher's answers",
         ),
         Mode(
             "opsd",
@@ -121,6 +124,7 @@ MODES: dict[str, Mode] = {
             advantages=True,
             algorithm=f"{ALGO}.opsd:OPSD",
             loss=f"{LOSS}:PolicyLoss",
+            signal="`adv_tau·A + teacher_tau·(log p_privileged − log p_student)` per token, or the top-k KL",
             config=OpsdConfig,
             needs_answers=True,
         ),
@@ -139,11 +143,19 @@ def import_object(path: str, key: str, what: str) -> object:
         raise ConfigError([key], f"cannot import {path!r}: {first_line(e)}", "make the module importable") from e
 
 
-@functools.cache
+OWN_MODES: dict[str, Mode] = {}  # a researcher's own modes, by the import path a config named each by
+
+
 def mode_named(spec: str, key: str = "training_mode") -> Mode:
-    """A built-in mode by name, or a researcher's own `Mode` by import path."""
+    """A built-in mode by name, or a researcher's own `Mode` by import path, registered: messages list it."""
     if spec in MODES:
         return MODES[spec]
+    if spec not in OWN_MODES:
+        OWN_MODES[spec] = imported_mode(spec, key)
+    return OWN_MODES[spec]
+
+
+def imported_mode(spec: str, key: str) -> Mode:
     if ":" not in spec:
         raise ConfigError([key], f"unknown mode {spec!r}", f"use one of {' | '.join(MODES)}, or <module>:<Mode>")
     mode = import_object(spec, key, "mode")
@@ -176,8 +188,9 @@ def uses(cfg: Config, fact: Callable[[Mode], bool]) -> bool:
 
 
 def modes_with(fact: Callable[[Mode], bool]) -> str:
-    """The built-in modes that have `fact`, as a message names them: rl|opd."""
-    return "|".join(m.name for m in MODES.values() if fact(m))
+    """The registered modes (built-in, and the own ones a config named) that have `fact`, as training_mode names
+    them in a message: rl|opd|my_lab.modes:MODE."""
+    return "|".join(spec for spec, m in {**MODES, **OWN_MODES}.items() if fact(m))
 
 
 def example_mode(cfg: Config, example) -> Mode:
@@ -186,12 +199,16 @@ def example_mode(cfg: Config, example) -> Mode:
 
 
 def mode_config(cfg: Config, mode: Mode):
-    """The mode's own knobs: modes.<name> over its dataclass's defaults, typed and checked (its __post_init__)."""
+    """The mode's own knobs: modes.<name> over its dataclass's defaults, typed and checked (its __post_init__); None
+    for a mode without knobs."""
+    if mode.config is None:
+        return None
     key = f"modes.{mode.name}"
     try:
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(mode.config), cfg.modes.get(mode.name, {})))
     except (OmegaConfBaseException, ValueError, TypeError) as e:
-        raise ConfigError([key], first_line(e), f"see the knobs of {mode.name} in docs/modes.md") from e
+        where = "docs/modes.md" if mode.name in MODES else f"{mode.config.__module__}.{mode.config.__qualname__}"
+        raise ConfigError([key], first_line(e), f"see the knobs of {mode.name} in {where}") from e
 
 
 def context_margin(cfg: Config) -> int:

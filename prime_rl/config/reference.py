@@ -1,10 +1,12 @@
-"""The parameter reference, rendered from the one-line comment each field has in schema.py.
+"""The parameter reference, rendered from the one-line comment each field has in schema.py, and the table of
+training modes, rendered from their `Mode` objects.
 
 That comment is the only description of a key: a table written beside it restates it by hand and drifts
 (the README's did). So docs/parameters.md (every key) and the table of the keys most runs touch in
 docs/reference/config.md (between two markers) are rendered from those comments and from the defaults Hydra
-composes, once per training mode since a mode's group changes some of them. `python -m prime_rl.config.reference`
-rewrites both files; `--check` only compares, and tests/test_docs.py fails when either file is stale.
+composes, once per training mode since a mode's group changes some of them; the table of modes in docs/modes.md
+(between its markers) from MODES. `python -m prime_rl.config.reference` rewrites the three files; `--check` only
+compares, and tests/test_docs.py fails when any of them is stale.
 """
 
 import argparse
@@ -19,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 
 from prime_rl.config import modes, schema
-from prime_rl.config.modes import MODES
+from prime_rl.config.modes import MODES, Mode, RolloutSource, Scorer
 from prime_rl.config.schema import Config
 from prime_rl.config.store import compose_config
 from prime_rl.config.user_error import literal
@@ -30,6 +32,15 @@ PARAMETERS = ROOT / "docs" / "parameters.md"
 COMMAND = "python -m prime_rl.config.reference"
 BEGIN = f"<!-- parameters: generated from prime_rl/config/schema.py by `{COMMAND}`, do not edit -->"
 END = "<!-- /parameters -->"
+MODES_DOC = ROOT / "docs" / "modes.md"  # its table of the built-in modes
+MODES_BEGIN = f"<!-- modes: generated from prime_rl/config/modes.py by `{COMMAND}`, do not edit -->"
+MODES_END = "<!-- /modes -->"
+ROLLOUTS = {RolloutSource.student: "the student", RolloutSource.teacher: "a teacher (any OpenAI-compatible endpoint)"}
+SCORERS = {
+    Scorer.none: "nobody",
+    Scorer.teacher: "a teacher's vLLM server (`teacher=local_vllm\\|external`)",
+    Scorer.self: "the student's own server, shown the example's reference answer",
+}
 MODE_KEY = "training_mode"  # the mode itself: noting that `training_mode=opd` sets it to opd says nothing
 MODE_SET = (MODE_KEY, "modes")  # what a mode's group sets by definition (modes.<name>: its own section below)
 COMMON_KEYS = (
@@ -192,20 +203,39 @@ def common_block() -> str:
     return "\n".join([BEGIN, "", *table(list(COMMON_KEYS)), "", *link, "", END])
 
 
-def common_md(text: str) -> str:
-    """docs/reference/config.md with the block between the markers regenerated, the rest as it is."""
-    if text.count(BEGIN) != 1 or text.count(END) != 1:
-        raise ValueError(
-            f"docs/reference/config.md must hold `{BEGIN}` and `{END}` once each, in its section of the knobs most"
-            " runs touch"
-        )
-    before, rest = text.split(BEGIN)
-    return before + common_block() + rest.split(END)[1]
+def modes_block() -> str:
+    rows = [
+        f"| `{m.name}` | {ROLLOUTS[m.rollouts]} | {SCORERS[m.scorer]} | {cell(m.signal)} | {mode_knobs(m)} |"
+        for m in MODES.values()
+    ]
+    header = ["| mode | rollouts | who scores the sampled tokens | signal | its knobs |", "|---|---|---|---|---|"]
+    return "\n".join([MODES_BEGIN, "", *header, *rows, "", MODES_END])
+
+
+def mode_knobs(mode: Mode) -> str:
+    """The knobs that shape what the mode learns: the scorer's term's, its teacher's, its own."""
+    knobs = ["`trainer.loss.teacher_tau`, `distill*`, `teacher_adv_*`"] if mode.scores_tokens else []
+    knobs += ["`teacher.*`"] if mode.teacher else []
+    knobs += [f"`modes.{mode.name}.{f.name}`" for f in dataclasses.fields(mode.config)] if mode.config else []
+    return ", ".join(knobs or ["`trainer.loss.*`"])
+
+
+def with_block(path: Path, begin: str, end: str, block: str) -> str:
+    """The file with the block between the markers regenerated, the rest as it is."""
+    text = path.read_text()
+    if text.count(begin) != 1 or text.count(end) != 1:
+        raise ValueError(f"{path.relative_to(ROOT)} must hold `{begin}` and `{end}` once each, around its table")
+    before, rest = text.split(begin)
+    return before + block + rest.split(end)[1]
 
 
 def expected() -> dict[Path, str]:
-    """Each generated file's content as the schema and conf/ make it now."""
-    return {COMMON: common_md(COMMON.read_text()), PARAMETERS: parameters_md()}
+    """Each generated file's content as the schema, the modes and conf/ make it now."""
+    return {
+        COMMON: with_block(COMMON, BEGIN, END, common_block()),
+        PARAMETERS: parameters_md(),
+        MODES_DOC: with_block(MODES_DOC, MODES_BEGIN, MODES_END, modes_block()),
+    }
 
 
 def main(argv: list[str]) -> None:

@@ -4,7 +4,7 @@ YAML in `conf/` only picks values; Hydra merges it onto these dataclasses in str
 unknown key (`trainer.loss.teacher_ta=1`) or a wrong type is an error, never a silent new key.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Annotated, Any
 
@@ -22,6 +22,13 @@ Port = Annotated[int, Interval(ge=0, le=65535)]  # a TCP port (0: the kernel pic
 # written here because the launcher plans without importing vLLM
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 LoraRank = Annotated[int, Interval(ge=1, le=max(VLLM_LORA_RANKS))]  # an adapter vLLM can serve
+SCORER_TERM = "scorer_term"  # a field's metadata: a knob of the scorer's term (trainer.loss's, scorer_knobs)
+
+
+def scorer_knob(default):
+    """A field of trainer.loss that shapes the scorer's term: it applies only where a mode scores the student's
+    tokens, and a run none of whose modes does refuses a value other than its default."""
+    return field(default=default, metadata={SCORER_TERM: True})
 
 
 class TeacherKind(str, Enum):
@@ -268,7 +275,7 @@ class CorrectionConfig:
 @dataclass
 class LossConfig:
     adv_tau: NonNeg = 1.0  # weight of the reward advantage; 0 = pure distillation
-    teacher_tau: NonNeg = 0.0  # weight of the per-token distillation term log p_T - log pi; > 0 in opd and opsd
+    teacher_tau: NonNeg = scorer_knob(0.0)  # weight of the per-token distillation term log p_T - log pi (> 0 to distil)
     kl_tau: NonNeg = 0.0  # weight of the (log ratio)^2 penalty against the inference policy
     kl_ref_tau: NonNeg = 0.0  # weight of the KL to the frozen starting policy (k3 estimator, over the trained tokens)
     kl_ref_from: ReferenceSource = ReferenceSource.trainer  # where the reference's logprobs come from: trainer | vllm
@@ -277,11 +284,16 @@ class LossConfig:
     ratio_level: RatioLevel = RatioLevel.token  # importance ratio: token | sequence (GSPO; the token masks still apply)
     seq_clip_low: Fraction = 3e-4  # sequence level: clip each sample's ratio at 1 - this (GSPO's value)
     seq_clip_high: NonNeg = 4e-4  # sequence level: clip each sample's ratio at 1 + this (GSPO's value)
-    teacher_adv_clip: float = 2.0  # clamp the per-token distillation advantage to +-this (0 = no clamp)
-    teacher_adv_center: bool = True  # subtract the batch mean of the distillation advantage
-    distill: DistillSignal = DistillSignal.sampled  # opd's teacher signal: sampled (one token) | topk (a KL)
-    distill_top_k: Count = 32  # distill=topk: teacher logprobs per position (the vocabulary size: the exact KL)
-    distill_kl: KlDirection = KlDirection.reverse  # distill=topk: reverse KL(pi || p_T) | forward KL(p_T || pi)
+    teacher_adv_clip: float = scorer_knob(2.0)  # clamp the per-token distillation advantage to +-this (0 = no clamp)
+    teacher_adv_center: bool = scorer_knob(True)  # subtract the batch mean of the distillation advantage
+    distill: DistillSignal = scorer_knob(DistillSignal.sampled)  # the scorer's signal: sampled (one token) | topk
+    distill_top_k: Count = scorer_knob(32)  # distill=topk: scorer logprobs per position (the vocabulary: the exact KL)
+    distill_kl: KlDirection = scorer_knob(KlDirection.reverse)  # distill=topk: reverse KL(pi||p_T) | forward (p_T||pi)
+
+
+def scorer_knobs() -> list[str]:
+    """The fields of trainer.loss that shape the scorer's term (scorer_knob)."""
+    return [f.name for f in fields(LossConfig) if f.metadata.get(SCORER_TERM)]
 
 
 @dataclass

@@ -90,6 +90,7 @@ def task_overrides(overrides: list[str]) -> list[str]:
 
 # where other launchers set the mode (PRIME-RL's docs name these two as what its training_mode propagates to)
 MODE_KEYS_ELSEWHERE = ("orchestrator.training_mode", "trainer.loss.type")
+MODE_GROUP = "training_mode"  # the config group that picks the mode
 
 
 def compose_point(config_loader, master: DictConfig, overrides: list[str], num: int, gpus: int):
@@ -127,7 +128,9 @@ def hydra_error(e: Exception) -> str:
     if isinstance(e, MissingConfigException) and f"'hydra/launcher/{SLURM_PLUGIN}'" in str(e):
         return missing_extra("hydra/launcher=slurm", "slurm", "hydra-submitit-launcher")
     if isinstance(e, MissingConfigException) and e.options:
-        group = (e.missing_cfg_file or "").split("/")[0]
+        group, _, option = (e.missing_cfg_file or "").partition("/")
+        if group == MODE_GROUP and ":" in option:  # an own mode's import path, where Hydra takes an option's name
+            return own_mode_option(option, e.options)
         return f"invalid choice [{group}]: {first_line(e)}; fix: use one of {', '.join(sorted(e.options))}"
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and key in MODE_KEYS_ELSEWHERE:
         return (
@@ -139,6 +142,15 @@ def hydra_error(e: Exception) -> str:
     if key:
         return f"invalid value [{key}]: {first_line(cause)}; fix: give {key} a value of its type ({LIST_KEYS})"
     return f"invalid command line: {first_line(e)}; fix: write overrides as key=value (group=option for groups)"
+
+
+def own_mode_option(spec: str, options: list[str]) -> str:
+    return (
+        f"invalid choice [{MODE_GROUP}]: {spec} is an import path, and {MODE_GROUP}= on the command line picks an "
+        f"option of its config group; fix: write an option for it (a {MODE_GROUP}/<name>.yaml holding "
+        f"`{MODE_GROUP}: {spec}`, on hydra.searchpath: docs/modes.md, A mode of your own), or use one of "
+        f"{', '.join(sorted(options))}"
+    )
 
 
 def not_writable(path: Path) -> str | None:

@@ -1,4 +1,4 @@
-"""opd: the teacher scores the student's tokens (vLLM prompt logprobs), or its text in the teacher's own tokens where
+"""A teacher that scores the student's tokens (vLLM prompt logprobs), or its text in the teacher's own tokens where
 the tokenizers differ (teacher/alignment.py), after checks that it can."""
 
 import asyncio
@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from prime_rl.config.modes import Scorer, distill_top_k, example_mode
+from prime_rl.config.modes import RolloutSource, Scorer, distill_top_k, example_mode, modes_with
 from prime_rl.config.schema import Config, TeacherAlignment, TeacherKind
 from prime_rl.config.teachers import DEFAULT, source_teachers
 from prime_rl.config.user_error import check, first_line
@@ -46,12 +46,24 @@ def completion_top(top: TopLogprobs | None, prompt_length: int) -> TopLogprobs |
 TOKENS_FIX = (
     "fix: set teacher.alignment=auto to compare them on text (docs/cross_tokenizer.md), or learn from its answers"
 )
-VLLM_TEACHER_FIX = "fix: serve the teacher with vLLM, or learn from its answers (training_mode=sft)"
+
+
+def scoring_modes() -> str:
+    """The modes whose teacher scores the student's tokens, as a message names them (opd)."""
+    return modes_with(lambda m: m.scorer == Scorer.teacher)
+
+
+def learn_from_answers() -> str:
+    return f"learn from its answers (training_mode={modes_with(lambda m: m.rollouts == RolloutSource.teacher)})"
+
+
+def vllm_teacher_fix() -> str:
+    return f"fix: serve the teacher with vLLM, or {learn_from_answers()}"
 
 
 @dataclass
 class Alignment:
-    """How an opd teacher's scores meet the student's tokens (teacher.alignment resolved), and why."""
+    """How a scoring teacher's scores meet the student's tokens (teacher.alignment resolved), and why."""
 
     kind: TeacherAlignment  # tokens | text
     reason: str
@@ -159,9 +171,9 @@ def teacher_tokenizer_source(cfg: Config, difference: str | None) -> str | Path:
     if difference is None:
         return student_dir(cfg)
     raise TeacherError(
-        f"teacher at {t.base_url} tokenizes differently from the student, and opd then compares the two on text in "
-        "the teacher's tokens [teacher.tokenizer]; fix: set teacher.tokenizer to a model dir or Hub id with the "
-        "teacher's tokenizer, or learn from its answers (training_mode=sft)"
+        f"teacher at {t.base_url} tokenizes differently from the student, and {scoring_modes()} then compares the two "
+        "on text in the teacher's tokens [teacher.tokenizer]; fix: set teacher.tokenizer to a model dir or Hub id "
+        f"with the teacher's tokenizer, or {learn_from_answers()}"
     )
 
 
@@ -187,9 +199,9 @@ def check_text_alignment(examples: list, teacher_tok, source) -> None:
     check(
         found is None,
         ["teacher.model", "task"],
-        f"the teacher's tokenizer at {source} does not read back {where} from {rest!r}, and opd compares the "
-        "teacher and the student on the same text",
-        "give opd a teacher whose tokenizer covers the task's text, or learn from its answers (training_mode=sft)",
+        f"the teacher's tokenizer at {source} does not read back {where} from {rest!r}, and {scoring_modes()} "
+        "compares the teacher and the student on the same text",
+        f"give {scoring_modes()} a teacher whose tokenizer covers the task's text, or {learn_from_answers()}",
     )
 
 
@@ -200,8 +212,8 @@ async def endpoint_tokens(client: InferenceClient, model: str, text: str) -> lis
         return data["tokens"]
     except (InferenceError, KeyError, TypeError) as e:
         raise TeacherError(
-            f"cannot check the teacher's tokenizer at {client.root}/tokenize (opd needs a vLLM teacher): "
-            f"{first_line(e)[:300]}; {VLLM_TEACHER_FIX}"
+            f"cannot check the teacher's tokenizer at {client.root}/tokenize ({scoring_modes()} needs a vLLM "
+            f"teacher): {first_line(e)[:300]}; {vllm_teacher_fix()}"
         ) from e
 
 
@@ -211,12 +223,12 @@ async def probe_prompt_logprobs(client: InferenceClient, model: str, token_ids: 
         [scores] = await client.prompt_logprobs(model, [token_ids])
     except InferenceError as e:
         raise TeacherError(
-            f"teacher endpoint {client.base_url} cannot score prompts (opd needs vLLM prompt_logprobs): "
-            f"{first_line(e)[:300]}; {VLLM_TEACHER_FIX}"
+            f"teacher endpoint {client.base_url} cannot score prompts ({scoring_modes()} needs vLLM "
+            f"prompt_logprobs): {first_line(e)[:300]}; {vllm_teacher_fix()}"
         ) from e
     if any(s is None for s in scores[1:]):
         raise TeacherError(
-            f"teacher endpoint {client.base_url} returned incomplete prompt logprobs; {VLLM_TEACHER_FIX}"
+            f"teacher endpoint {client.base_url} returned incomplete prompt logprobs; {vllm_teacher_fix()}"
         )
 
 

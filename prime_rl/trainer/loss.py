@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import torch
 
-from prime_rl.config.modes import Mode, distill_top_k, import_object, mode_named, run_modes
+from prime_rl.config.modes import Mode, distill_top_k, import_object, mode_config, mode_named, run_modes
 from prime_rl.config.schema import Config, KlDirection, LossConfig, RatioLevel
 from prime_rl.config.sources import source_losses
 from prime_rl.protocol.batch import TEACHER_CHUNKS, TEACHER_LOGPROBS, Sample
@@ -235,10 +235,12 @@ class Objective:
 
 class ModeLoss(ABC):
     """One mode's loss (`Mode.loss` names a subclass): at which temperature the trainer computes the policy, and the
-    loss of each micro-batch of the mode's share of a step."""
+    loss of each micro-batch of the mode's share of a step. Built with the mode, the loss weights of the samples it
+    trains (a mix's source may set its own) and the run's config."""
 
     def __init__(self, cfg: Config, mode: Mode, loss: LossConfig):
         self.cfg, self.mode, self.loss_cfg = cfg, mode, loss
+        self.knobs = mode_config(cfg, mode)  # its own knobs, typed (None for a mode without any)
         # pi is the policy that sampled, at its temperature (vLLM reports mu the same way, --logprobs-mode
         # processed_logprobs); teacher-written tokens are plain targets: NLL at temperature 1
         self.temperature = cfg.orchestrator.sampling.temperature if mode.trains_sampled_policy else 1.0

@@ -1,13 +1,14 @@
 """What each source's mode implies for the rest of the config, stated from the modes' facts (config/modes.py),
 never from their names: a message names the modes that have the fact it needs (`modes_with`)."""
 
-from prime_rl.config.modes import SCORER_KNOBS, mode_config, mode_named, modes_with, run_modes, source_modes
+from prime_rl.config.modes import mode_config, mode_named, modes_with, run_modes, source_modes
 from prime_rl.config.schema import (
     MIX,
     Config,
     LossConfig,
     RatioLevel,
     TeacherKind,
+    scorer_knobs,
 )
 from prime_rl.config.sources import rollouts_key, rollouts_of, source_loss
 from prime_rl.config.user_error import check, literal
@@ -79,7 +80,7 @@ def mode_needs(cfg: Config, _: int) -> None:
         )
     if not any(m.scores_tokens for m in modes):
         scorers, defaults = modes_with(lambda m: m.scores_tokens), LossConfig()
-        for knob in SCORER_KNOBS:  # they shape a term this run has not: a value set there would do nothing
+        for knob in scorer_knobs():  # they shape a term this run has not: a value set there would do nothing
             value, default = getattr(loss, knob), getattr(defaults, knob)
             check(
                 value == default,

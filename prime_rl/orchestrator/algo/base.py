@@ -4,12 +4,17 @@ runs these in one straight line: rollouts -> rewards and advantages -> teacher s
 
 from abc import ABC, abstractmethod
 
+from prime_rl.config.modes import Mode
 from prime_rl.orchestrator.context import Context
 from prime_rl.protocol.batch import Sample
 from prime_rl.tasks import Example
 
 
 class Algorithm(ABC):
+    def __init__(self, mode: Mode, knobs):
+        self.mode = mode  # the mode this part is of: a built-in one or a researcher's own
+        self.knobs = knobs  # its own knobs, typed (config.modes.mode_config; None for a mode without any)
+
     async def preflight(self, ctx: Context) -> None:
         """Checks before the first step that only this mode needs (none by default)."""
         return None

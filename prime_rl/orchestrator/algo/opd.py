@@ -6,7 +6,7 @@ top k at each chunk's start over the tokens both vocabularies have (teacher/shar
 import asyncio
 import time
 
-from prime_rl.config.modes import Scorer, distill_top_k
+from prime_rl.config.modes import Mode, Scorer, distill_top_k
 from prime_rl.config.schema import TeacherAlignment
 from prime_rl.config.teachers import teaches
 from prime_rl.orchestrator.algo.rl import RL
@@ -20,7 +20,8 @@ from prime_rl.teacher.shared_tokens import SharedTokens
 
 
 class OPD(RL):
-    def __init__(self):
+    def __init__(self, mode: Mode, knobs):
+        super().__init__(mode, knobs)
         self.aligners: dict[str, TextAlignment] = {}  # by teacher name: those with another tokenizer
         self.shared: dict[str, SharedTokens] = {}  # by teacher name, where the run distils from their top k
         self.prompts: dict[int, list[dict]] = {}  # by id() of a sample made this step: its prompt's messages

@@ -6,7 +6,7 @@ teacher_tau * (log p_privileged - log pi), or the top-k KL, exactly as opd's tea
 import time
 from dataclasses import replace
 
-from prime_rl.config.modes import MODES, context_margin, distill_top_k, example_mode, mode_config
+from prime_rl.config.modes import Mode, context_margin, distill_top_k, example_mode
 from prime_rl.models.chat import prompt_ids
 from prime_rl.orchestrator.algo.rl import RL
 from prime_rl.orchestrator.context import Context, student_sampling
@@ -15,28 +15,27 @@ from prime_rl.orchestrator.scoring import keep_scores, scored
 from prime_rl.protocol.batch import Sample
 from prime_rl.tasks import Example
 
-MODE = MODES["opsd"]
 SCORER = "self"  # what a sample it scored records as its teacher
 
 
 class OPSD(RL):
-    def __init__(self):
+    def __init__(self, mode: Mode, knobs):
+        super().__init__(mode, knobs)
         self.contexts: dict[int, list[int]] = {}  # by id() of a sample made this step: its privileged prompt
 
     async def rollouts(self, ctx: Context, examples: list[Example]) -> tuple[list[list[Sample]], dict[str, float]]:
         groups, metrics = await super().rollouts(ctx, examples)
-        context = mode_config(ctx.cfg, MODE).context
         for ex, group in zip(examples, groups):
-            ids = prompt_ids(ctx.tokenizer, privileged(ex, context).messages)
+            ids = prompt_ids(ctx.tokenizer, privileged(ex, self.knobs.context).messages)
             self.contexts.update((id(s), ids) for s in group)
         return groups, metrics
 
     async def scorer_level(self, ctx: Context) -> dict[str, float]:
         """The student's eval reward shown the reference answer (as it scores), one sample per prompt at the eval's
         temperature: the level self-distillation pulls toward; no higher than the plain eval's, nothing to learn."""
-        context, e = mode_config(ctx.cfg, MODE).context, ctx.cfg.orchestrator.eval
-        examples = [ex for ex in ctx.task.eval[: e.num_examples] if example_mode(ctx.cfg, ex) == MODE]
-        shown = [privileged(ex, context) for ex in examples]
+        e = ctx.cfg.orchestrator.eval
+        examples = [ex for ex in ctx.task.eval[: e.num_examples] if example_mode(ctx.cfg, ex) == self.mode]
+        shown = [privileged(ex, self.knobs.context) for ex in examples]
         groups, _ = await student_rollouts(ctx, shown, 1, student_sampling(ctx, temperature=e.temperature))
         rewards = await rewards_of(ctx, examples, groups)
         return {"eval/privileged_reward": sum(rewards) / len(rewards)} if rewards else {}
