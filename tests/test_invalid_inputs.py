@@ -76,7 +76,7 @@ CASES = [
     Case(
         "out of range", "no rollout requests", ("orchestrator.requests_per_step=0",), "[orchestrator.requests_per_step]"
     ),
-    Case("out of range", "unknown trainer dtype", ("trainer.dtype=float16",), "[trainer.dtype]"),
+    Case("wrong type", "unknown trainer dtype", ("trainer.dtype=float16",), "[trainer.dtype]"),
     Case(
         "out of range",
         "negative temperature",

@@ -27,7 +27,7 @@ def check_ranges(cfg: Config) -> None:
         config_adapter().validate_python(dataclasses.asdict(cfg))
     except ValidationError as e:
         error = e.errors()[0]
-        key = ".".join(str(part) for part in error["loc"])
+        key = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"]).lstrip(".")
         op, limit = next((BOUNDS[name], value) for name, value in error["ctx"].items() if name in BOUNDS)
         default = OmegaConf.select(OmegaConf.structured(Config), key, default=None)
         example = "" if default is None else f", e.g. its default {default}"

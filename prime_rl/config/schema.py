@@ -37,6 +37,12 @@ class TeacherKind(str, Enum):
     external = "external"  # any OpenAI-compatible endpoint at teacher.base_url
 
 
+class ComputeDtype(str, Enum):
+    auto = "auto"  # bfloat16 on GPU; on CPU resolved per job (docs/off_policy.md)
+    float32 = "float32"  # full precision
+    bfloat16 = "bfloat16"  # half the memory of the activations; the weights stay float32 (master weights)
+
+
 class TinyArchitecture(str, Enum):
     qwen2 = "qwen2"  # Qwen2: untied by default, no q/k norm
     qwen3 = "qwen3"  # Qwen3: q/k norm
@@ -173,10 +179,10 @@ class TaskSourceConfig:
     weight: float = 1.0  # in task.mix: this source's share of each step's prompts
     label: str | None = None  # in task.mix: its metrics' name, reward/<label> (None: dataset, taskset, file, task)
     mode: str | None = None  # in task.mix: the mode its prompts train with, a name or <module>:<Mode> (None: the run's)
-    adv_tau: float | None = None  # in task.mix: its samples' trainer.loss.adv_tau (None: the run's)
-    teacher_tau: float | None = None  # in task.mix: its scored samples' trainer.loss.teacher_tau (None: the run's)
+    adv_tau: NonNeg | None = None  # in task.mix: its samples' trainer.loss.adv_tau (None: the run's)
+    teacher_tau: NonNeg | None = None  # in task.mix: its scored samples' trainer.loss.teacher_tau (None: the run's)
     teacher: str | None = None  # in task.mix: the name of the `teachers` entry that teaches it (None: `teacher`)
-    rollouts_per_example: int | None = None  # in task.mix: samples of each of its prompts (None: the orchestrator's)
+    rollouts_per_example: Count | None = None  # in task.mix: samples of each of its prompts (None: the orchestrator's)
 
 
 MIX = "mix"  # the task name that trains on several sources (task.mix)
@@ -326,7 +332,7 @@ class TrainerConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)  # set by the lora group
     micro_batch_size: NonNegInt = 0  # rows per forward/backward; 0 = auto: 64 samples' tokens, fewer if logits whole
     pack_tokens: NonNegInt = 0  # sequence packing: samples share rows of up to this many tokens; 0 = a sample per row
-    dtype: str = "auto"  # compute: auto (bf16 on GPU; CPU: docs/off_policy.md) | float32 | bfloat16; weights stay fp32
+    dtype: ComputeDtype = ComputeDtype.auto  # compute: auto | float32 | bfloat16; the weights stay float32
     activation_checkpointing: bool = False  # recompute layer activations in the backward pass: less memory, more time
     device: str = "auto"  # auto (cuda when visible) | cpu | cuda
     num_threads: NonNegInt = 0  # torch CPU threads; 0 = auto: every core colocated, cores / GPUs on GPUs, else 1

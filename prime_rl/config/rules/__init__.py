@@ -17,7 +17,19 @@ from prime_rl.config.rules.deployment import (
     weight_transfer,
 )
 from prime_rl.config.rules.teachers import named_teachers, served_reference, teacher_settings, teacher_tool_parser
-from prime_rl.config.rules.training_modes import mode_knobs, mode_needs, source_weights
+from prime_rl.config.rules.training_modes import (
+    advantages,
+    mode_knobs,
+    prompt_filters,
+    rewards,
+    run_teacher,
+    sampled_policy,
+    scorer_term,
+    source_mode,
+    source_teachers,
+    source_weights,
+    student_sample_shaping,
+)
 from prime_rl.config.rules.values import eval_samples, pairs, ranges
 from prime_rl.config.schema import Config
 
@@ -31,7 +43,15 @@ RULES = (
     eval_samples,
     source_weights,
     named_teachers,
-    mode_needs,
+    source_mode,
+    source_teachers,
+    sampled_policy,
+    run_teacher,
+    scorer_term,
+    rewards,
+    student_sample_shaping,
+    prompt_filters,
+    advantages,
     teacher_tool_parser,
     teacher_settings,
     lora_dropout,

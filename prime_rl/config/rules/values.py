@@ -15,12 +15,6 @@ def ranges(cfg: Config, _: int) -> None:
     check_ranges(cfg)
     t = cfg.trainer
     check(
-        t.dtype in ("auto", "float32", "bfloat16"),
-        ["trainer.dtype"],
-        f"unknown compute dtype {t.dtype!r}",
-        "use auto, float32 or bfloat16",
-    )
-    check(
         not t.lora.enabled or bool(t.lora.target_modules),
         ["trainer.lora.target_modules"],
         "is empty",
