@@ -348,9 +348,9 @@ def test_a_tokenizer_that_cannot_read_a_text_back_names_it():
 
 
 def test_a_teacher_of_another_tokenizer_is_aligned_on_text_unless_the_run_wants_tokens(tmp_path):
-    """The launcher's resolution (launcher/preflight.py; tests/test_models.py: without loading a tokenizer where
+    """The launcher's resolution (launcher/preflight/; tests/test_models.py: without loading a tokenizer where
     the files agree): the student's tokenizer gets tokens, another vocabulary text, named with the reason."""
-    from prime_rl.launcher.preflight import _opd_teachers
+    from prime_rl.launcher.preflight.teachers import teacher_alignments
 
     student, other = tmp_path / "student", tmp_path / "other"
     build_tokenizer().save_pretrained(student)
@@ -358,7 +358,7 @@ def test_a_teacher_of_another_tokenizer_is_aligned_on_text_unless_the_run_wants_
 
     def alignment(teacher, *more):
         cfg = compose_config(["training_mode=opd", f"model.name={student}", f"teacher.model={teacher}", *more])
-        resolved, alignments = _opd_teachers(cfg, load_task(cfg.task), build_tokenizer)
+        resolved, alignments = teacher_alignments(cfg, load_task(cfg.task), build_tokenizer)
         assert resolved.teacher.alignment.value == alignments["teacher"].split()[0]
         return alignments["teacher"]
 

@@ -13,7 +13,7 @@ import pytest
 from prime_rl.config import compose_config
 from prime_rl.config.user_error import ConfigError, UserError
 from prime_rl.inference.server import vllm_command
-from prime_rl.launcher.preflight import _teacher_tool_calls
+from prime_rl.launcher.preflight.tokenizers import check_teacher_tool_calls
 from prime_rl.models.chat import (
     answer_ids,
     end_of_turn_id,
@@ -94,12 +94,12 @@ def test_a_chat_endpoints_tool_call_tokenizes_as_the_student_writes_its_own(fami
 def test_sft_with_tools_needs_a_student_template_that_writes_tool_calls_and_a_teacher_server_that_reads_them():
     sft = compose_config(["training_mode=sft", "task=lookup"])
     tok = build_tokenizer()
-    _teacher_tool_calls(sft, lambda: tok)  # the built-in template writes them (the loader: the student's tokenizer)
+    check_teacher_tool_calls(sft, lambda: tok)  # the built-in template writes them (the loader: the student's)
     tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     with pytest.raises(UserError, match="does not write an assistant message's tool_calls") as err:
-        _teacher_tool_calls(sft, lambda: tok)
+        check_teacher_tool_calls(sft, lambda: tok)
     assert "\n" not in str(err.value) and "fix:" in str(err.value)
-    _teacher_tool_calls(
+    check_teacher_tool_calls(
         compose_config(["training_mode=opd", "task=lookup"]), lambda: tok
     )  # the student writes its calls
 

@@ -255,7 +255,7 @@ def test_a_checkpoint_of_the_unsharded_format_is_refused_before_anything_is_trim
 
 def test_a_cpu_deployment_on_a_gpu_node_with_vllms_gpu_build_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    monkeypatch.setattr("prime_rl.launcher.preflight.has_cuda_vllm", lambda: True)
+    monkeypatch.setattr("prime_rl.launcher.preflight.gpus.has_cuda_vllm", lambda: True)
     cfg = compose_config(["launcher.dry_run=true", "monitor=off"])
     with pytest.raises(UserError, match=r"2 GPUs and vLLM's GPU build.*deployment=gpu"):
         check_at_job(cfg, tmp_path, print)

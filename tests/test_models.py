@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from prime_rl.config import compose_config
 from prime_rl.config.schema import Config, TaskConfig, TinyModelConfig, WarmStartConfig
 from prime_rl.config.user_error import UserError
-from prime_rl.launcher.preflight import _opd_teachers
+from prime_rl.launcher.preflight.teachers import teacher_alignments
 from prime_rl.models import student_dir, teacher_dir
 from prime_rl.models.chat import prompt_ids
 from prime_rl.models.prompt_lengths import prompt_lengths
@@ -173,7 +173,7 @@ def test_prompt_lengths_are_measured_once_per_tokenizer_and_prompts(tmp_path):
 
 
 def test_an_opd_teacher_with_the_students_tokenizer_files_is_checked_without_loading_a_tokenizer(tmp_path):
-    """The launcher's opd check (launcher/preflight.py) compares a local teacher's tokenizer with the student's:
+    """The launcher's opd check (launcher/preflight/) compares a local teacher's tokenizer with the student's:
     the same files tell it without loading either; other files are loaded and compared, and a vocabulary that
     differs is refused where the run wants the teacher to score the student's tokens (teacher.alignment=tokens)."""
     student, same, other = tmp_path / "student", tmp_path / "same", tmp_path / "other"
@@ -198,7 +198,7 @@ def test_an_opd_teacher_with_the_students_tokenizer_files_is_checked_without_loa
             "teacher.alignment=tokens",
         ]
         cfg = compose_config(overrides)
-        _opd_teachers(cfg, load_task(cfg.task), tokenizer)
+        teacher_alignments(cfg, load_task(cfg.task), tokenizer)
 
     check(same)
     assert loads == []

@@ -20,7 +20,7 @@ from prime_rl.eval.configs import run_overrides, student_only, task_configs, tea
 from prime_rl.eval.harness import check_harness, harness_rows
 from prime_rl.eval.subjects import Subject, find_subjects
 from prime_rl.launcher.gpus import visible_gpus
-from prime_rl.launcher.preflight import check_eval_prompts
+from prime_rl.launcher.preflight.tasks import check_eval_prompts
 from prime_rl.launcher.standing_server import standing_key
 from prime_rl.models import student_dir
 from prime_rl.monitor.wandb_mode import settle_wandb_mode

@@ -2,7 +2,7 @@
 stop) -> supervised run.
 
 The launch's checks ran once before the job was started or submitted (launcher/validation.py); here run only
-those that depend on where the job runs (launcher/preflight.py `check_at_job`). A UserError ends the job with one
+those that depend on where the job runs (launcher/preflight/ `check_at_job`). A UserError ends the job with one
 `error:` line and exit code 2 (config/user_error.py `run_or_exit`).
 """
 

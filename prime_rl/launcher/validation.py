@@ -1,5 +1,5 @@
 """Every run and every sweep point is validated once, before anything is written, started or submitted: the
-launch-time checks of launcher/preflight.py, then its output dir (the job itself runs only the job-time checks).
+launch-time checks of launcher/preflight/, then its output dir (the job itself runs only the job-time checks).
 
 Hydra composes the config; a bad input then exits 2 with one line naming the keys and the fix (exit_with):
 - a single run: the `ValidateRun` callback (`hydra.callbacks` in conf/config.yaml), called before Hydra creates

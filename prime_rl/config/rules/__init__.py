@@ -1,5 +1,5 @@
 """Every cross-field rule of a run that reads nothing but the config: no env var, file, network or task build
-(those are prime_rl/launcher/preflight.py, which runs these first). docs/modes.md, "Modes and their rules";
+(those are prime_rl/launcher/preflight/, which runs these first). docs/modes.md, "Modes and their rules";
 docs/architecture.md, "Validation". One module per concern: the knobs' values, the training modes, the teachers,
 the deployment. A knob's own range is a bound on its field in schema.py (config/ranges.py checks them all); a rule
 over several knobs is a check() of its own. A broken rule raises ConfigError, whose one-line message names the
