@@ -8,7 +8,8 @@ from prime_rl.config import compose_config
 from prime_rl.protocol.batch import TEACHER_LOGPROBS, Sample
 from prime_rl.trainer.data import Row, TokenBatch, collate, collate_rows, rows_of
 from prime_rl.trainer.distributed import World, rank_micro_batches
-from prime_rl.trainer.step import micro_batch_size, policy_logprobs
+from prime_rl.trainer.model import policy_logprobs
+from prime_rl.trainer.step import micro_batch_size
 from tests.test_distributed import make_samples
 from tests.test_trainer_numerics import run_step, samples, step_setup
 

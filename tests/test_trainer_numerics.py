@@ -18,10 +18,10 @@ from prime_rl.trainer.data import collate
 from prime_rl.trainer.distributed import SINGLE
 from prime_rl.trainer.logprobs import head_logprobs, token_logprobs
 from prime_rl.trainer.loss import entropy_bonus, reference_kl, rl_loss, sft_loss
-from prime_rl.trainer.model import head_is_plain, load_model
+from prime_rl.trainer.model import head_is_plain, load_model, policy_logprobs
 from prime_rl.trainer.reference import Reference
 from prime_rl.trainer.setup import Trainer, make_optimizer, trainer_around
-from prime_rl.trainer.step import policy_logprobs, train_step
+from prime_rl.trainer.step import train_step
 
 
 def reference(logits, ids, temperature):

@@ -4,7 +4,6 @@ schedule, gradient clipping, and the step's metrics."""
 
 import math
 import time
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -12,21 +11,18 @@ from prime_rl.config.schema import Config
 from prime_rl.protocol.batch import Batch, Sample
 from prime_rl.trainer.data import micro_batches, to_device
 from prime_rl.trainer.distributed import all_max, all_sum, rank_micro_batches
-from prime_rl.trainer.logprobs import Logprobs, head_logprobs, token_logprobs
 from prime_rl.trainer.loss import SOURCE_METRICS, entropy_bonus, reference_kl
-from prime_rl.trainer.model import compute_dtype, decoder_and_head
+from prime_rl.trainer.model import compute_dtype, decoder_and_head, policy_logprobs
+from prime_rl.trainer.setup import Trainer
 from prime_rl.trainer.step_metrics import add, is_max, metric_means, step_sums
 from prime_rl.weight_transfer.gather import full_tensor
-
-if TYPE_CHECKING:  # setup.py builds the Reference, whose logprobs are this module's policy_logprobs
-    from prime_rl.trainer.setup import Trainer
 
 AUTO_MICRO_BATCH = 64  # samples per micro-batch when the logits are never whole (the fused head)
 WHOLE_LOGITS_BYTES = 4 << 30  # a micro-batch's whole logits and their gradient, when they are built whole
 WHOLE_LOGITS_BYTES_PER_ENTRY = 4  # bf16 logits and their bf16 gradient
 
 
-def train_step(t: "Trainer", batch: Batch) -> dict:
+def train_step(t: Trainer, batch: Batch) -> dict:
     """One optimizer step of the trainer `t` on the batch."""
     start = time.monotonic()
     cfg, model, pad_id, device, world, objective = t.cfg, t.model, t.pad_id, t.device, t.world, t.objective
@@ -109,19 +105,3 @@ def micro_batch_size(cfg: Config, samples: list[Sample], vocab: int, fused_head:
     if fused_head:
         return rows
     return max(1, min(rows, WHOLE_LOGITS_BYTES // (width * vocab * WHOLE_LOGITS_BYTES_PER_ENTRY)))
-
-
-def policy_logprobs(model, mb, temperature: float, compute: torch.dtype, fused_head: bool) -> Logprobs:
-    """The micro-batch's logprobs under the model at `temperature` (with the teacher's top-k ids where it has them),
-    computed in `compute`. One process autocasts from the float32 weights (FSDP casts them itself, by its policy).
-    With a plain output layer the logits are never built whole (head_logprobs); otherwise they come from the model
-    (token_logprobs)."""
-    autocast = torch.autocast(mb.input_ids.device.type, dtype=compute, enabled=compute != torch.float32)
-    if fused_head:
-        decoder, head = decoder_and_head(model)
-        with autocast:
-            hidden = decoder(**mb.model_inputs()).last_hidden_state
-        return head_logprobs(hidden.to(compute), head.weight, mb.input_ids, temperature, mb.teacher_top_ids)
-    with autocast:
-        logits = model(**mb.model_inputs()).logits
-    return token_logprobs(logits, mb.input_ids, temperature, mb.teacher_top_ids)
