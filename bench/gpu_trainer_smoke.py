@@ -170,8 +170,7 @@ def logprob_agreement(model_dir: Path, args) -> None:
     """The trainer's logprobs (bf16 autocast over float32 weights, fused head and from logits) against a plain
     transformers forward of the same weights in the same dtype, log-softmax in float32."""
     from prime_rl.trainer.data import collate
-    from prime_rl.trainer.model import load_model
-    from prime_rl.trainer.step import policy_logprobs
+    from prime_rl.trainer.model import load_model, policy_logprobs
 
     cfg, _ = trainer_config(model_dir.parent / "logprobs", model_dir, args.device, 1)
     device = torch.device(args.device)

@@ -24,7 +24,8 @@ from prime_rl.protocol.run_dir import RunDir
 from prime_rl.trainer.checkpoint import load_checkpoint
 from prime_rl.trainer.distributed import World, rank_micro_batches
 from prime_rl.trainer.model import load_model
-from prime_rl.trainer.train import make_optimizer, train
+from prime_rl.trainer.setup import make_optimizer
+from prime_rl.trainer.train import train
 from prime_rl.weight_transfer.gather import whole_parameters
 from tests.conftest import ROOT, unused_port
 

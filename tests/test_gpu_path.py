@@ -38,7 +38,8 @@ from prime_rl.prepare import prepare_student
 from prime_rl.protocol.batch import Sample
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.trainer.checkpoint import load_checkpoint, save_checkpoint
-from prime_rl.trainer.step import make_optimizer, micro_batch_size
+from prime_rl.trainer.setup import make_optimizer
+from prime_rl.trainer.step import micro_batch_size
 from prime_rl.trainer.weights import export_weights
 from tests.conftest import ROOT, launch_cmd
 

@@ -16,7 +16,8 @@ from prime_rl.protocol.batch import Batch, Sample
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.tasks import load_task
 from prime_rl.trainer.model import load_model
-from prime_rl.trainer.train import make_optimizer, train_step
+from prime_rl.trainer.setup import trainer_around
+from prime_rl.trainer.step import train_step
 from prime_rl.trainer.weights import export_merged, export_weights
 from tests.vllm_server import serve
 
@@ -38,11 +39,11 @@ def trained(tmp_path_factory, request):
     prepare_student(cfg)
     model, tok = load_model(cfg, torch.device("cpu"))
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    optimizer, scheduler = make_optimizer(cfg, model)
+    trainer = trainer_around(cfg, model, tok, torch.device("cpu"))
     examples = load_task(replace(cfg.task, name="sort")).train[:32]
     samples = [Sample(prompt_ids(tok, e.prompt), answer_ids(tok, e.prompt, e.answer), []) for e in examples]
     for step in range(5):
-        train_step(cfg, model, optimizer, scheduler, Batch(step, step, samples), tok.pad_token_id, torch.device("cpu"))
+        train_step(trainer, Batch(step, step, samples))
     run_dir = RunDir(tmp_path_factory.mktemp("lora-run"))
     export_weights(model, tok, run_dir, 5)
     return cfg, model, tok, before, run_dir

@@ -8,7 +8,8 @@ from prime_rl.config import compose_config
 from prime_rl.protocol.batch import TEACHER_LOGPROBS, Sample
 from prime_rl.trainer.data import Row, TokenBatch, collate, collate_rows, rows_of
 from prime_rl.trainer.distributed import World, rank_micro_batches
-from prime_rl.trainer.step import micro_batch_size, policy_logprobs
+from prime_rl.trainer.model import policy_logprobs
+from prime_rl.trainer.step import micro_batch_size
 from tests.test_distributed import make_samples
 from tests.test_trainer_numerics import run_step, samples, step_setup
 
@@ -55,7 +56,8 @@ def per_sample(values: torch.Tensor, mb: TokenBatch, rows: list[Row]) -> dict[in
 def test_a_sample_in_a_packed_row_gets_the_logprobs_it_gets_alone(overrides, fused_head):
     """The real model over a packed row: attention never crosses from one sample into the next (a sample that saw
     its neighbour would move its logprobs by far more than float noise), positions restart per sample."""
-    model, pad = step_setup(*overrides)[1], step_setup(*overrides)[4]
+    setup = step_setup(*overrides)
+    model, pad = setup.model, setup.pad_id
     batch = samples(7).samples
     alone, packed = [[s] for s in batch], rows_of(batch, 24)
     assert len(packed) < len(batch) and any(len(row) >= 2 for row in packed)
@@ -80,7 +82,7 @@ def test_a_packed_step_is_the_padded_step_with_less_padding(overrides):
             assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
         assert b["throughput/padding_fraction"] < a["throughput/padding_fraction"]
     # Adam moves a weight by ~lr however small its gradient: float noise in a near-zero one shows at ~1e-6
-    for p1, p2 in zip(padded[1].parameters(), packed[1].parameters()):
+    for p1, p2 in zip(padded.model.parameters(), packed.model.parameters()):
         torch.testing.assert_close(p1, p2, rtol=0, atol=1e-5)
 
 

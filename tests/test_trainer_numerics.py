@@ -18,10 +18,10 @@ from prime_rl.trainer.data import collate
 from prime_rl.trainer.distributed import SINGLE
 from prime_rl.trainer.logprobs import head_logprobs, token_logprobs
 from prime_rl.trainer.loss import entropy_bonus, reference_kl, rl_loss, sft_loss
-from prime_rl.trainer.model import head_is_plain, load_model
+from prime_rl.trainer.model import head_is_plain, load_model, policy_logprobs
 from prime_rl.trainer.reference import Reference
-from prime_rl.trainer.step import policy_logprobs
-from prime_rl.trainer.train import make_optimizer, train_step
+from prime_rl.trainer.setup import Trainer, make_optimizer, trainer_around
+from prime_rl.trainer.step import train_step
 
 
 def reference(logits, ids, temperature):
@@ -90,13 +90,12 @@ def test_logprobs_from_the_hidden_states_match_the_direct_computation(monkeypatc
     assert got_grads[0].dtype == dtype and got_grads[1].dtype == torch.float32
 
 
-def step_setup(*overrides: str):
+def step_setup(*overrides: str) -> Trainer:
     cfg = compose_config(["trainer.device=cpu", "trainer.optim.warmup_steps=0", *overrides])
     prepare_student(cfg)
     torch.manual_seed(0)  # the same LoRA init in every setup
     model, tokenizer = load_model(cfg, torch.device("cpu"))
-    optimizer, scheduler = make_optimizer(cfg, model)
-    return cfg, model, optimizer, scheduler, tokenizer.pad_token_id
+    return trainer_around(cfg, model, tokenizer, torch.device("cpu"))
 
 
 def samples(seed: int, advantage: float | None = None) -> Batch:
@@ -109,9 +108,9 @@ def samples(seed: int, advantage: float | None = None) -> Batch:
     return Batch(0, 0, rows, {})
 
 
-def run_step(setup, batch: Batch, fused_head: bool = False) -> dict:
-    cfg, model, optimizer, scheduler, pad = setup
-    return train_step(cfg, model, optimizer, scheduler, batch, pad, torch.device("cpu"), fused_head=fused_head)
+def run_step(trainer: Trainer, batch: Batch, fused_head: bool = False) -> dict:
+    """One step from the logits, or from the hidden states and the output layer (`fused_head`)."""
+    return train_step(replace(trainer, fused=fused_head), batch)
 
 
 @pytest.mark.parametrize("overrides", [[], ["model=tiny_qwen3"], ["lora=on"]], ids=["qwen2", "qwen3 tied", "lora"])
@@ -119,12 +118,12 @@ def test_a_step_from_the_hidden_states_equals_a_step_from_the_logits(overrides):
     """The one-process path (head_logprobs, the output weight's gradient accumulated in its .grad) takes the same
     two steps as the logits path with autograd's own gradients."""
     logits, hidden = step_setup(*overrides), step_setup(*overrides)
-    assert head_is_plain(hidden[1])
+    assert head_is_plain(hidden.model) and hidden.fused
     for seed in (4, 5):
         a, b = run_step(logits, samples(seed)), run_step(hidden, samples(seed), fused_head=True)
         for key in ("loss", "entropy", "grad_norm", "mismatch_kl"):
             assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
-    for p1, p2 in zip(logits[1].parameters(), hidden[1].parameters()):
+    for p1, p2 in zip(logits.model.parameters(), hidden.model.parameters()):
         torch.testing.assert_close(p1, p2, rtol=0, atol=1e-6)
 
 
@@ -143,7 +142,7 @@ def test_an_output_layer_with_extras_is_not_taken_as_plain():
         final_logit_softcapping=5.0,
     )
     assert not head_is_plain(Gemma2ForCausalLM(config))
-    model = step_setup()[1]
+    model = step_setup().model
     model.lm_head.bias = torch.nn.Parameter(torch.zeros(model.lm_head.out_features))
     assert not head_is_plain(model)
 
@@ -151,11 +150,11 @@ def test_an_output_layer_with_extras_is_not_taken_as_plain():
 def test_bf16_compute_keeps_fp32_master_weights_and_optimizer_state():
     fp32, bf16 = step_setup(), step_setup("trainer.dtype=bfloat16")
     a, b = run_step(fp32, samples(0)), run_step(bf16, samples(0))
-    model, optimizer = bf16[1], bf16[2]
+    model, optimizer = bf16.model, bf16.optimizer
     assert all(p.dtype == torch.float32 for p in model.parameters())
     assert all(v.dtype == torch.float32 for s in optimizer.state.values() for v in s.values() if v.dim())
     assert a["loss"] == pytest.approx(b["loss"], rel=0.05, abs=1e-3) and a["grad_norm"] != b["grad_norm"]
-    updated = [(p1 - p2).abs().max().item() for p1, p2 in zip(fp32[1].parameters(), model.parameters())]
+    updated = [(p1 - p2).abs().max().item() for p1, p2 in zip(fp32.model.parameters(), model.parameters())]
     assert 0 < max(updated) < 1e-3  # both took a step of ~lr from the same weights, through different roundings
 
 
@@ -163,13 +162,13 @@ def test_activation_checkpointing_gives_the_same_step():
     plain, checkpointed = step_setup(), step_setup("trainer.activation_checkpointing=true")
     a, b = run_step(plain, samples(1)), run_step(checkpointed, samples(1))
     assert a["loss"] == pytest.approx(b["loss"], rel=1e-6) and a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)
-    for p1, p2 in zip(plain[1].parameters(), checkpointed[1].parameters()):
+    for p1, p2 in zip(plain.model.parameters(), checkpointed.model.parameters()):
         torch.testing.assert_close(p1, p2, rtol=0, atol=1e-7)
 
 
 def test_a_non_finite_gradient_skips_the_update_and_is_counted():
     setup = step_setup()
-    model = setup[1]
+    model = setup.model
     before = [p.detach().clone() for p in model.parameters()]
     skipped = run_step(setup, samples(2, advantage=float("inf")))
     assert skipped["optim/skipped"] == 1.0 and skipped["grad_norm"] != skipped["grad_norm"]  # NaN
@@ -233,9 +232,9 @@ def test_an_entropy_bonus_alone_raises_the_policys_entropy():
     assert first["grad_norm"] > 0 and second["entropy"] > first["entropy"] + 1e-4, (first, second)
 
 
-def on_policy(setup, batch: Batch) -> Batch:
+def on_policy(trainer: Trainer, batch: Batch) -> Batch:
     """The batch with mu = the model's own logprobs of each completion token (what vLLM would report)."""
-    model, pad = setup[1], setup[4]
+    model, pad = trainer.model, trainer.pad_id
     rows = []
     for s in batch.samples:
         with torch.no_grad():
@@ -268,16 +267,12 @@ def test_the_reference_kl_is_k3_with_its_gradient_through_the_policy():
 def test_the_reference_is_the_starting_policy_and_stays_it(overrides):
     """Step 1 trains the starting weights: KL 0 to the reference. Step 2 has moved away, and the reference has not:
     its logprobs are still the starting model's."""
-    setup = step_setup("trainer.loss.kl_ref_tau=0.5", "trainer.optim.lr=1e-2", *overrides)
-    cfg, model, optimizer, scheduler, pad = setup
-    reference = Reference(cfg, model, torch.device("cpu"), SINGLE)
+    trainer = step_setup("trainer.loss.kl_ref_tau=0.5", "trainer.optim.lr=1e-2", *overrides)
+    model, reference = trainer.model, Reference(trainer.cfg, trainer.model, torch.device("cpu"), SINGLE)
     batch = samples(9)
-    mb = collate(batch.samples, pad)
+    mb = collate(batch.samples, trainer.pad_id)
     before = reference.logprobs(mb, 1.0, torch.float32, fused_head=False)
-    first, second = (
-        train_step(cfg, model, optimizer, scheduler, batch, pad, torch.device("cpu"), reference=reference)
-        for _ in range(2)
-    )
+    first, second = (train_step(replace(trainer, reference=reference, fused=False), batch) for _ in range(2))
     assert first["kl_ref"] == 0.0 and second["kl_ref"] > 1e-6, (first, second)
     torch.testing.assert_close(reference.logprobs(mb, 1.0, torch.float32, fused_head=False), before)
     moved = policy_logprobs(model, mb, 1.0, torch.float32, fused_head=False)[0].detach()
@@ -327,7 +322,7 @@ def test_a_step_of_several_modes_trains_each_sample_with_its_own_modes_loss():
     sft samples the NLL at temperature 1, both over the whole step's tokens; the same samples all taken as rl give
     another step."""
     setup = step_setup("orchestrator.sampling.temperature=0.7")
-    cfg, model, _, _, pad = setup
+    cfg, model, pad = setup.cfg, setup.model, setup.pad_id
     rl = [replace(s, mode="rl") for s in samples(10).samples[:3]]
     sft = [replace(s, mode="sft", inference_logprobs=[]) for s in samples(11).samples[:3]]
     tokens = sum(len(s.completion_ids) for s in rl + sft)

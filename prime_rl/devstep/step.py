@@ -18,8 +18,10 @@ from prime_rl.devstep.config import claim, prepared
 from prime_rl.devstep.orchestrator import orchestrator_step
 from prime_rl.devstep.server import ROLE, run_plan, student_server
 from prime_rl.devstep.show import show_metrics, show_samples, show_token_batch, stage
-from prime_rl.devstep.trainer import load_trainer, token_batch, trainer_step
+from prime_rl.devstep.trainer import token_batch, use_devices
 from prime_rl.models import student_dir
+from prime_rl.trainer.setup import load_trainer
+from prime_rl.trainer.step import train_step
 
 
 def one_step(cfg: Config, json_path: Path | None, run_dir: Path | None, show: int) -> None:
@@ -41,7 +43,8 @@ def one_step(cfg: Config, json_path: Path | None, run_dir: Path | None, show: in
         times["server_s"] = time.monotonic() - start  # until it serves
         stage(console, "2 · the trainer loads the student, publishes weights/step_0")
         with timed(times, "trainer_load_s"):
-            trainer = load_trainer(plan)
+            use_devices(plan)
+            trainer = load_trainer(cfg)  # weights/step_0 published
         params = sum(p.numel() for p in trainer.model.parameters())
         console.print(f"{params:,} parameters on {trainer.device}; the fused output layer: {trainer.fused}")
 
@@ -57,8 +60,8 @@ def one_step(cfg: Config, json_path: Path | None, run_dir: Path | None, show: in
         show_token_batch(console, facts["token_batch"])
 
         stage(console, "5 · one trainer step: what train_step returns")
-        with timed(times, "trainer_s"):
-            facts["trainer_metrics"] = trainer_step(trainer, batch)
+        with timed(times, "trainer_s"), trainer.turn:  # the trainer's turn on the device (colocated: servers asleep)
+            facts["trainer_metrics"] = train_step(trainer, batch)
         show_metrics(console, facts["trainer_metrics"])
     if json_path:
         json_path.write_text(json.dumps(facts, indent=1))

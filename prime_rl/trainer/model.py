@@ -6,6 +6,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from prime_rl.config.modes import uses
 from prime_rl.config.schema import Config
 from prime_rl.models import student_dir
+from prime_rl.trainer.logprobs import Logprobs, head_logprobs, token_logprobs
 
 
 def pick_device(name: str) -> torch.device:
@@ -88,3 +89,19 @@ def head_is_plain(model) -> bool:
     plain = torch.allclose(decoder(input_ids=ids).last_hidden_state @ head.weight.T, logits, rtol=1e-4, atol=1e-5)
     model.train(training)
     return plain
+
+
+def policy_logprobs(model, mb, temperature: float, compute: torch.dtype, fused_head: bool) -> Logprobs:
+    """The micro-batch's logprobs under the model at `temperature` (with the teacher's top-k ids where it has them),
+    computed in `compute`. One process autocasts from the float32 weights (FSDP casts them itself, by its policy).
+    With a plain output layer the logits are never built whole (head_logprobs); otherwise they come from the model
+    (token_logprobs)."""
+    autocast = torch.autocast(mb.input_ids.device.type, dtype=compute, enabled=compute != torch.float32)
+    if fused_head:
+        decoder, head = decoder_and_head(model)
+        with autocast:
+            hidden = decoder(**mb.model_inputs()).last_hidden_state
+        return head_logprobs(hidden.to(compute), head.weight, mb.input_ids, temperature, mb.teacher_top_ids)
+    with autocast:
+        logits = model(**mb.model_inputs()).logits
+    return token_logprobs(logits, mb.input_ids, temperature, mb.teacher_top_ids)

@@ -12,8 +12,7 @@ from prime_rl.config.schema import Config, ReferenceSource
 from prime_rl.protocol.batch import REF_LOGPROBS
 from prime_rl.trainer.data import TokenBatch
 from prime_rl.trainer.distributed import World, load_sharded_model
-from prime_rl.trainer.model import compute_dtype, load_model
-from prime_rl.trainer.step import policy_logprobs
+from prime_rl.trainer.model import compute_dtype, load_model, policy_logprobs
 
 
 class Reference:

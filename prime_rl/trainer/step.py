@@ -2,7 +2,6 @@
 process (trainer/supervised.py): micro-batches, the mode's objective over chunked logprobs, AdamW with warmup and
 schedule, gradient clipping, and the step's metrics."""
 
-import functools
 import math
 import time
 
@@ -11,11 +10,10 @@ import torch
 from prime_rl.config.schema import Config
 from prime_rl.protocol.batch import Batch, Sample
 from prime_rl.trainer.data import micro_batches, to_device
-from prime_rl.trainer.distributed import SINGLE, World, all_max, all_sum, rank_micro_batches
-from prime_rl.trainer.logprobs import Logprobs, head_logprobs, token_logprobs
-from prime_rl.trainer.loss import SOURCE_METRICS, Objective, entropy_bonus, reference_kl
-from prime_rl.trainer.lr_schedule import lr_factor
-from prime_rl.trainer.model import compute_dtype, decoder_and_head
+from prime_rl.trainer.distributed import all_max, all_sum, rank_micro_batches
+from prime_rl.trainer.loss import SOURCE_METRICS, entropy_bonus, reference_kl
+from prime_rl.trainer.model import compute_dtype, decoder_and_head, policy_logprobs
+from prime_rl.trainer.setup import Trainer
 from prime_rl.trainer.step_metrics import add, is_max, metric_means, step_sums
 from prime_rl.weight_transfer.gather import full_tensor
 
@@ -24,38 +22,15 @@ WHOLE_LOGITS_BYTES = 4 << 30  # a micro-batch's whole logits and their gradient,
 WHOLE_LOGITS_BYTES_PER_ENTRY = 4  # bf16 logits and their bf16 gradient
 
 
-def make_optimizer(cfg: Config, model):
-    """AdamW over the trainable parameters, and its lr schedule over cfg.max_steps (trainer.optim)."""
-    o = cfg.trainer.optim
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
-    factor = functools.partial(lr_factor, warmup_steps=o.warmup_steps, max_steps=cfg.max_steps, schedule=o.schedule)
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
-def train_step(
-    cfg: Config,
-    model,
-    optimizer,
-    scheduler,
-    batch: Batch,
-    pad_id: int,
-    device,
-    world: World = SINGLE,
-    fused_head: bool = False,
-    objective: Objective | None = None,
-    reference=None,
-) -> dict:
-    """One optimizer step on the batch. `fused_head`: the logprobs come straight from the final hidden states and
-    the output layer (one process, a plain output layer: see policy_logprobs). `objective`: the run's loss (made
-    from `cfg` when not given). `reference`: trainer/reference.py's frozen policy, where kl_ref_tau > 0."""
+def train_step(t: Trainer, batch: Batch) -> dict:
+    """One optimizer step of the trainer `t` on the batch."""
     start = time.monotonic()
+    cfg, model, pad_id, device, world, objective = t.cfg, t.model, t.pad_id, t.device, t.world, t.objective
     model.train()
-    objective = objective or Objective(cfg)
     vocab, pack = decoder_and_head(model)[1].weight.shape[0], cfg.trainer.pack_tokens
     work = []  # (the mode's loss, the loss of its micro-batches, one micro-batch of this rank)
     for mode_loss, samples in objective.parts(batch.samples):
-        size = micro_batch_size(cfg, samples, vocab, fused_head)
+        size = micro_batch_size(cfg, samples, vocab, t.fused)
         mbs = micro_batches(samples, size, pad_id, pack)
         step_loss = mode_loss.for_step(mbs)  # sees the mode's whole share of the step, before it is split by rank
         if world.size > 1:
@@ -79,12 +54,12 @@ def train_step(
     compute = compute_dtype(cfg, device)
     for mode_loss, step_loss, mb in work:
         mb = to_device(mb, device)
-        out = policy_logprobs(model, mb, mode_loss.temperature, compute, fused_head)
+        out = policy_logprobs(model, mb, mode_loss.temperature, compute, t.fused)
         loss, extra = step_loss(out, mb, total_tokens=total_tokens)
         if objective.loss_cfg.entropy_tau:
             loss = loss + entropy_bonus(out.entropy, mb, objective.loss_cfg, total_tokens)
-        if reference is not None:
-            ref_logprobs = reference.logprobs(mb, mode_loss.temperature, compute, fused_head)
+        if t.reference is not None:
+            ref_logprobs = t.reference.logprobs(mb, mode_loss.temperature, compute, t.fused)
             kl = reference_kl(out.token, ref_logprobs) * mb.loss_mask
             loss = loss + objective.loss_cfg.kl_ref_tau * kl.sum() / total_tokens
             extra["kl_ref"] = kl.detach().sum().item()
@@ -95,14 +70,14 @@ def train_step(
     grad_norm = float(full_tensor(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.trainer.optim.max_grad_norm)))
     maxima = {k: v for k, v in sums.items() if is_max(k)}
     sums = all_sum({k: v for k, v in sums.items() if not is_max(k)}, world) | all_max(maxima, world)
-    lr = scheduler.get_last_lr()[0]
+    lr = t.scheduler.get_last_lr()[0]
     # A non-finite gradient (an overflow, a bad sample) would turn every weight it touches into NaN: skip the
     # update and its schedule step instead, and say so. The norm is the global one: every rank decides alike.
     finite = math.isfinite(grad_norm)
     if finite and trained:
-        optimizer.step()
-        scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
+        t.optimizer.step()
+        t.scheduler.step()
+    t.optimizer.zero_grad(set_to_none=True)
     train_s = time.monotonic() - start
     return {
         **metric_means(sums, total_tokens),
@@ -130,19 +105,3 @@ def micro_batch_size(cfg: Config, samples: list[Sample], vocab: int, fused_head:
     if fused_head:
         return rows
     return max(1, min(rows, WHOLE_LOGITS_BYTES // (width * vocab * WHOLE_LOGITS_BYTES_PER_ENTRY)))
-
-
-def policy_logprobs(model, mb, temperature: float, compute: torch.dtype, fused_head: bool) -> Logprobs:
-    """The micro-batch's logprobs under the model at `temperature` (with the teacher's top-k ids where it has them),
-    computed in `compute`. One process autocasts from the float32 weights (FSDP casts them itself, by its policy).
-    With a plain output layer the logits are never built whole (head_logprobs); otherwise they come from the model
-    (token_logprobs)."""
-    autocast = torch.autocast(mb.input_ids.device.type, dtype=compute, enabled=compute != torch.float32)
-    if fused_head:
-        decoder, head = decoder_and_head(model)
-        with autocast:
-            hidden = decoder(**mb.model_inputs()).last_hidden_state
-        return head_logprobs(hidden.to(compute), head.weight, mb.input_ids, temperature, mb.teacher_top_ids)
-    with autocast:
-        logits = model(**mb.model_inputs()).logits
-    return token_logprobs(logits, mb.input_ids, temperature, mb.teacher_top_ids)

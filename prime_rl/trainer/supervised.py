@@ -15,13 +15,13 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prime_rl.config.schema import Config, OptimConfig, TrainerConfig, WarmStartConfig
-from prime_rl.models.chat import answer_ids, padding_id, prompt_ids, transcript_ids
+from prime_rl.models.chat import answer_ids, prompt_ids, transcript_ids
 from prime_rl.models.tiny import save_model
 from prime_rl.protocol.batch import Batch, Sample
 from prime_rl.tasks.gym_env import demonstrated
 from prime_rl.tasks.task import Example
-from prime_rl.trainer.model import head_is_plain
-from prime_rl.trainer.step import make_optimizer, train_step
+from prime_rl.trainer.setup import trainer_around
+from prime_rl.trainer.step import train_step
 
 log = logging.getLogger(__name__)
 
@@ -52,15 +52,13 @@ def sft_train(model, tokenizer, examples: list[Example], ws: WarmStartConfig, ou
     if isinstance(model, (str, Path)):
         tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
         model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
-    cfg, device = supervised_config(ws), next(model.parameters()).device
-    optimizer, scheduler = make_optimizer(cfg, model)
-    fused, pad = head_is_plain(model), padding_id(tokenizer)
+    trainer = trainer_around(supervised_config(ws), model, tokenizer, next(model.parameters()).device)
     rng = random.Random(ws.seed)
     for step in range(ws.steps):
         batch = Batch(
             step, step, supervised_samples(tokenizer, rng.sample(examples, min(ws.batch_size, len(examples))))
         )
-        metrics = train_step(cfg, model, optimizer, scheduler, batch, pad, device, fused_head=fused)
+        metrics = train_step(trainer, batch)
         if step % 20 == 0 or step == ws.steps - 1:
             log.info("sft step %d/%d loss %.4f lr %.2e", step + 1, ws.steps, metrics["loss"], metrics["lr"])
     model.eval()

@@ -5,70 +5,42 @@ import resource
 import time
 
 import torch
-from transformers.utils.logging import disable_progress_bar
 
-from prime_rl.config.layout import is_colocated, on_gpu, server_dtype, trainer_threads
 from prime_rl.config.schema import Config, num_nodes
 from prime_rl.config.user_error import UserError
-from prime_rl.models.chat import padding_id
 from prime_rl.monitor.wandb_run import WandbRun
 from prime_rl.protocol.batch import Batch, BatchFormatError, read_batch
-from prime_rl.protocol.device_turn import DeviceTurn
 from prime_rl.protocol.handoff import Listener, fallback_s
 from prime_rl.protocol.metrics import append_row
 from prime_rl.protocol.policy import policy_window
 from prime_rl.protocol.run_dir import RunDir
-from prime_rl.trainer.checkpoint import load_checkpoint, save_checkpoint
-from prime_rl.trainer.distributed import close_world, init_world, load_sharded_model
-from prime_rl.trainer.loss import Objective
-from prime_rl.trainer.model import compute_dtype, head_is_plain, load_model
-from prime_rl.trainer.reference import Reference
-from prime_rl.trainer.step import make_optimizer, train_step
-from prime_rl.trainer.weights import Weights, export_merged, prune_weights
+from prime_rl.trainer.checkpoint import save_checkpoint
+from prime_rl.trainer.distributed import close_world
+from prime_rl.trainer.setup import load_trainer
+from prime_rl.trainer.step import train_step
+from prime_rl.trainer.weights import export_merged, prune_weights
 
 BATCH_POLL_S = 0.02  # multi-node: how often the shared run dir is looked at for the step's batch
 
 
 def train(cfg: Config) -> None:
-    disable_progress_bar()  # a bar per weight export would flood the log
-    torch.manual_seed(cfg.seed)
-    torch.set_num_threads(trainer_threads(cfg))
-    run_dir = RunDir(cfg.run_dir)
-    world, device = init_world(cfg)  # a process group only under torchrun
-    if world.size > 1:  # sharded before the optimizer: it must hold the sharded parameters
-        model, tokenizer = load_sharded_model(cfg, device, world, compute_dtype(cfg, device))
-    else:
-        model, tokenizer = load_model(cfg, device)
-    optimizer, scheduler = make_optimizer(cfg, model)
-    # FSDP gathers the output layer only inside the model's forward: sharded, the logits come from the model
-    fused = world.size == 1 and head_is_plain(model)
-    start = (run_dir.latest_checkpoint() or 0) if cfg.ckpt.resume else 0
-    if start:
-        load_checkpoint(run_dir, start, model, optimizer, scheduler, world)
-    export_dtype = getattr(torch, server_dtype(cfg, on_gpu(cfg)))  # what the student server computes in
-    weights = Weights(cfg, model, tokenizer, world, export_dtype)
-    weights.publish(start)
+    t = load_trainer(cfg, resume=cfg.ckpt.resume)
+    run_dir, world, start, weights, turn = RunDir(cfg.run_dir), t.world, t.start, t.weights, t.turn
     # W&B after the export (the orchestrator samples meanwhile), and from rank 0 alone: one writer per run.
     wandb_run = WandbRun(cfg, resumed=start > 0) if world.main else None
-    pad_id = padding_id(tokenizer)
-    objective = Objective(cfg)
-    reference = Reference(cfg, model, device, world) if cfg.trainer.loss.kl_ref_tau else None
     batches = BatchWait(cfg)
-    turn = DeviceTurn(run_dir.device_lock, is_colocated(cfg))
     weights.push(start)
     last = time.monotonic()
     for step in range(start, cfg.max_steps):
         batch = batches.wait(step)
         with turn:
-            metrics = train_step(
-                cfg, model, optimizer, scheduler, batch, pad_id, device, world, fused, objective, reference
-            )
+            metrics = train_step(t, batch)
             export_start = time.monotonic()
             weights.publish(step + 1)
             metrics["time/export"] = time.monotonic() - export_start
-            if device.type == "cuda":
-                metrics["memory/peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30  # this rank's
-                torch.cuda.reset_peak_memory_stats(device)
+            if t.device.type == "cuda":
+                metrics["memory/peak_gib"] = torch.cuda.max_memory_allocated(t.device) / 2**30  # this rank's
+                torch.cuda.reset_peak_memory_stats(t.device)
                 if turn.shared:
                     torch.cuda.empty_cache()  # the servers wake into this memory
             else:  # the process's high-water mark so far (Linux counts it in KiB)
@@ -93,17 +65,17 @@ def train(cfg: Config) -> None:
             row["time/wait_turn_trainer"] = trainer_turn["time/wait_turn"]
         if world.main:
             log_metrics(run_dir, row)
-            wandb_run.log_step(row, batch.samples, tokenizer)
+            wandb_run.log_step(row, batch.samples, t.tokenizer)
         done = step + 1
         if done == cfg.max_steps or (cfg.ckpt.interval and done % cfg.ckpt.interval == 0):
             ckpt_start = time.monotonic()
-            save_checkpoint(run_dir, done, model, optimizer, scheduler, cfg.ckpt.keep, world)
+            save_checkpoint(run_dir, done, t.model, t.optimizer, t.scheduler, cfg.ckpt.keep, world)
             if world.main:
                 print(f"checkpoint of step {done} written in {time.monotonic() - ckpt_start:.2f} s", flush=True)
     batches.listener.close()
     weights.close()
     if cfg.trainer.lora.enabled:
-        export_merged(model, tokenizer, run_dir.merged)
+        export_merged(t.model, t.tokenizer, run_dir.merged)
     if world.main:
         wandb_run.finish()
     close_world(world)
