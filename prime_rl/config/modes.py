@@ -132,6 +132,10 @@ MODES: dict[str, Mode] = {
 }
 
 
+# fine-tuning on given answers (trainer/supervised.py: the warm start, python -m prime_rl.finetune) trains in it
+SUPERVISED = MODES["sft"]
+
+
 def import_object(path: str, key: str, what: str) -> object:
     """The object `<module>:<name>` names, or a ConfigError on `key` saying why there is none."""
     module_name, _, name = path.partition(":")

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from prime_rl.config.modes import SUPERVISED
 from prime_rl.config.schema import Config, OptimConfig, TrainerConfig, WarmStartConfig
 from prime_rl.models.chat import answer_ids, prompt_ids, transcript_ids
 from prime_rl.models.tiny import save_model
@@ -31,7 +32,7 @@ def supervised_config(ws: WarmStartConfig) -> Config:
     in one micro-batch."""
     optim = OptimConfig(lr=ws.lr, warmup_steps=ws.warmup_steps, schedule=ws.schedule)
     trainer = TrainerConfig(optim=optim, micro_batch_size=ws.batch_size)
-    return Config(training_mode="sft", max_steps=ws.steps, seed=ws.seed, trainer=trainer)
+    return Config(training_mode=SUPERVISED.name, max_steps=ws.steps, seed=ws.seed, trainer=trainer)
 
 
 def supervised_samples(tokenizer, examples: list[Example]) -> list[Sample]:
@@ -42,9 +43,11 @@ def supervised_samples(tokenizer, examples: list[Example]) -> list[Sample]:
 
 def supervised_sample(tokenizer, e: Example) -> Sample:
     if e.env is None:
-        return Sample(prompt_ids(tokenizer, e.messages), answer_ids(tokenizer, e.messages, e.answer), [], mode="sft")
+        return Sample(
+            prompt_ids(tokenizer, e.messages), answer_ids(tokenizer, e.messages, e.answer), [], mode=SUPERVISED.name
+        )
     prompt, ids, mask = transcript_ids(tokenizer, *demonstrated(e))
-    return Sample(prompt, ids, [], loss_mask=mask, mode="sft")
+    return Sample(prompt, ids, [], loss_mask=mask, mode=SUPERVISED.name)
 
 
 def sft_train(model, tokenizer, examples: list[Example], ws: WarmStartConfig, out_dir: Path | None = None):
@@ -60,7 +63,7 @@ def sft_train(model, tokenizer, examples: list[Example], ws: WarmStartConfig, ou
         )
         metrics = train_step(trainer, batch)
         if step % 20 == 0 or step == ws.steps - 1:
-            log.info("sft step %d/%d loss %.4f lr %.2e", step + 1, ws.steps, metrics["loss"], metrics["lr"])
+            log.info("fine-tuning step %d/%d loss %.4f lr %.2e", step + 1, ws.steps, metrics["loss"], metrics["lr"])
     model.eval()
     if out_dir is not None:
         save_model(model, tokenizer, Path(out_dir))
