@@ -8,17 +8,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from prime_rl.protocol.metrics import metric_text
+
 
 def stage(console: Console, title: str) -> None:
     console.rule(Text(title, style="bold"), align="left")
-
-
-def value(v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
 
 
 def show_samples(console: Console, samples: list[dict], limit: int) -> None:
@@ -35,11 +29,11 @@ def show_samples(console: Console, samples: list[dict], limit: int) -> None:
         for s in members:
             tokens = f"{s['trained_tokens']}/{s['completion_tokens']}" + (" cut" if s["truncated"] else "")
             table.add_row(
-                value(s["reward"]),
-                value(s["advantage"]),
+                shown(s["reward"]),
+                shown(s["advantage"]),
                 tokens,
-                value(s["sampler_logprob_mean"]),
-                value(s["scorer_logprob_mean"]),
+                shown(s["sampler_logprob_mean"]),
+                shown(s["scorer_logprob_mean"]),
                 Text(repr(s["completion"])),
             )
         console.print(table)
@@ -53,7 +47,7 @@ def show_metrics(console: Console, metrics: dict, sort: bool = True) -> None:
     table.add_column(style="cyan")
     table.add_column(justify="right")
     for name in sorted(metrics) if sort else metrics:
-        table.add_row(name, value(metrics[name]))
+        table.add_row(name, shown(metrics[name]))
     console.print(table)
 
 
@@ -61,7 +55,7 @@ def show_token_batch(console: Console, parts: list[dict]) -> None:
     """Per part of the objective (a mode and its loss weights): its samples' micro-batches, positions and tokens, and
     the trained tokens that carry each stream."""
     for p in parts:
-        weights = f"adv_tau {value(p['adv_tau'])}, teacher_tau {value(p['teacher_tau'])}, T {value(p['temperature'])}"
+        weights = f"adv_tau {shown(p['adv_tau'])}, teacher_tau {shown(p['teacher_tau'])}, T {shown(p['temperature'])}"
         console.print(Text.assemble((f"part {p['mode']}", "bold"), f" ({weights})"))
         streams = {**p["streams"], **({"top k": p["top_k_tokens"]} if p["top_k_tokens"] else {})}
         show_metrics(
@@ -77,3 +71,7 @@ def show_token_batch(console: Console, parts: list[dict]) -> None:
             },
             sort=False,
         )
+
+
+def shown(value: object) -> str:
+    return metric_text(value, none="-")

@@ -7,7 +7,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from prime_rl.protocol.metrics import MetricsTail
+from prime_rl.protocol.metrics import MetricsTail, metric_text
 from prime_rl.protocol.run_dir import RunDir
 
 
@@ -117,8 +117,4 @@ def summary_lines(run_dir: Path, metrics: RunState) -> list[str]:
     if not isinstance(summary, dict):
         return ["no metrics were written"]
     scalars = {k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))}
-    return [f"summary ({source}):"] + [f"  {k}: {_number(v)}" for k, v in scalars.items()]
-
-
-def _number(value: object) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+    return [f"summary ({source}):"] + [f"  {k}: {metric_text(v)}" for k, v in scalars.items()]

@@ -61,3 +61,10 @@ class MetricsTail:
         self.offset += len(data)
         complete, _, self.partial = (self.partial + data).rpartition(b"\n")
         return parse_lines(complete)
+
+
+def metric_text(value: object, none: str = "") -> str:
+    """A metric's value as a table or a log line shows it: floats to 4 significant digits, None as `none`."""
+    if value is None:
+        return none
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from prime_rl.protocol.metrics import metric_text
 from prime_rl.report.sweep import write_report
 from prime_rl.report.workspace import is_run_dir, publish_workspace
 
@@ -29,17 +30,13 @@ def main(argv=None) -> int:
     for column in header:
         table.add_column(column, justify="left" if column in ("job", "status") else "right", overflow="fold")
     for row in rows:
-        table.add_row(*(cell(v) for v in row))
+        table.add_row(*(metric_text(v) for v in row))
     console = Console() if sys.stdout.isatty() else Console(width=1000)  # piped: never cut a value
     console.print(table)
     for path in files:
         console.print(f"wrote {path}", soft_wrap=True, highlight=False)
     console.print(publish_workspace(sweep_dir), soft_wrap=True, highlight=False)
     return 0
-
-
-def cell(value: object) -> str:
-    return "" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 if __name__ == "__main__":

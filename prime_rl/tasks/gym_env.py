@@ -152,7 +152,7 @@ def observation_of(reset_result) -> str:
     """reset()'s observation, or EnvProtocolError."""
     if not (isinstance(reset_result, tuple) and len(reset_result) == 2):
         raise EnvProtocolError(f"reset() returned {type(reset_result).__name__}, not (observation, info)")
-    return text_of(reset_result[0])
+    return observation_text(reset_result[0])
 
 
 def outcome_of(step_result) -> tuple[str, float, bool]:
@@ -164,10 +164,10 @@ def outcome_of(step_result) -> tuple[str, float, bool]:
     observation, reward, terminated, truncated, _ = step_result
     if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
         raise EnvProtocolError(f"step() returned the reward {reward!r}, not a finite number")
-    return text_of(observation), float(reward), bool(terminated or truncated)
+    return observation_text(observation), float(reward), bool(terminated or truncated)
 
 
-def text_of(observation) -> str:
+def observation_text(observation) -> str:
     if not isinstance(observation, str):
         raise EnvProtocolError(f"the observation is a {type(observation).__name__}, not a str")
     return observation

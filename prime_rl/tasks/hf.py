@@ -44,7 +44,7 @@ def read_examples(cfg: TaskConfig, path: str, split: str) -> list[Example]:
     return [Example(str(p), str(a), cfg.system_prompt) for p, a in zip(rows[cfg.prompt_key], rows[cfg.answer_key])]
 
 
-def hub_snapshot(dataset_id: str) -> str:
+def hub_dataset_dir(dataset_id: str) -> str:
     """A Hub dataset's files in the Hugging Face cache, fetched unless cached (as models are; HF_HUB_OFFLINE=1 on
     SLURM nodes reads the cache a login node filled), then read as a local dir: one code path for all data."""
     from huggingface_hub import snapshot_download
@@ -78,7 +78,7 @@ def load_rows(path: str, split: str, subset: str | None = None):
         if (local / "dataset_info.json").exists() or (local / "dataset_dict.json").exists():
             saved = datasets.load_from_disk(str(local))  # a dataset written by save_to_disk
             return saved[split] if isinstance(saved, datasets.DatasetDict) else saved
-        return datasets.load_dataset(str(local) if local.is_dir() else hub_snapshot(path), subset, split=split)
+        return datasets.load_dataset(str(local) if local.is_dir() else hub_dataset_dir(path), subset, split=split)
     except ConfigError:
         raise
     except Exception as e:  # datasets raises many types: missing files, unknown splits, no network, bad rows

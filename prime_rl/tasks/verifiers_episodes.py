@@ -177,7 +177,7 @@ class Player:
         if message is None and not self.prompted:
             raise ValueError("a bare turn() takes a prompted task's opening reply")
         new = [] if message is None else user_messages(message)
-        self.events.put((TURN, prompt_text(self.task) if message is None else "\n".join(text_of(m) for m in new)))
+        self.events.put((TURN, prompt_text(self.task) if message is None else "\n".join(message_text(m) for m in new)))
         self.prompted = False
         reply = AssistantMessage(content=await self.replies.get())
         add_nodes(self.trace, [*new, *self.calls, reply])
@@ -247,10 +247,10 @@ def user_messages(message) -> list:
 def prompt_text(task) -> str:
     """The user turns of the task's prompt as the episode's first observation (its system prompt is the
     example's, tasks/verifiers_adapter.py)."""
-    return "\n".join(text_of(m) for m in user_messages(task.data.prompt) if m.role == "user")
+    return "\n".join(message_text(m) for m in user_messages(task.data.prompt) if m.role == "user")
 
 
-def text_of(message) -> str:
+def message_text(message) -> str:
     from verifiers.v1.types import content_text
 
     return content_text(message.content)

@@ -112,8 +112,8 @@ async def resolve_alignment(
         )
     source = teacher_tokenizer_source(cfg, difference)
     if not local:
-        await check_endpoint_tokenizer(client, model, load_tokenizer(source), text, source)
-    check_text_alignment(examples, load_tokenizer(source), source)
+        await check_endpoint_tokenizer(client, model, teacher_tokenizer(source), text, source)
+    check_text_alignment(examples, teacher_tokenizer(source), source)
     reason = (
         "teacher.alignment=text" if difference is None else f"its tokenizer differs from the student's: {difference}"
     )
@@ -126,7 +126,7 @@ async def probe_teacher(
     """One scoring request before training (`example`'s prompt and answer), in the tokens the teacher is sent."""
     if alignment.kind == TeacherAlignment.text:
         text = probe_text(student_tok, example, cfg)
-        tokens = load_tokenizer(alignment.tokenizer).encode(text, add_special_tokens=False)
+        tokens = teacher_tokenizer(alignment.tokenizer).encode(text, add_special_tokens=False)
     else:
         tokens = probe_ids(student_tok, example, cfg.inference.max_model_len)
     await probe_prompt_logprobs(client, model, tokens[: cfg.inference.max_model_len - 1])
@@ -137,7 +137,8 @@ def probe_text(student_tok, example, cfg: Config) -> str:
 
 
 @functools.cache
-def load_tokenizer(source: str | Path):
+def teacher_tokenizer(source: str | Path):
+    """A teacher's tokenizer with its chat template, loaded once per source (a model dir or Hub id)."""
     from prime_rl.models.chat import chat_tokenizer  # transformers: not for a launch's validation
 
     return chat_tokenizer(source, {})
@@ -148,7 +149,7 @@ def local_difference(cfg: Config, student_tok: Callable) -> str | None:
     Files the same as the student's are, and neither tokenizer is loaded (`student_tok` loads the student's)."""
     if same_tokenizer_files(student_dir(cfg), teacher_dir(cfg)):
         return None
-    student, teacher = student_tok(), load_tokenizer(teacher_dir(cfg))
+    student, teacher = student_tok(), teacher_tokenizer(teacher_dir(cfg))
     if student.get_vocab() != teacher.get_vocab():
         return "vocab"
     return "special tokens" if student.all_special_tokens != teacher.all_special_tokens else None

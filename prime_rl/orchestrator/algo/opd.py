@@ -15,7 +15,7 @@ from prime_rl.orchestrator.scoring import keep_scores, scored
 from prime_rl.protocol.batch import TEACHER_CHUNKS, Sample
 from prime_rl.tasks import Example
 from prime_rl.teacher.alignment import Chunks, TextAlignment
-from prime_rl.teacher.scoring import load_tokenizer, probe_teacher, resolve_alignment, scored_examples
+from prime_rl.teacher.scoring import probe_teacher, resolve_alignment, scored_examples, teacher_tokenizer
 from prime_rl.teacher.shared_tokens import SharedTokens
 
 
@@ -36,7 +36,7 @@ class OPD(RL):
             alignment = await resolve_alignment(t.cfg, t.client, t.model, lambda: ctx.tokenizer, examples)
             await probe_teacher(t.client, t.model, alignment, ctx.tokenizer, examples[0], ctx.cfg)
             if alignment.kind == TeacherAlignment.text:
-                self.aligners[t.name] = TextAlignment(ctx.tokenizer, load_tokenizer(alignment.tokenizer))
+                self.aligners[t.name] = TextAlignment(ctx.tokenizer, teacher_tokenizer(alignment.tokenizer))
                 if distill_top_k(ctx.cfg):
                     self.shared[t.name] = SharedTokens(self.aligners[t.name])
                 ctx.conversations = {}  # an episode's conversation, for the teacher's own rendering of it
