@@ -142,7 +142,7 @@ def started(plan: Plan, key: str | None) -> Iterator[Supervisor]:
                 supervisor.wait_ready([supervisor.start(plan.role(ROLE))])
                 yield supervisor
             except Exception:
-                supervisor.check()  # the step's error (a request refused, retried out) is the server's death: why
+                supervisor.check()  # an error of the step (a request refused, retried out) may be the server's death
                 raise
     except RoleFailed as e:  # as the launcher ends on a role's failure: everything stopped, the role and its log
         supervisor.report_failure(e)
