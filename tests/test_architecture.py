@@ -20,9 +20,10 @@ LAYERS = [
     ["tasks", "teacher", "weight_transfer"],  # data and rewards; the teacher's endpoints; weights pushed to vLLM
     ["orchestrator", "trainer", "report"],  # the processes (and the sweep report): never each other
     ["prepare", "finetune"],  # model building before a run, and fine-tuning in one process, on the trainer's step
-    ["launcher"],  # validates, plans, prepares and supervises everything below
-    ["devstep"],  # one orchestrator step and one trainer step in one process, around the launcher's student server
-    ["serve", "eval"],  # a student server that outlives runs; models evaluated around one: as the devstep starts it
+    ["launcher"],  # validates, plans, prepares and supervises everything below; a command's own server
+    # the commands around the launcher's student server (launcher/server_handle.py), none of them the others': one
+    # step of each process in one, a server that outlives runs, models evaluated around one
+    ["devstep", "serve", "eval"],
 ]
 LAYER = {f"prime_rl.{package}": level for level, packages in enumerate(LAYERS) for package in packages}
 

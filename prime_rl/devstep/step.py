@@ -14,11 +14,10 @@ from rich.console import Console
 
 from prime_rl.config.modes import run_modes
 from prime_rl.config.schema import Config
-from prime_rl.devstep.config import claim, prepared
 from prime_rl.devstep.orchestrator import orchestrator_step
-from prime_rl.devstep.server import ROLE, run_plan, student_server
 from prime_rl.devstep.show import show_metrics, show_samples, show_token_batch, stage
 from prime_rl.devstep.trainer import token_batch, use_devices
+from prime_rl.launcher.server_handle import ROLE, command_plan, student_server
 from prime_rl.models import student_dir
 from prime_rl.trainer.setup import load_trainer
 from prime_rl.trainer.step import train_step
@@ -28,8 +27,7 @@ def one_step(cfg: Config, json_path: Path | None, run_dir: Path | None, show: in
     """One orchestrator step and one trainer step of the validated run `cfg`; what each stage made is printed, and
     written to `json_path` where given. `run_dir`: None for a temporary one, removed after a success."""
     console = Console(highlight=False)
-    cfg = prepared(cfg)  # the student built (once, then cached), the checks that need its tokenizer
-    plan = run_plan(cfg, claim(run_dir))
+    plan = command_plan(cfg, run_dir)  # the student built (once, then cached), the checks that need its tokenizer
     cfg = plan.config
     facts: dict = {"run_dir": str(plan.run_dir), "modes": [m.name for m in run_modes(cfg)]}
     facts["student"], times = str(student_dir(cfg)), facts.setdefault("times", {})

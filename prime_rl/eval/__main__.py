@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from prime_rl.devstep.server import run_stoppable
+from prime_rl.launcher.server_handle import run_stoppable
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

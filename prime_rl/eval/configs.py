@@ -10,7 +10,7 @@ import yaml
 from prime_rl.config.schema import Config, Layout, TeacherConfig, TeacherKind
 from prime_rl.config.sources import source_label
 from prime_rl.config.user_error import UserError
-from prime_rl.devstep.config import launch_config
+from prime_rl.launcher.validation import launch_config
 
 RUN_OVERRIDES = Path(".hydra") / "overrides.yaml"  # Hydra's record of a run's command line, in its run dir
 

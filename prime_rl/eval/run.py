@@ -7,25 +7,23 @@ import asyncio
 import os
 import sys
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
 from prime_rl.config.schema import Config
 from prime_rl.config.user_error import UserError
-from prime_rl.devstep.config import claim, launch_config, prepared
-from prime_rl.devstep.server import run_plan, student_server
 from prime_rl.eval.configs import run_overrides, student_only, task_configs, teacher_as_student
 from prime_rl.eval.harness import check_harness, harness_rows
 from prime_rl.eval.subjects import Subject, find_subjects
 from prime_rl.launcher.gpus import visible_gpus
 from prime_rl.launcher.preflight.tasks import check_eval_prompts
-from prime_rl.launcher.standing_server import standing_key
+from prime_rl.launcher.server_handle import ServerHandle, command_plan, student_server
+from prime_rl.launcher.validation import launch_config
 from prime_rl.models import student_dir
 from prime_rl.monitor.wandb_mode import settle_wandb_mode
 from prime_rl.protocol.run_dir import RunDir
-from prime_rl.protocol.servers import SERVER_KEY_ENV, STUDENT_MODEL_NAME
+from prime_rl.protocol.servers import SERVER_KEY_ENV
 
 
 @dataclass
@@ -83,10 +81,10 @@ def evaluate_request(req: Request) -> tuple[Config, Path, list[dict]]:
     checked = check_request(req)
     out, subjects = checked.out, checked.subjects
     cfg = settle_wandb_mode(checked.cfg, out, lambda line: print(line, file=sys.stderr, flush=True))
-    plan = run_plan(prepared(cfg), claim(out))
+    plan = command_plan(cfg, out)
     export_checkpoints(plan.config, subjects)
-    with served(plan):
-        return plan.config, out, asyncio.run(evaluate_subjects(plan.config, checked.tasks, subjects, req))
+    with student_server(plan) as server:  # or a standing one (inference.url), used as it is
+        return plan.config, out, asyncio.run(evaluate_subjects(server, checked.tasks, subjects, req))
 
 
 def default_out(run: Path | None) -> Path:
@@ -103,26 +101,20 @@ def export_checkpoints(cfg: Config, subjects: list[Subject]) -> None:
             export_checkpoint(cfg, s.checkpoint, s.step, RunDir(cfg.run_dir))
 
 
-def served(plan):
-    """The plan's student server, started and stopped here; or a standing one (inference.url), used as it is."""
-    if not plan.config.inference.url:
-        return student_server(plan)
-    os.environ[SERVER_KEY_ENV] = standing_key(plan.config)
-    return nullcontext()
-
-
-async def evaluate_subjects(cfg: Config, tasks: dict[str, Config], subjects: list[Subject], req: Request) -> list[dict]:
+async def evaluate_subjects(
+    server: ServerHandle, tasks: dict[str, Config], subjects: list[Subject], req: Request
+) -> list[dict]:
     from prime_rl.orchestrator.context import make_context
     from prime_rl.orchestrator.evaluation import evaluate
     from prime_rl.orchestrator.server_urls import locate_servers
 
-    cfg = await locate_servers(cfg)
+    cfg = await locate_servers(server.plan.config)
     contexts = {name: make_context(on_task(cfg, t)) for name, t in tasks.items()}
-    weights = ServedWeights(cfg, next(iter(contexts.values())).student)
+    client = next(iter(contexts.values())).student
     rows = []
     try:
         for subject in subjects:
-            model = await weights.load(subject)
+            model = await server.load(client, subject.weights, subject.adapter)
             for name, ctx in contexts.items():
                 ctx.student_model = model
                 start = time.monotonic()
@@ -160,28 +152,3 @@ def on_task(cfg: Config, task: Config) -> Config:
     max_tokens), the model pinned to the served one (a built-in student's dir depends on the task it was made for)."""
     model = replace(cfg.model, path=str(student_dir(cfg)))
     return replace(cfg, model=model, task=task.task, orchestrator=task.orchestrator)
-
-
-class ServedWeights:
-    """What the student's server holds, loaded as the run's orchestrator loads weights: full weights reloaded in
-    place, an adapter loaded under the run's LoRA name; the starting weights reloaded only where they were replaced
-    (a standing server holds whatever its last user left: they are reloaded before the first use)."""
-
-    def __init__(self, cfg: Config, client):
-        self.cfg, self.client = cfg, client
-        self.replaced = bool(cfg.inference.url)
-
-    async def load(self, subject: Subject) -> str:
-        """Serve `subject`; returns the model name to sample it under."""
-        if subject.weights is None or subject.adapter:
-            if self.replaced:
-                await self.client.reload_weights(str(student_dir(self.cfg).resolve()))
-                self.replaced = False
-            if subject.weights is None:
-                return STUDENT_MODEL_NAME
-            lora = self.cfg.trainer.lora.name
-            await self.client.load_lora(lora, str(subject.weights.resolve()))
-            return lora
-        await self.client.reload_weights(str(subject.weights.resolve()))
-        self.replaced = True
-        return STUDENT_MODEL_NAME

@@ -114,6 +114,15 @@ def with_hub_snapshots(cfg: Config) -> Config:
         ) from e
 
 
+def prepared(cfg: Config) -> Config:
+    """As the job: the Hub models resolved, the student built (once, then cached), the checks that need its
+    tokenizer, and the servers' ready timeout resolved."""
+    cfg = with_hub_snapshots(cfg)
+    prepare_models(cfg)
+    cfg, _ = check_with_student_tokenizer(cfg)
+    return with_ready_timeout(cfg, server_model_dirs(cfg))
+
+
 def plans_of_job(cfg: Config, run_dir: Path, nodes: tuple[list[int], list[str], str] | None) -> list[Plan]:
     """The job's plan; multi-node, this node's (a dry run outside SLURM: every node's)."""
     if nodes is None:

@@ -12,10 +12,11 @@ run still writes there. A launcher that ends normally stops its children itself 
 """
 
 import os
-import select
 import subprocess
 import sys
+from contextlib import suppress
 
+from prime_rl.launcher.process_end import end_of, ended
 from prime_rl.launcher.processes import RUN_ENV, stop_stragglers
 
 
@@ -31,19 +32,10 @@ def start_reaper(marker: str, grace_s: float, lock_fds: list[int]) -> subprocess
     )
 
 
-def wait_for_exit(pid: int) -> None:
-    """Block until `pid` ends (a Linux pidfd: no polling)."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return  # already gone
-    select.select([fd], [], [])  # readable once the process has exited
-    os.close(fd)
-
-
 def main(argv: list[str]) -> None:
     launcher_pid, marker, grace_s = int(argv[0]), argv[1], float(argv[2])
-    wait_for_exit(launcher_pid)
+    with suppress(ProcessLookupError):  # else it has ended already
+        ended(end_of(launcher_pid))
     stop_stragglers(marker, grace_s, say=lambda line: print(f"reaper: {line}", file=sys.stderr, flush=True))
 
 

@@ -33,6 +33,8 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from prime_rl.launcher.process_end import end_of, ended
+
 FACTORY_ENV = "PRIME_RL_SERVER_FACTORY"  # the factory's socket, in the environment of the launchers that use it
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"  # what `python -m` runs for every server the launcher plans
 # Read when vLLM, torch and transformers are imported, or by the dynamic loader: a server whose environment differs
@@ -118,14 +120,13 @@ class Factory:
         self.cgroup = cgroup()
         self.servers: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, the request's connection)
 
-    def serve(self, owner_fd: int | None) -> None:
-        """Fork what is asked and report each exit, until `owner_fd` (a pidfd) says its process ended."""
+    def serve(self, owner: list[int]) -> None:
+        """Fork what is asked and report each exit, until the end of its owner (process_end.end_of) comes."""
         while True:
-            watched = [self.listener, *self.servers, *([owner_fd] if owner_fd is not None else [])]
-            for fd in select.select(watched, [], [])[0]:
+            for fd in select.select([self.listener, *self.servers, *owner], [], [])[0]:
                 if fd is self.listener:
                     self.answer(self.listener.accept()[0])
-                elif fd == owner_fd:
+                elif fd in owner:
                     return
                 else:
                     self.report_exit(fd)
@@ -234,12 +235,12 @@ class Factory:
 def stop_with(owner: int, grace_s: float = 10.0) -> None:
     """Stop this server's process group once the launcher `owner` has ended: SIGTERM, SIGKILL after grace_s."""
     try:
-        pidfd = os.pidfd_open(owner)
+        end = end_of(owner)
     except ProcessLookupError:
         os._exit(1)  # it ended before we started
 
     def watch() -> None:
-        select.select([pidfd], [], [])
+        ended(end)
         os.killpg(0, signal.SIGTERM)
         time.sleep(grace_s)
         os.killpg(0, signal.SIGKILL)
@@ -273,7 +274,7 @@ def main(argv: list[str] | None = None) -> None:
     if answers(args.socket):
         sys.exit(f"a server factory already listens at {args.socket}; fix: use it, or give another path")
     reexec_with_preloads()
-    owner_fd = os.pidfd_open(args.stop_with) if args.stop_with else None
+    owner = end_of(args.stop_with)
     # what Python's docs give a process that forks without exec: no collection leaves holes in the pages the
     # servers share, and none in a server walks the objects it inherits (which would copy their pages)
     gc.disable()
@@ -289,7 +290,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"the server factory forks vLLM servers at {args.socket}; launchers use it with {FACTORY_ENV}={args.socket}")
     sys.stdout.flush()
     try:
-        Factory(listener, env, set_by_import).serve(owner_fd)
+        Factory(listener, env, set_by_import).serve(owner)
     except (KeyboardInterrupt, SystemExit):
         pass
     listener.close()

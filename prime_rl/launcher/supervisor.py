@@ -11,6 +11,8 @@ import secrets
 import signal
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -82,22 +84,31 @@ class Supervisor:
         self.server_key = server_key or run_server_key(plan)
 
     def run(self) -> int:
-        atexit.register(self.stop)  # whatever happens in this process, its children go with it
-        # ... and if this process is SIGKILLed, the reaper stops them (reaper.py)
-        reaper = start_reaper(self.plan.marker, self.launcher.stop_grace_s, held_lock_fds())
         previous = self.handle_signals()
         code = 1
         try:
-            code = self.run_roles()
+            with self.guarded():
+                code = self.run_roles()
             return code
         finally:
-            self.stop()  # also on an unexpected error
-            reaper.kill()
-            reaper.wait()
             announce_end(self.plan.node, code)  # multi-node: the other nodes stop too
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self.log.close()
+
+    @contextmanager
+    def guarded(self) -> Iterator[None]:
+        """Whatever happens in this process, the children it starts go with it: stopped on the way out of the
+        `with` (also on an unexpected error), at exit, and by the reaper if this process is SIGKILLed (reaper.py)."""
+        atexit.register(self.stop)
+        reaper = start_reaper(self.plan.marker, self.launcher.stop_grace_s, held_lock_fds())
+        try:
+            yield
+        finally:
+            self.stop()
+            atexit.unregister(self.stop)
+            reaper.kill()
+            reaper.wait()
 
     def run_roles(self) -> int:
         started = time.monotonic()

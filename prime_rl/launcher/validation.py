@@ -24,6 +24,8 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from prime_rl.config import to_config
 from prime_rl.config.extras import SLURM_PLUGIN, missing_extra
 from prime_rl.config.modes import modes_with
+from prime_rl.config.schema import Config, node_gpus
+from prime_rl.config.store import compose_config
 from prime_rl.config.user_error import UserError, exit_with, first_line
 from prime_rl.launcher.gpus import visible_gpus
 from prime_rl.launcher.multinode import nodes_of_job
@@ -31,6 +33,18 @@ from prime_rl.launcher.preflight import check_at_launch
 from prime_rl.protocol.run_dir import RunDir
 
 LIST_KEYS = "`python launch.py --cfg job` prints every key with its value"
+
+
+def launch_config(overrides: list[str], as_launched: bool = False) -> Config:
+    """The config `python launch.py <overrides>` composes, through the launch's checks (one-line errors). With
+    `as_launched`, its GPU counts are checked against what it asks, as its own launch checked them, not against this
+    machine's: a run read back to serve part of it (an evaluation's student server) on other GPUs."""
+    try:
+        cfg = compose_config(overrides)
+        check_at_launch(cfg, node_gpus(cfg.deployment) if as_launched else len(visible_gpus()))
+    except (HydraException, OmegaConfBaseException) as e:
+        raise UserError(hydra_error(e)) from e
+    return cfg
 
 
 class ValidateRun(Callback):

@@ -5,15 +5,14 @@ Runs with the same overrides and `inference.url=<its URL>` use it instead of sta
 (launcher/standing_server.py); it answers only the key in `inference.api_key_env` (VLLM_API_KEY)."""
 
 import argparse
-import os
-import select
 import sys
 from pathlib import Path
 
 from prime_rl.config.user_error import UserError, run_or_exit
-from prime_rl.devstep.config import claim, launch_config, prepared
-from prime_rl.devstep.server import run_plan, stop_signals_as_ctrl_c, student_server
+from prime_rl.launcher.process_end import end_of, ended
+from prime_rl.launcher.server_handle import command_plan, stop_signals_as_ctrl_c, student_server
 from prime_rl.launcher.standing_server import standing_key
+from prime_rl.launcher.validation import launch_config
 from prime_rl.protocol.run_dir import RunDir
 
 POLL_S = 0.5  # how often the server is checked: its death ends this process
@@ -39,25 +38,22 @@ def main(argv: list[str] | None = None) -> None:
 def serve(args: argparse.Namespace) -> None:
     cfg = launch_config(args.overrides)  # a mistake: exit 2 with one line, before anything starts
     key = standing_key(cfg)
-    owner = owner_ended(args.stop_with)
-    run_dir = claim(args.run_dir)
-    plan = run_plan(prepared(cfg), run_dir)
-    with student_server(plan, key) as supervisor:
-        url = server_url(run_dir, plan.config)
+    owner = stopping_with(args.stop_with)
+    plan = command_plan(cfg, args.run_dir)
+    with student_server(plan, key) as server:
+        url = server_url(plan.run_dir, plan.config)
         print(f"the student's server serves at {url}; runs use it with inference.url={url}", flush=True)
-        while not owner():
-            supervisor.check()
+        while not ended(owner, POLL_S):
+            server.check()
     print(f"process {args.stop_with} ended; the student's server is stopped", file=sys.stderr, flush=True)
 
 
-def owner_ended(pid: int | None):
-    """A check that waits up to POLL_S and is true once process `pid` has ended (through a pidfd: that process,
-    not a later one given its number); without a pid, a wait that is never true."""
+def stopping_with(pid: int | None) -> list[int]:
+    """The end of process `pid` (process_end.end_of), which must be running."""
     try:
-        fds = [] if pid is None else [os.pidfd_open(pid)]
+        return end_of(pid)
     except ProcessLookupError:
         raise UserError(f"process {pid} is not running [--stop-with]; fix: give the pid of a live process") from None
-    return lambda: bool(select.select(fds, [], [], POLL_S)[0])
 
 
 def server_url(run_dir: Path, cfg) -> str:
