@@ -29,11 +29,11 @@ def show_samples(console: Console, samples: list[dict], limit: int) -> None:
         for s in members:
             tokens = f"{s['trained_tokens']}/{s['completion_tokens']}" + (" cut" if s["truncated"] else "")
             table.add_row(
-                shown(s["reward"]),
-                shown(s["advantage"]),
+                cell(s["reward"]),
+                cell(s["advantage"]),
                 tokens,
-                shown(s["sampler_logprob_mean"]),
-                shown(s["scorer_logprob_mean"]),
+                cell(s["sampler_logprob_mean"]),
+                cell(s["scorer_logprob_mean"]),
                 Text(repr(s["completion"])),
             )
         console.print(table)
@@ -47,7 +47,7 @@ def show_metrics(console: Console, metrics: dict, sort: bool = True) -> None:
     table.add_column(style="cyan")
     table.add_column(justify="right")
     for name in sorted(metrics) if sort else metrics:
-        table.add_row(name, shown(metrics[name]))
+        table.add_row(name, cell(metrics[name]))
     console.print(table)
 
 
@@ -55,7 +55,7 @@ def show_token_batch(console: Console, parts: list[dict]) -> None:
     """Per part of the objective (a mode and its loss weights): its samples' micro-batches, positions and tokens, and
     the trained tokens that carry each stream."""
     for p in parts:
-        weights = f"adv_tau {shown(p['adv_tau'])}, teacher_tau {shown(p['teacher_tau'])}, T {shown(p['temperature'])}"
+        weights = f"adv_tau {cell(p['adv_tau'])}, teacher_tau {cell(p['teacher_tau'])}, T {cell(p['temperature'])}"
         console.print(Text.assemble((f"part {p['mode']}", "bold"), f" ({weights})"))
         streams = {**p["streams"], **({"top k": p["top_k_tokens"]} if p["top_k_tokens"] else {})}
         show_metrics(
@@ -73,5 +73,5 @@ def show_token_batch(console: Console, parts: list[dict]) -> None:
         )
 
 
-def shown(value: object) -> str:
+def cell(value: object) -> str:
     return metric_text(value, none="-")

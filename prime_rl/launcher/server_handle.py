@@ -7,6 +7,7 @@ process by the launcher's reaper. Or a standing one (`inference.url`, launcher/s
 it is: used, never stopped."""
 
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -75,8 +76,13 @@ def command_plan(cfg: Config, run_dir: Path | None) -> Plan:
     """The launcher's plan of the checked run `cfg` in `run_dir` (claim), its models prepared as the launcher's job
     prepares them, checked as the launcher checks it before any server starts."""
     path = claim(run_dir)
-    plan = build_plan(prepared(cfg), path, visible_gpus())
-    check_gpus(plan)
+    try:
+        plan = build_plan(prepared(cfg), path, visible_gpus())
+        check_gpus(plan)
+    except BaseException:
+        if run_dir is None:  # a temporary run dir holds nothing yet to read back
+            shutil.rmtree(path, ignore_errors=True)
+        raise
     return plan
 
 
