@@ -176,6 +176,7 @@ def test_reasoning_gym_task_holds_out_its_eval_questions_and_scores_with_the_dat
         assert e.value.keys == ["task.dataset", "task.options"], unknown
 
 
+@pytest.mark.integration
 def test_rewards_run_off_the_loop_with_a_time_limit_and_errors_count_as_zero(tmp_path, monkeypatch, capfd):
     """A verifier that hangs costs its samples their time limit, not the run; one that raises gives 0, counted,
     with its first traceback printed; the event loop stays free meanwhile."""
