@@ -1,9 +1,12 @@
+import functools
+import multiprocessing.process
 import os
 import select
 import socket
 import subprocess
 import sys
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -38,6 +41,79 @@ def tier(item) -> str:
     if item.get_closest_marker("vllm"):
         return "integration" if item.path.name in SERVER_ONLY else "e2e"
     return "integration" if item.get_closest_marker("integration") else "unit"
+
+
+# Every way a test starts a process: subprocess (and asyncio's subprocesses), a fork (multiprocessing's fork
+# context), multiprocessing's and torch's other start methods, and the os module's own spawns.
+PROCESS_STARTS = (
+    (subprocess.Popen, "_execute_child"),
+    (multiprocessing.process.BaseProcess, "start"),
+    (os, "fork"),
+    (os, "posix_spawn"),
+    (os, "posix_spawnp"),
+    (os, "system"),
+)
+# While a unit test sets up or runs, the processes it tried to start (none may start); None outside unit tests.
+unit_test_starts: list[str] | None = None
+
+
+def pytest_configure(config):
+    from prime_rl.launcher.allocator import tcmalloc
+
+    tcmalloc()  # looked up once per process (ldconfig runs): here, not in the first unit test that plans a run
+    for owner, name in PROCESS_STARTS:
+        setattr(owner, name, refused_in_unit_tests(getattr(owner, name), f"{owner.__name__}.{name}"))
+
+
+def refused_in_unit_tests(start, what: str):
+    @functools.wraps(start)
+    def guarded(*args, **kwargs):
+        if unit_test_starts is None:
+            return start(*args, **kwargs)
+        unit_test_starts.append(what)
+        raise RuntimeError(f"a unit test started a process ({what}): mark it integration")
+
+    return guarded
+
+
+@contextmanager
+def no_process_in(item):
+    """The unit tier starts no process: a unit test that tries fails, even where the code under test caught the
+    error that refused it."""
+    global unit_test_starts
+    unit_test_starts = [] if tier(item) == "unit" else None
+    try:
+        yield
+    finally:
+        tried, unit_test_starts = unit_test_starts, None
+    if tried:
+        pytest.fail(f"a unit test started a process ({', '.join(tried)}): mark it integration", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    with no_process_in(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with no_process_in(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef):
+    """A session's fixture (the server factory) serves every tier: the unit test that happens to set it up first
+    does not start its processes."""
+    global unit_test_starts
+    held = unit_test_starts
+    if fixturedef.scope == "session":
+        unit_test_starts = None
+    try:
+        return (yield)
+    finally:
+        unit_test_starts = held
 
 
 # What a test costs, roughly, by what it starts (seconds on two cores): the groups are handed to the two workers

@@ -365,8 +365,8 @@ def test_rule_accepts_and_rejects(rule, monkeypatch):
     check(accepted)
     with pytest.raises(ConfigError) as err:
         check(rejected)
-    assert key in err.value.keys
-    assert "\n" not in str(err.value) and "fix:" in str(err.value)
+    assert key in err.value.keys and err.value.fix
+    assert "\n" not in str(err.value)
 
 
 def test_a_served_reference_is_one_more_local_server_of_the_students_starting_model(tmp_path):
@@ -574,7 +574,7 @@ def test_parallelism_rules_on_gpus():
     check([*gpus, "inference.tp=4", "trainer.num_procs=2"], visible_gpus=6)  # num_procs may repeat the GPU count
     with pytest.raises(ConfigError) as err:
         check([*gpus, "inference.tp=2"], visible_gpus=6)  # 2 x 1 != 4
-    assert "deployment.num_infer_gpus" in err.value.keys and "inference.tp * inference.dp" in str(err.value)
+    assert err.value.keys == ["inference.tp", "inference.dp", "deployment.num_infer_gpus"]
     with pytest.raises(ConfigError) as err:
         check([*gpus, "inference.tp=4", "trainer.num_procs=3"], visible_gpus=6)
     assert err.value.keys == ["trainer.num_procs", "deployment.num_train_gpus"]

@@ -94,6 +94,7 @@ def model_dir(tmp_path_factory):
     return path
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_two_gloo_ranks_train_like_one_process(tmp_path, model_dir):
     torch.set_num_threads(1)
@@ -143,6 +144,7 @@ def test_two_gloo_ranks_train_like_one_process(tmp_path, model_dir):
     assert not list((two.root / "rollouts").glob("*.bin"))  # every batch consumed and removed once
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_two_gloo_ranks_train_in_bf16_over_fp32_master_weights(tmp_path, model_dir):
     """trainer.dtype=bfloat16 under torchrun: FSDP2 gathers the fp32 shards in bf16 and reduces gradients in

@@ -14,6 +14,8 @@ from mkdocs.config import load_config
 
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.integration  # mkdocs and chromium run as processes
+
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:

@@ -24,6 +24,7 @@ else:
 """
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("hidden", "command", "extra"),
     [

@@ -105,20 +105,21 @@ def test_nccl_weight_transfer_is_opt_in_and_refused_where_it_cannot_run(tmp_path
     assert "--weight-transfer-config" not in nccl.role("teacher_inference").command
     assert nccl.role("trainer").server_key and nccl.role("orchestrator").server_key
     check_rules(compose_config(["inference.weight_transfer=gloo", "deployment=colocated"]), 0)  # CPU, in turns
-    refused = [
-        (["inference.weight_transfer=nccl"], "nccl moves weights between GPUs.*use deployment=gpu"),
-        (["deployment=colocated_gpu", "inference.weight_transfer=nccl"], "colocated they share one"),
-        (["deployment=gpu", "lora=on", "inference.weight_transfer=nccl"], "under LoRA the server loads the adapter"),
-        (["deployment=gpu", "inference.weight_transfer=gloo"], "gloo is the CPU build's transport"),
+    refused = [  # each refusal names the transport and what rules it out
+        (["inference.weight_transfer=nccl"], ["deployment.num_infer_gpus", "deployment.num_train_gpus"]),
+        (["deployment=colocated_gpu", "inference.weight_transfer=nccl"], ["deployment.layout"]),
+        (["deployment=gpu", "lora=on", "inference.weight_transfer=nccl"], ["lora"]),
+        (["deployment=gpu", "inference.weight_transfer=gloo"], ["deployment.num_infer_gpus"]),
         (
             ["deployment=gpu", "deployment.num_infer_nodes=1", "deployment.num_train_nodes=1"]
             + ["inference.weight_transfer=nccl"],
-            "a multi-node job has one per node",
+            ["deployment.num_infer_nodes"],
         ),
     ]
-    for overrides, problem in refused:
-        with pytest.raises(ConfigError, match=problem):
+    for overrides, keys in refused:
+        with pytest.raises(ConfigError) as err:
             check_rules(compose_config(overrides), 8)
+        assert err.value.keys == ["inference.weight_transfer", *keys], overrides
 
 
 def test_a_one_node_gpu_job_exports_weights_to_the_nodes_scratch(tmp_path):

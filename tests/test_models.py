@@ -218,6 +218,7 @@ def test_warm_start_improves_greedy_reward():
     assert before < 0.1 and after > before + 0.2, (before, after)
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_sft_cli_trains_and_saves_a_loadable_model(tmp_path):
     data = tmp_path / "train.jsonl"
@@ -232,6 +233,7 @@ def test_sft_cli_trains_and_saves_a_loadable_model(tmp_path):
     assert AutoTokenizer.from_pretrained(out).encode("reverse: ab") == build_tokenizer().encode("reverse: ab")
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_launcher_prepare_only_runs_plain_sft_on_a_jsonl_task(tmp_path):
     """The Hydra way to the SFT entrypoint: warm-start a student on your own JSONL, start nothing else."""

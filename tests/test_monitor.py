@@ -117,6 +117,7 @@ def opd_samples(n: int) -> list[Sample]:
     ]
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_wandb_run_logs_steps_samples_and_the_final_eval_and_reuses_its_id_on_resume(tmp_path):
     cfg = offline_cfg(tmp_path, group="g", name="n", tags=["extra"])

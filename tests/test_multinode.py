@@ -276,6 +276,7 @@ def test_a_jobs_compressed_node_list_gives_each_node_its_rank_without_scontrol(m
 NODE_KEYS = "[deployment.num_infer_nodes, deployment.num_train_nodes]"
 
 
+@pytest.mark.slurm
 def test_a_one_node_slurm_job_refuses_a_two_node_deployment(tmp_path):
     """Inside a real job the launcher reads its node list from SLURM: one node is not the two asked for."""
     two_nodes = launch_cmd(
@@ -378,6 +379,7 @@ def start_node(plan: Plan, tmp_path: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", DRIVER, str(path)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_two_node_launchers_run_one_job_and_end_together(run_dir, tmp_path):
     infer, head = two_node_plans(run_dir)
@@ -393,6 +395,7 @@ def test_two_node_launchers_run_one_job_and_end_together(run_dir, tmp_path):
     assert_nothing_survives(run_dir, 3)
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_a_failing_node_stops_the_others(run_dir, tmp_path):
     infer, head = two_node_plans(run_dir, server_exit=True)

@@ -158,6 +158,7 @@ def test_a_job_that_times_out_is_requeued_and_resumes(sweep_dir):
     assert not run_processes(str(sweep_dir))
 
 
+@pytest.mark.integration
 def test_the_requeue_command_outlives_the_sigterm_of_its_own_requeue():
     """submitit's SIGUSR2 handler runs `scontrol requeue`, which SIGTERMs the whole job, scontrol too: here a
     command that SIGTERMs itself before it exits stands in for it. Shielded, it finishes, and the launcher's

@@ -170,13 +170,13 @@ def test_reasoning_gym_task_holds_out_its_eval_questions_and_scores_with_the_dat
     ex = task.eval[0]
     assert ex.prompt.startswith("Spell this word backward") and 3 <= len(ex.answer) <= 5
     assert task.reward(ex.answer, ex) == 1.0 and task.reward(ex.answer + "x", ex) < 1.0
-    with pytest.raises(ConfigError, match="spell_bakward"):
-        load_task(TaskConfig(name="reasoning_gym", dataset="spell_bakward"))
-    with pytest.raises(ConfigError) as e:
-        load_task(TaskConfig(name="reasoning_gym", dataset="spell_backward", options={"word_length": 3}))
-    assert e.value.keys == ["task.dataset", "task.options"]
+    for unknown in ({"dataset": "spell_bakward"}, {"dataset": "spell_backward", "options": {"word_length": 3}}):
+        with pytest.raises(ConfigError) as e:
+            load_task(TaskConfig(name="reasoning_gym", **unknown))
+        assert e.value.keys == ["task.dataset", "task.options"], unknown
 
 
+@pytest.mark.integration
 def test_rewards_run_off_the_loop_with_a_time_limit_and_errors_count_as_zero(tmp_path, monkeypatch, capfd):
     """A verifier that hangs costs its samples their time limit, not the run; one that raises gives 0, counted,
     with its first traceback printed; the event loop stays free meanwhile."""

@@ -117,8 +117,9 @@ def test_the_client_retries_as_the_endpoint_says(hosted, attempts, answered):
     if answered:
         asyncio.run(one())
     else:
-        with pytest.raises(InferenceError, match="HTTP 500"):
+        with pytest.raises(InferenceError) as err:
             asyncio.run(one())
+        assert err.value.status == 500
     assert hosted.seen.requests == attempts
 
 
@@ -192,8 +193,9 @@ def test_n_answers_from_an_endpoint_that_gives_one_per_request(hosted):
         assert hosted.seen.answered - before == 2 + 4  # the probe's two (limit, sampling), 4 replies of one
         assert [b["n"] for b in hosted.seen.bodies[-4:-1]] == [4, 3, 2]
     else:
-        with pytest.raises(InferenceError, match="HTTP 400"):
+        with pytest.raises(InferenceError) as err:
             asyncio.run(four(sft_config(hosted, "teacher.api.multiple_choices=true")))
+        assert err.value.status == 400
 
 
 @pytest.mark.parametrize(
@@ -228,8 +230,9 @@ def test_a_rate_limit_that_never_ends_fails_once_its_budget_is_spent(hosted):
         finally:
             await client.close()
 
-    with pytest.raises(InferenceError, match="still rate limited after waiting"):
+    with pytest.raises(InferenceError) as err:
         asyncio.run(one())
+    assert err.value.status == 429
     assert 2 <= hosted.seen.rate_limited <= 3
 
 

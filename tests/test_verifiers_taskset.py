@@ -87,6 +87,7 @@ def test_a_taskset_gives_prompts_answers_and_its_weighted_rewards(tmp_path, monk
     assert small.eval[0].messages[0] == {"role": "system", "content": "Think."}  # task.system_prompt wins
 
 
+@pytest.mark.integration
 def test_taskset_rewards_run_in_the_verifier_processes_and_errors_count(tmp_path, monkeypatch):
     env = write_taskset(tmp_path, monkeypatch, "quiz_pool")
     cfg = TaskConfig(name="verifiers", env=env, num_eval=4)
@@ -133,6 +134,7 @@ class DuelEnv(vf.Env[DuelEnvConfig]):
 """
 
 
+@pytest.mark.integration
 def test_a_multi_turn_environment_is_played_through_the_gym_api_and_scored_by_its_trace(monkeypatch):
     """The game asks again after a wrong reply; its own reward and the task's (@vf.reward, at the interaction's
     close) make the episode's. A reused environment drops an unfinished episode on reset()."""
@@ -155,6 +157,7 @@ def test_a_multi_turn_environment_is_played_through_the_gym_api_and_scored_by_it
     assert demonstrated(task.train[0])[0][-1]["role"] == "assistant"  # the task's answer: a warm start's reply
 
 
+@pytest.mark.integration
 def test_a_taskset_with_a_toolset_is_played_as_a_turn_of_tool_calls_scored_with_the_state_they_left(monkeypatch):
     """examples/vault_lookup.py has no Env of its own but a toolset: verifiers' single-agent case, played as an
     episode. Its `get` tool, listed with MCP's schema under its own name, answers from the episode's task (the
@@ -240,6 +243,7 @@ __all__ = ["SumTaskset", "TwoTries"]
 """
 
 
+@pytest.mark.integration
 def test_a_game_with_a_toolset_takes_tool_calls_inside_any_of_its_turns(tmp_path, monkeypatch):
     """A game of its own (two tries) whose task has a toolset: the tool, named `<toolset>_<tool>` as verifiers'
     harnesses name it, answers within each turn, and each turn's calls join the trace before its reply."""

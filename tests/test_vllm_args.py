@@ -82,6 +82,7 @@ def vllm_cli():
     return make_arg_parser(FlexibleArgumentParser()), validate_parsed_serve_args, AsyncEngineArgs
 
 
+@pytest.mark.integration  # importing vLLM's server starts a process (py-cpuinfo runs `file`)
 @pytest.mark.parametrize("name", PLANS)
 def test_every_planned_server_command_line_parses_with_vllms_own_parser(name, vllm_cli, tmp_path, capsys):
     parser, validate, engine_args = vllm_cli
@@ -105,6 +106,7 @@ def test_every_planned_server_command_line_parses_with_vllms_own_parser(name, vl
     assert importlib.util.find_spec(SERVER_MODULE) is not None
 
 
+@pytest.mark.integration  # importing vLLM's server starts a process (py-cpuinfo runs `file`)
 def test_vllm_resolves_the_forking_cpu_platform_only_where_the_launcher_asks(vllm_cli, monkeypatch):
     from vllm.platforms import resolve_current_platform_cls_qualname
     from vllm.platforms.cpu import CpuPlatform
@@ -117,6 +119,7 @@ def test_vllm_resolves_the_forking_cpu_platform_only_where_the_launcher_asks(vll
     assert resolve_obj_by_qualname(resolve_current_platform_cls_qualname()) is CpuPlatform
 
 
+@pytest.mark.integration  # importing vLLM's server starts a process (py-cpuinfo runs `file`)
 def test_the_lora_ranks_are_vllms_own():
     pytest.importorskip("vllm")
     from vllm.config.lora import MaxLoRARanks
@@ -210,6 +213,7 @@ def test_a_student_tp_its_heads_do_not_split_over_is_refused_at_launch():
     check(["deployment=gpu", "deployment.num_infer_gpus=4", "inference.tp=4"], visible_gpus=5)  # KV heads replicated
 
 
+@pytest.mark.integration  # importing vLLM's server starts a process (py-cpuinfo runs `file`)
 def test_the_tool_parser_names_the_launcher_reads_without_importing_vllm_are_vllms_own():
     from vllm.tool_parsers import ToolParserManager
 
