@@ -83,15 +83,8 @@ def rendezvous(cfg: Config, hostnames: list[str], rank: int, job_id: int) -> lis
     d = cfg.deployment
     if rank < d.num_infer_nodes or trainer_procs(cfg) * d.num_train_nodes == 1:
         return []
-    head = hostnames[d.num_infer_nodes]
-    return [
-        "--nnodes",
-        str(d.num_train_nodes),
-        "--node-rank",
-        str(rank - d.num_infer_nodes),
-        "--rdzv-endpoint",
-        f"{head}:{job_ports(job_id)[2]}",
-    ]
+    head = f"{hostnames[d.num_infer_nodes]}:{job_ports(job_id)[2]}"
+    return ["--nnodes", str(d.num_train_nodes), "--node-rank", str(rank - d.num_infer_nodes), "--rdzv-endpoint", head]
 
 
 def build_node_plan(
