@@ -10,7 +10,6 @@ from prime_rl.config.schema import Config, Layout, WeightTransfer, num_nodes
 from prime_rl.config.teachers import local_teachers, teacher_key, teacher_view
 
 GIB = 1 << 30
-# what the CUDA contexts of three processes and the allocators' slack take beside the counted shares
 # bytes per trainer parameter resident on the GPU: fp32 weights, fp32 gradients, AdamW's two fp32 moments
 FULL_BYTES_PER_PARAM = 16
 FROZEN_BYTES_PER_PARAM = 4  # LoRA: the frozen base in fp32 (the adapter itself is a rounding error)

@@ -41,10 +41,9 @@ def hydra_conf() -> Iterator[None]:
 def register_configs() -> None:
     """Make `base_config` (the whole schema) available to `conf/config.yaml`'s defaults list, each built-in mode's
     own knobs to its training_mode group (`/mode@modes.<name>: <name>`: typed, so a misspelt knob is refused), and the
-    resolvers
-    the SLURM presets use: `${deployment_gpus:${deployment}}`, the GPUs one node of a job uses,
-    `${deployment_nodes:${deployment}}`, its nodes, and `deployment_cpus` / `deployment_mem_gb`, the CPUs and
-    host memory a node of a GPU job asks for (conf/hydra/launcher/slurm*.yaml)."""
+    resolvers the SLURM presets use: `${deployment_gpus:${deployment}}`, the GPUs one node of a job uses,
+    `${deployment_nodes:${deployment}}`, its nodes, and `deployment_cpus` / `deployment_mem_gb`, the CPUs and host
+    memory a node of a GPU job asks for (conf/hydra/launcher/slurm*.yaml)."""
     store = ConfigStore.instance()
     store.store(name="base_config", node=Config)
     for mode in MODES.values():

@@ -77,17 +77,8 @@ def evaluate(args: argparse.Namespace) -> None:
     from prime_rl.eval.run import Request
 
     overrides, launcher = launcher_overrides(args.overrides)
-    template = Request(
-        None,
-        args.step,
-        args.task,
-        overrides,
-        args.out,
-        args.teacher,
-        args.harness,
-        args.harness_include,
-        args.harness_api,
-    )
+    harness = (args.harness, args.harness_include, args.harness_api)
+    template = Request(None, args.step, args.task, overrides, args.out, args.teacher, *harness)
     points, root = find_points(template, args.run, args.multirun)
     checked = check_points(points, here=not launcher)
     if args.dry_run:

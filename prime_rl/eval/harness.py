@@ -49,15 +49,8 @@ def harness_rows(
         "num_concurrent": CONCURRENT,
         "max_length": max_length,
     }
-    out = simple_evaluate(
-        model=model,
-        model_args=model_args,
-        tasks=names,
-        task_manager=task_manager(include),
-        limit=limit,
-        apply_chat_template=api == "chat",
-        log_samples=False,
-    )
+    run = {"limit": limit, "apply_chat_template": api == "chat", "log_samples": False}
+    out = simple_evaluate(model=model, model_args=model_args, tasks=names, task_manager=task_manager(include), **run)
     return [
         {"task": f"lm-eval/{task}", **{metric_name(key): v for key, v in metrics.items() if is_metric(v)}}
         for task, metrics in out["results"].items()

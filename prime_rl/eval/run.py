@@ -132,12 +132,8 @@ async def evaluate_subjects(
 
 async def harness(cfg: Config, req: Request, subject: Subject, model: str) -> list[dict]:
     """The served model's lm-eval rows, on a thread of its own: lm-eval runs its own event loop."""
-    served = {
-        "url": cfg.inference.urls[0],
-        "model": model,
-        "tokenizer": str(student_dir(cfg)),
-        "key": os.environ[SERVER_KEY_ENV],
-    }
+    url, key = cfg.inference.urls[0], os.environ[SERVER_KEY_ENV]
+    served = {"url": url, "model": model, "tokenizer": str(student_dir(cfg)), "key": key}
     limit, length = cfg.orchestrator.eval.num_examples, cfg.inference.max_model_len
     start = time.monotonic()
     found = await asyncio.to_thread(

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from prime_rl.config.user_error import UserError
-from prime_rl.protocol.atomic import is_complete
 from prime_rl.protocol.run_dir import RunDir
 
 START, LATEST, MERGED, TEACHER = "start", "latest", "merged", "teacher"
@@ -62,7 +61,7 @@ def subject(run: RunDir, spec: str, out: RunDir) -> Subject:
     step = latest_step(run) if spec == LATEST else int(spec)
     if step in exported_steps(run):
         return Subject(f"step_{step}", step, run.weights(step))
-    if step in complete_checkpoints(run):
+    if step in run.checkpoints():
         return Subject(f"step_{step}", step, out.weights(step), run.checkpoint(step))
     raise UserError(
         f"--step {spec}: {run.root} holds no weights or checkpoint of step {step}; fix: name one it "
@@ -79,12 +78,8 @@ def servable(path: Path) -> bool:
     return any((path / name).exists() for name in MODEL_FILES)
 
 
-def complete_checkpoints(run: RunDir) -> list[int]:
-    return [s for s in run.steps_in("checkpoints") if is_complete(run.checkpoint(s))]
-
-
 def latest_step(run: RunDir) -> int:
-    steps = exported_steps(run) + complete_checkpoints(run)
+    steps = exported_steps(run) + run.checkpoints()
     if not steps:
         raise UserError(
             f"--step latest: {run.root} holds no weights or checkpoint of any step (a run that never "
@@ -94,6 +89,6 @@ def latest_step(run: RunDir) -> int:
 
 
 def steps_text(run: RunDir) -> str:
-    steps = sorted(set(exported_steps(run) + complete_checkpoints(run)))
+    steps = sorted(set(exported_steps(run) + run.checkpoints()))
     named = [START, *map(str, steps)] + ([MERGED] if (run.merged / "config.json").exists() else [])
     return "it holds " + ", ".join(named)

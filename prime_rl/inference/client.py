@@ -5,6 +5,7 @@ the sampler saw; teacher scoring reads vLLM's prompt logprobs; chat is for exter
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -58,17 +59,13 @@ class RequestStats:
 def retry_after_s(resp: httpx.Response) -> float | None:
     """The wait a server asks for in `retry-after-ms` (OpenAI's, milliseconds: it wins) or `Retry-After` (seconds, or
     an HTTP date), None when it names none."""
-    try:
+    with contextlib.suppress(KeyError, ValueError):
         return max(0.0, float(resp.headers["retry-after-ms"]) / 1000)
-    except (KeyError, ValueError):
-        pass
     value = resp.headers.get("retry-after")
     if value is None:
         return None
-    try:
+    with contextlib.suppress(ValueError):
         return max(0.0, float(value))
-    except ValueError:
-        pass
     try:
         return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
     except (TypeError, ValueError):
@@ -160,26 +157,21 @@ class InferenceClient:
             return False  # not listening yet
 
     async def post(
-        self, path: str, payload: dict | None = None, params: dict | None = None, json_reply: bool = True
+        self,
+        path: str,
+        payload: dict | None = None,
+        params: dict | None = None,
+        json_reply: bool = True,
+        root: bool = False,
     ) -> dict:
-        """POST to an OpenAI API path under base_url (see post_url)."""
-        return await self.post_url(self.base_url + path, payload, params, json_reply)
-
-    async def post_root(
-        self, path: str, payload: dict | None = None, params: dict | None = None, json_reply: bool = True
-    ) -> dict:
-        """POST to a vLLM server endpoint outside the OpenAI API (see post_url)."""
-        return await self.post_url(self.root + path, payload, params, json_reply)
-
-    async def post_url(
-        self, url: str, payload: dict | None = None, params: dict | None = None, json_reply: bool = True
-    ) -> dict:
-        """POST with retries on connection errors, timeouts, malformed JSON, 5xx and 408/409/425/429, other 4xx fail;
-        an answer's `x-should-retry` overrides its status either way.
+        """POST to an OpenAI API path under base_url (`root`: to a vLLM server endpoint outside the API), with retries
+        on connection errors, timeouts, malformed JSON, 5xx and 408/409/425/429, other 4xx fail; an answer's
+        `x-should-retry` overrides its status either way.
 
         A retryable answer with `Retry-After` (a rate limit) is waited out as asked, with jitter, and does not
         count as a retry: a rate-limited run slows down until `rate_limit_wait_s` of waiting is used up.
         `json_reply=False` for control endpoints that answer in plain text (e.g. load_lora_adapter)."""
+        url = (self.root if root else self.base_url) + path
         failures, limited, waited = 0, 0, 0.0
         while True:
             wait = None
@@ -216,9 +208,7 @@ class InferenceClient:
     async def send(self, url: str, payload: dict | None, params: dict | None) -> httpx.Response:
         """One POST, holding one of the `max_concurrency` slots while it is in flight."""
         self.stats.requests += 1
-        if self.slots is None:
-            return await self.http.post(url, json=payload, params=params)
-        async with self.slots:
+        async with self.slots or contextlib.nullcontext():
             return await self.http.post(url, json=payload, params=params)
 
     async def complete(
@@ -281,23 +271,22 @@ class InferenceClient:
         so the engine is idle, and vLLM runs the reload between two engine steps in any case. The pause cost a
         fixed 20 ms sleep plus a drain handshake, about half of each step's reload on 2 cores (BENCHMARKS.md §2).
         A request still running (one the client gave up on) is preempted by the cache reset and recomputed."""
-        await self.post_root(
-            "/collective_rpc", {"method": RELOAD_METHOD, "kwargs": {"weights_path": weights_dir}}, json_reply=False
-        )
+        rpc = {"method": RELOAD_METHOD, "kwargs": {"weights_path": weights_dir}}
+        await self.post("/collective_rpc", rpc, json_reply=False, root=True)
         await self.reset_prefix_cache()
 
     async def reset_prefix_cache(self) -> None:
-        reply = await self.post_root("/reset_prefix_cache", params={"reset_running_requests": "true"})
+        reply = await self.post("/reset_prefix_cache", params={"reset_running_requests": "true"}, root=True)
         if reply.get("success") is False:
             raise InferenceError(f"{self.root} could not reset its prefix cache after a weight update")
 
     async def sleep(self) -> None:
         """Give the device back (vLLM sleep mode, level 1: weights to host memory, KV cache freed); the colocated
         layout's server sleeps while the trainer has the GPU."""
-        await self.post_root("/sleep", params={"level": "1"})
+        await self.post("/sleep", params={"level": "1"}, root=True)
 
     async def wake_up(self) -> None:
-        await self.post_root("/wake_up")
+        await self.post("/wake_up", root=True)
 
     async def load_lora(self, name: str, adapter_dir: str) -> None:
         """Load (or replace in place, under the same name) a peft adapter in vLLM."""

@@ -35,25 +35,10 @@ def vllm_command(
     """(argv, env additions) of one vLLM server, the student's or a teacher's; `gpus` empty means the CPU build."""
     inf = cfg.inference
     on_gpu = bool(gpus)
-    argv = [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(model),
-        "--served-model-name",
-        served_name,
-        "--host",
-        inf.host,
-        "--port",
-        str(port),
-        "--dtype",
-        server_dtype(cfg, on_gpu),
-        "--max-model-len",
-        str(student_context(cfg) if student else inf.max_model_len),
-        "--seed",
-        str(cfg.seed),
-    ]
+    context = student_context(cfg) if student else inf.max_model_len
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
+    argv += ["--served-model-name", served_name, "--host", inf.host, "--port", str(port)]
+    argv += ["--dtype", server_dtype(cfg, on_gpu), "--max-model-len", str(context), "--seed", str(cfg.seed)]
     # auto: CUDA graphs decode ~2-4x faster on a GPU; on a CPU eager is what this project measured
     if inf.enforce_eager if inf.enforce_eager is not None else not on_gpu:
         argv.append("--enforce-eager")
@@ -80,14 +65,8 @@ def vllm_command(
         # inference.tp/dp shape the student server; the teacher spreads over its own GPUs by tensor parallelism.
         tp, dp = (inf.tp, inf.dp) if student else (len(gpus), 1)
         share = inf.gpu_memory_utilization if student else teacher_gpu_share(cfg)
-        argv += [
-            "--tensor-parallel-size",
-            str(tp),
-            "--data-parallel-size",
-            str(dp),
-            "--gpu-memory-utilization",
-            str(share),
-        ]
+        argv += ["--tensor-parallel-size", str(tp), "--data-parallel-size", str(dp)]
+        argv += ["--gpu-memory-utilization", str(share)]
         if not student:
             argv += ["--max-num-batched-tokens", str(teacher_batched_tokens(cfg, model))]
         if is_colocated(cfg):

@@ -15,32 +15,20 @@ from prime_rl.models.size import largest_param, param_count
 
 def check_colocated_gpu(cfg: Config, gpu: str, student: Path) -> None:
     problem = gpu_fit_problem(cfg, gpu_total_bytes(gpu), param_count(student))
-    check(
-        problem is None,
-        [*gpu_shares(cfg), "trainer.lora.enabled"],
-        problem or "",
-        "lower the servers' shares (their KV cache), use lora=on, or a GPU per role with deployment=gpu",
-    )
+    fix = "lower the servers' shares (their KV cache), use lora=on, or a GPU per role with deployment=gpu"
+    check(problem is None, [*gpu_shares(cfg), "trainer.lora.enabled"], problem or "", fix)
 
 
 def check_trainer_gpus(cfg: Config, gpu: str, student: Path) -> None:
     problem = trainer_fit_problem(cfg, gpu_total_bytes(gpu), param_count(student), largest_param(student))
-    check(
-        problem is None,
-        ["deployment.num_train_gpus", "trainer.lora.enabled"],
-        problem or "",
-        "give the trainer more GPUs (FSDP shards its state over them) or train an adapter with lora=on",
-    )
+    fix = "give the trainer more GPUs (FSDP shards its state over them) or train an adapter with lora=on"
+    check(problem is None, ["deployment.num_train_gpus", "trainer.lora.enabled"], problem or "", fix)
 
 
 def check_server_push(cfg: Config, gpu: str, student: Path) -> None:
     problem = server_push_problem(cfg, gpu_total_bytes(gpu), largest_param(student))
-    check(
-        problem is None,
-        ["inference.gpu_memory_utilization", "inference.weight_transfer"],
-        problem or "",
-        "lower inference.gpu_memory_utilization (its KV cache) or use inference.weight_transfer=files",
-    )
+    fix = "lower inference.gpu_memory_utilization (its KV cache) or use inference.weight_transfer=files"
+    check(problem is None, ["inference.gpu_memory_utilization", "inference.weight_transfer"], problem or "", fix)
 
 
 # the memory CUDA reports to a process that sees only the device: a MIG slice's own where nvidia-smi -i, which

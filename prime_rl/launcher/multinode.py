@@ -35,9 +35,8 @@ from prime_rl.protocol.atomic import write_once
 from prime_rl.protocol.run_dir import RunDir
 
 # Every node must know the ports without asking, and two jobs on one node must not share them: a job's ports
-# (student server, the default teacher's server, torchrun's rendezvous, then one per named local teacher) are a
-# slot picked by its job id, below Linux's ephemeral range (32768+) so that no port the kernel hands out to a
-# client or a `--port 0` server takes them.
+# (job_ports) are a slot picked by its job id, below Linux's ephemeral range (32768+) so that no port the kernel
+# hands out to a client or a `--port 0` server takes them.
 PORT_BASE, PORTS_PER_JOB = 10000, 3 + MULTI_NODE_NAMED_LOCAL_TEACHERS
 PORT_SLOTS = (32768 - PORT_BASE) // PORTS_PER_JOB
 BIND_ALL = "0.0.0.0"  # servers answer the other nodes; the server key still guards /v1
@@ -84,15 +83,8 @@ def rendezvous(cfg: Config, hostnames: list[str], rank: int, job_id: int) -> lis
     d = cfg.deployment
     if rank < d.num_infer_nodes or trainer_procs(cfg) * d.num_train_nodes == 1:
         return []
-    head = hostnames[d.num_infer_nodes]
-    return [
-        "--nnodes",
-        str(d.num_train_nodes),
-        "--node-rank",
-        str(rank - d.num_infer_nodes),
-        "--rdzv-endpoint",
-        f"{head}:{job_ports(job_id)[2]}",
-    ]
+    head = f"{hostnames[d.num_infer_nodes]}:{job_ports(job_id)[2]}"
+    return ["--nnodes", str(d.num_train_nodes), "--node-rank", str(rank - d.num_infer_nodes), "--rdzv-endpoint", head]
 
 
 def build_node_plan(
@@ -135,7 +127,7 @@ def remote_servers(cfg: Config, run_dir: Path, hostnames: list[str]) -> list[Rem
 def job_nodes(cfg: Config) -> tuple[list[int], list[str], str]:
     """(ranks to plan here, the job's hostnames, the attempt id). Inside a SLURM job of the deployment's size:
     this node's rank. Otherwise, for a dry run: every node, on simulated hosts node0 .. nodeN-1; for a real
-    run, RuntimeError."""
+    run, a ConfigError."""
     n = num_nodes(cfg.deployment)
     hostnames = slurm_hostnames() if "SLURM_JOB_ID" in os.environ else []
     if len(hostnames) == n:
@@ -144,22 +136,17 @@ def job_nodes(cfg: Config) -> tuple[list[int], list[str], str]:
     if cfg.launcher.dry_run:
         return list(range(n)), [f"node{k}" for k in range(n)], "0"
     here = f" (this SLURM job has {len(hostnames)})" if hostnames else ""
-    raise RuntimeError(f"a multi-node deployment runs inside a SLURM job of {n} nodes{here}, one task per node")
+    raise ConfigError(
+        ["deployment.num_infer_nodes", "deployment.num_train_nodes"],
+        f"a multi-node deployment runs inside a SLURM job of {n} nodes{here}, one task per node",
+        "submit it with -m hydra/launcher=slurm_gpu (or srun one task per node with a shared hydra.run.dir), "
+        "or see every node's plan with launcher.dry_run=true",
+    )
 
 
 def nodes_of_job(cfg: Config) -> tuple[list[int], list[str], str] | None:
     """A multi-node job's (ranks to plan here, the job's hostnames, the attempt id); None on one node."""
-    if not is_multi_node(cfg):
-        return None
-    try:
-        return job_nodes(cfg)
-    except RuntimeError as e:
-        raise ConfigError(
-            ["deployment.num_infer_nodes", "deployment.num_train_nodes"],
-            str(e),
-            "submit it with -m hydra/launcher=slurm_gpu (or srun one task per node with a shared hydra.run.dir), "
-            "or see every node's plan with launcher.dry_run=true",
-        ) from e
+    return job_nodes(cfg) if is_multi_node(cfg) else None
 
 
 def lock_name(cfg: Config) -> str:

@@ -143,18 +143,10 @@ def build_plan(cfg: Config, run_dir: Path, visible: list[str], node: Node = LOCA
             _vllm_role(plan, role, teacher_dir(view), TEACHER_MODEL_NAME, view.teacher.port, slices[role], 0, view)
         )
     for name in [r for r in ("orchestrator", "trainer") if r in node.roles]:
-        config_file = RunDir(run_dir).config(name)
-        plan.roles.append(
-            Role(
-                name=name,
-                command=_module_command(cfg, name, config_file, node),
-                env={"CUDA_VISIBLE_DEVICES": ",".join(slices[name])} if visible else {},
-                gpus=slices[name],
-                log_file=log_file(run_dir, name, node),
-                config_file=config_file,
-                server_key=name == "orchestrator" or (name == "trainer" and pushes_weights(cfg)),
-            )
-        )
+        command = _module_command(cfg, name, RunDir(run_dir).config(name), node)
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(slices[name])} if visible else {}
+        server_key = name == "orchestrator" or (name == "trainer" and pushes_weights(cfg))
+        plan.roles.append(_role(plan, name, command, env, slices[name], server_key=server_key))
     for role in plan.roles:
         role.withheld = () if role.name == "orchestrator" else secrets
         if not role.gpus:
@@ -202,16 +194,13 @@ def _vllm_role(
     """A vLLM server role; `view`: the config as a named teacher sees it (config/teachers.py), for its server."""
     cfg = view or plan.config
     command, env = vllm_command(cfg, model, served_name, port, gpus, lora_rank, student=name == "inference")
-    return Role(
-        name=name,
-        command=command,
-        env=env,
-        gpus=gpus,
-        log_file=log_file(plan.run_dir, name, plan.node),
-        config_file=RunDir(plan.run_dir).config(name),
-        port=port,
-        server_key=True,
-    )
+    return _role(plan, name, command, env, gpus, port=port, server_key=True)
+
+
+def _role(plan: Plan, name: str, command: list[str], env: dict[str, str], gpus: list[str], **server) -> Role:
+    """Role `name` of the plan's node, with its log and config file."""
+    log, config = log_file(plan.run_dir, name, plan.node), RunDir(plan.run_dir).config(name)
+    return Role(name, command, env, gpus, log, config, **server)
 
 
 def write_role_configs(plan: Plan) -> None:
@@ -249,15 +238,8 @@ def plan_record(plan: Plan) -> dict:
         # the checkpoint a resumed run continues from (0: none yet), None for a fresh run (launcher/resume.py)
         "resume_from": (RunDir(plan.run_dir).latest_checkpoint() or 0) if c.ckpt.resume else None,
         "roles": [
-            {
-                "name": r.name,
-                "command": r.command,
-                "env": r.env,
-                "gpus": r.gpus,
-                "port": r.port,
-                "log": str(r.log_file),
-                "config": str(r.config_file),
-            }
+            {k: getattr(r, k) for k in ("name", "command", "env", "gpus", "port")}
+            | {"log": str(r.log_file), "config": str(r.config_file)}
             for r in plan.roles
         ],
         "remote_servers": [{"name": s.name, "root": s.root} for s in plan.remote_servers],

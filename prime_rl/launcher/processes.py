@@ -5,6 +5,7 @@ a trainer's helpers) shares its process group, and signalling the group reaches 
 signal only the leader: killing a vLLM server's main process orphans its engine core.
 """
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -52,10 +53,8 @@ class Child:
         return [c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN]
 
     def signal_group(self, sig: int) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pgid, sig)
-        except ProcessLookupError:
-            pass
 
 
 # Every process of a run carries this (inherited by whatever it starts): found by it, a descendant that left
@@ -157,10 +156,8 @@ def stop_stragglers(marker: str, grace_s: float, say: Callable[[str], None] = la
             return
         say(f"{signal.Signals(sig).name} {len(pids)} process(es) of the run outside its process groups: {pids}")
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
         deadline = time.monotonic() + wait_s
         while marked_processes(marker) and time.monotonic() < deadline:
             time.sleep(0.1)

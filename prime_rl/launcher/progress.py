@@ -23,17 +23,14 @@ class RunState:
 
     def poll(self) -> None:
         for record in self.tail.poll():
-            self._add(record)
-
-    def _add(self, record: dict) -> None:
-        self.last_record = record
-        step, step_time, highest = record.get("step"), record.get("time/step"), self.step
-        self.latest.update(record)
-        if isinstance(step, int):
-            # The orchestrator may log a step ahead of the trainer; show the furthest one.
-            self.latest["step"] = max(step, highest)
-            if isinstance(step_time, (int, float)):
-                self.step_times.setdefault(step, float(step_time))
+            self.last_record = record
+            step, step_time, highest = record.get("step"), record.get("time/step"), self.step
+            self.latest.update(record)
+            if isinstance(step, int):
+                # The orchestrator may log a step ahead of the trainer; show the furthest one.
+                self.latest["step"] = max(step, highest)
+                if isinstance(step_time, (int, float)):
+                    self.step_times.setdefault(step, float(step_time))
 
     @property
     def step(self) -> int:

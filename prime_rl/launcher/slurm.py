@@ -22,10 +22,8 @@ def print_submission(master: DictConfig, jobs: list[tuple[list[str], Path]]) -> 
     what = "one job" if len(jobs) == 1 else f"one array job of {len(jobs)} tasks"  # submitit's choice too
     if (params.get("nodes") or 1) > 1:
         what += f", each on {params['nodes']} nodes with {params.get('tasks_per_node', 1)} launcher task per node"
-    submission = {
-        "sbatch": sbatch,
-        "jobs": [{"overrides": overrides, "run_dir": str(run_dir)} for overrides, run_dir in jobs],
-    }
+    points = [{"overrides": overrides, "run_dir": str(run_dir)} for overrides, run_dir in jobs]
+    submission = {"sbatch": sbatch, "jobs": points}
     print(f"# SLURM dry run: {what}; nothing submitted")
     print(yaml.safe_dump(submission, sort_keys=False, width=1000), end="")
 

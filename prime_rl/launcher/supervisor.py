@@ -37,6 +37,7 @@ POLL_S = 0.5  # how often children are checked: a dead child is noticed within t
 HTTP_TIMEOUT_S = 2.0  # per readiness request; a hung server must not stall the loop
 TAIL_LINES = 20
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the terminal closed
+OUTCOME_FACTS = ("role", "reason", "exit_code", "signal", "log")  # each recorded, None where it does not apply
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per readiness poll is noise
 
 
@@ -115,7 +116,7 @@ class Supervisor:
         servers = [r for r in self.plan.roles if r.is_server]
         workers = [r for r in self.plan.roles if not r.is_server]
         self.say(f"run dir {self.plan.run_dir}; logs in {self.plan.run_dir / 'logs'}")
-        self.outcome_file.unlink(missing_ok=True)  # an earlier attempt's: this one has not ended
+        outcome_file(self.plan).unlink(missing_ok=True)  # an earlier attempt's: this one has not ended
         for role in servers:  # an earlier attempt's address would send the orchestrator to a dead or foreign port
             RunDir(self.plan.run_dir).server_url(role.name).unlink(missing_ok=True)
         try:
@@ -140,7 +141,7 @@ class Supervisor:
             self.stop()
             name = signal.Signals(e.signum).name
             self.say(f"stopped by signal ({name})", style="bold yellow")
-            self.record_outcome("stopped", signal_name=name)
+            self.record_outcome("stopped", signal=name)
             return 128 + e.signum
         self.stop()
         self.record_outcome("finished")
@@ -239,31 +240,12 @@ class Supervisor:
         else:
             self.signum = signum
 
-    @property
-    def outcome_file(self) -> Path:
-        return outcome_file(self.plan)
-
-    def record_outcome(
-        self,
-        status: str,
-        role: str | None = None,
-        reason: str | None = None,
-        exit_code: int | None = None,
-        signal_name: str | None = None,
-        log: str | None = None,
-    ) -> None:
+    def record_outcome(self, status: str, **facts: object) -> None:
         """How this attempt ended, as data (RunDir.outcome): what the terminal and logs/launcher.log say in words.
         status finished | failed (the role, why, its exit code where it exited, its log) | stopped (the launcher's
         signal)."""
-        outcome = {
-            "status": status,
-            "role": role,
-            "reason": reason,
-            "exit_code": exit_code,
-            "signal": signal_name,
-            "log": log,
-        }
-        write_text(self.outcome_file, json.dumps(outcome) + "\n")
+        outcome = {"status": status} | dict.fromkeys(OUTCOME_FACTS) | facts
+        write_text(outcome_file(self.plan), json.dumps(outcome) + "\n")
 
     def report_failure(self, e: RoleFailed) -> None:
         self.say(f"error: role {e.name} {e.reason}; last lines of {e.log_file}:", style="bold red")

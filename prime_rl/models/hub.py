@@ -68,13 +68,8 @@ def _snapshot_or_none(repo_id: str, revision: str | None, download: bool) -> str
 def hub_snapshot(repo_id: str, revision: str | None, download: bool = True) -> Path:
     """The local snapshot dir of the model at `revision`; downloaded unless `download` is false or offline."""
     try:
-        path = snapshot_download(
-            repo_id,
-            revision=revision,
-            allow_patterns=MODEL_FILES,
-            ignore_patterns=MISTRAL_FORMAT,
-            local_files_only=not download,
-        )
+        files = {"allow_patterns": MODEL_FILES, "ignore_patterns": MISTRAL_FORMAT}
+        path = snapshot_download(repo_id, revision=revision, local_files_only=not download, **files)
     except (LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError, HfHubHTTPError) as e:
         raise HubModelError(_problem(repo_id, revision, e)) from e
     return Path(path)

@@ -12,14 +12,9 @@ def summarize(rows: list[dict]) -> dict:
     evals = [r for r in rows if "eval/reward" in r]
     summary = {"steps": len(train)}
     if evals:
-        summary.update(
-            {
-                "eval/reward_first": evals[0]["eval/reward"],
-                "eval/reward_final": evals[-1]["eval/reward"],
-                "eval/step_first": evals[0]["step"],
-                "eval/step_final": evals[-1]["step"],
-            }
-        )
+        first, final = evals[0], evals[-1]
+        summary |= {"eval/reward_first": first["eval/reward"], "eval/reward_final": final["eval/reward"]}
+        summary |= {"eval/step_first": first["step"], "eval/step_final": final["step"]}
     for key in labelled_eval_rewards(rows):  # each eval task's and each source's last eval
         summary[f"{key}_final"] = [r[key] for r in rows if key in r][-1]
     teacher = [r["eval/teacher_reward"] for r in rows if "eval/teacher_reward" in r]

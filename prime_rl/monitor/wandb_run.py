@@ -26,13 +26,8 @@ ROW_POLL_S = 0.5  # how often metrics.jsonl is read while waiting for the final 
 
 
 def run_tags(cfg: Config) -> list[str]:
-    lora = "on" if cfg.trainer.lora.enabled else "off"
-    return [
-        f"mode:{mode_named(cfg.training_mode).name}",
-        f"teacher:{cfg.teacher.kind.value}",
-        f"lora:{lora}",
-        *cfg.monitor.wandb.tags,
-    ]
+    lora, mode = "on" if cfg.trainer.lora.enabled else "off", mode_named(cfg.training_mode).name
+    return [f"mode:{mode}", f"teacher:{cfg.teacher.kind.value}", f"lora:{lora}", *cfg.monitor.wandb.tags]
 
 
 def logged_config(cfg: Config) -> dict:
@@ -146,14 +141,11 @@ def samples_table(samples: list[Sample], tokenizer):
         columns.append("teacher_logprob_mean")
     table = wandb.Table(columns=columns)
     for s in samples:
-        row = [
-            tokenizer.decode(s.prompt_ids, skip_special_tokens=True),
-            tokenizer.decode(s.completion_ids, skip_special_tokens=True),
-            s.reward,
-            s.advantage,
-            mean(s.inference_logprobs),
-        ]
-        table.add_data(*row, *([mean(s.streams.get(TEACHER_LOGPROBS))] if with_teacher else []))
+        prompt, completion = (
+            tokenizer.decode(ids, skip_special_tokens=True) for ids in (s.prompt_ids, s.completion_ids)
+        )
+        teacher = [mean(s.streams.get(TEACHER_LOGPROBS))] if with_teacher else []
+        table.add_data(prompt, completion, s.reward, s.advantage, mean(s.inference_logprobs), *teacher)
     return table
 
 

@@ -5,6 +5,7 @@ gone with the process) and its environment is never reused. Failures are counted
 traceback of the run goes to the orchestrator's log."""
 
 import asyncio
+import contextlib
 import sys
 import threading
 import traceback
@@ -60,10 +61,8 @@ async def call_in_thread(fn, timeout_s: float):
             result, error = fn(), None
         except Exception as e:
             result, error = None, e
-        try:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the orchestrator ended while the call overran
             loop.call_soon_threadsafe(settle, result, error)
-        except RuntimeError:  # the loop is closed: the orchestrator ended while the call overran
-            pass
 
     threading.Thread(target=work, daemon=True).start()
     try:

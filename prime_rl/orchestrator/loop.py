@@ -133,21 +133,10 @@ def log_samples(ctx: Context, batch: Batch) -> None:
     """The step's first orchestrator.log_samples samples, to read what the policy does (an episode's whole
     transcript: its loss mask tells the student's tokens from the environment's)."""
     for s in batch.samples[: ctx.cfg.orchestrator.log_samples]:
-        record = {
-            "step": batch.step,
-            "mode": s.mode,
-            "source": s.source,
-            "teacher": s.teacher,
-            "reward": s.reward,
-            "advantage": s.advantage,
-            "failed": s.failed,
-            "prompt": ctx.tokenizer.decode(s.prompt_ids),
-            "completion": ctx.tokenizer.decode(s.completion_ids),
-            "prompt_ids": s.prompt_ids,
-            "completion_ids": s.completion_ids,
-            "loss_mask": s.loss_mask,
-        }
-        append_row(ctx.run_dir.samples, record)
+        facts = {k: getattr(s, k) for k in ("mode", "source", "teacher", "reward", "advantage", "failed")}
+        text = {"prompt": ctx.tokenizer.decode(s.prompt_ids), "completion": ctx.tokenizer.decode(s.completion_ids)}
+        tokens = {k: getattr(s, k) for k in ("prompt_ids", "completion_ids", "loss_mask")}
+        append_row(ctx.run_dir.samples, {"step": batch.step, **facts, **text, **tokens})
 
 
 def resume_counts(ctx: Context, algo: Algorithm, start: int) -> None:

@@ -27,11 +27,6 @@ class PolicySync:
 
     async def wait_for(self, needed: int) -> None:
         """Until the trainer has exported weights of step `needed` or newer (pushed: until the server has them)."""
-
-        def exported() -> bool:
-            latest = self.run_dir.latest_weights()
-            return latest is not None and latest >= needed
-
         start = time.monotonic()
         error = f"no weights for step {needed} after {self.wait_timeout_s:.0f}s; is the trainer alive?"
         if self.pushed:
@@ -41,12 +36,15 @@ class PolicySync:
                 await self.listener.wait_async(self.newer, self.wait_timeout_s, self.fallback_s, error)
                 start += await self.load(self.run_dir.latest_weights())  # counted as reload time, not waiting
         else:
-            await self.listener.wait_async(exported, self.wait_timeout_s, self.fallback_s, error)
+            await self.listener.wait_async(lambda: self.exported(needed), self.wait_timeout_s, self.fallback_s, error)
         self.wait_s += time.monotonic() - start
 
-    def newer(self) -> bool:
+    def exported(self, version: int) -> bool:
         latest = self.run_dir.latest_weights()
-        return latest is not None and latest > self.version
+        return latest is not None and latest >= version
+
+    def newer(self) -> bool:
+        return self.exported(self.version + 1)
 
     async def load_newest(self) -> int:
         """Serve the newest exported weights (after wait_for: there are some); returns their version."""

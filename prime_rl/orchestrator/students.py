@@ -53,13 +53,8 @@ class StudentServers:
     async def complete(
         self, model: str, prompts: list[list[int]], n: int, sampling: Sampling
     ) -> list[list[Completion]]:
-        k = len(self.clients)
-        first, self.calls = self.calls % k, self.calls + 1
-        jobs = [
-            self.clients[(first + i) % k].complete(model, share, n, sampling)
-            for i, share in enumerate(even_shares(prompts, k))
-        ]
-        return [group for part in await asyncio.gather(*jobs) for group in part]
+        first, self.calls = self.calls % len(self.clients), self.calls + 1
+        return await self.split(lambda c, share: c.complete(model, share, n, sampling), prompts, first)
 
     async def prompt_logprobs(self, model: str, sequences: list[list[int]]) -> list[list[float | None]]:
         return await self.split(lambda c, share: c.prompt_logprobs(model, share), sequences)
@@ -67,11 +62,11 @@ class StudentServers:
     async def prompt_top_logprobs(self, model: str, sequences: list[list[int]], k: int) -> list:
         return await self.split(lambda c, share: c.prompt_top_logprobs(model, share, k), sequences)
 
-    async def split(self, ask, items: list) -> list:
-        """`ask(client, share)` of each server for its share of `items`, the answers in the items' order."""
-        parts = await asyncio.gather(
-            *(ask(c, share) for c, share in zip(self.clients, even_shares(items, len(self.clients))))
-        )
+    async def split(self, ask, items: list, first: int = 0) -> list:
+        """`ask(client, share)` of each server for its share of `items` (the first share to server `first`), the
+        answers in the items' order."""
+        clients = self.clients[first:] + self.clients[:first]
+        parts = await asyncio.gather(*(ask(c, share) for c, share in zip(clients, even_shares(items, len(clients)))))
         return [one for part in parts for one in part]
 
     async def wait_ready(self, timeout_s: float) -> None:

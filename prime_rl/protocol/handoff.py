@@ -95,11 +95,9 @@ class Listener:
         return value
 
     def drain(self) -> None:
-        try:
+        with contextlib.suppress(BlockingIOError):
             while os.read(self.fd, 4096):
                 pass
-        except BlockingIOError:
-            pass
 
     def close(self) -> None:
         os.close(self.fd)

@@ -109,6 +109,10 @@ class RunDir:
         ready = [s for s in self.steps_in("weights") if self.weights_ready(s)]
         return ready[-1] if ready else None
 
+    def checkpoints(self) -> list[int]:
+        """The steps of the complete checkpoints, ascending."""
+        return [s for s in self.steps_in("checkpoints") if is_complete(self.checkpoint(s))]
+
     def latest_checkpoint(self) -> int | None:
-        done = [s for s in self.steps_in("checkpoints") if is_complete(self.checkpoint(s))]
+        done = self.checkpoints()
         return done[-1] if done else None

@@ -78,16 +78,6 @@ def report_table(jobs: list[Job], swept: list[str]) -> list[list[object]]:
     return rows
 
 
-def write_csv(path: Path, table: list[list[object]]) -> None:
-    with path.open("w", newline="") as f:
-        csv.writer(f).writerows(table)
-
-
-def final_metric(jobs: list[Job]) -> str:
-    """Final eval reward when the sweep evaluated, else the final training reward."""
-    return "eval/reward_final" if any("eval/reward_final" in job.summary for job in jobs) else "reward/mean/final"
-
-
 def plot_final_vs(jobs: list[Job], key: str, swept: list[str], metric: str, path: Path) -> Path:
     """The final metric against one swept value; jobs equal in the other swept values share a line."""
     fig, ax = new_plot(f"{metric} vs {key}", metric, xlabel=key)
@@ -140,8 +130,10 @@ def write_report(sweep_dir: Path) -> tuple[list[list[object]], list[Path]]:
         raise FileNotFoundError(f"no job dirs with .hydra/overrides.yaml under {sweep_dir}")
     swept = swept_keys(jobs)
     table = report_table(jobs, swept)
-    write_csv(sweep_dir / "report.csv", table)
-    metric = final_metric(jobs)
+    with (sweep_dir / "report.csv").open("w", newline="") as f:
+        csv.writer(f).writerows(table)
+    evaluated = any("eval/reward_final" in job.summary for job in jobs)
+    metric = "eval/reward_final" if evaluated else "reward/mean/final"
     files = [sweep_dir / "report.csv"]
     files += [
         plot_final_vs(jobs, k, swept, metric, sweep_dir / f"report_{plot_name(metric)}_vs_{plot_name(k)}.png")

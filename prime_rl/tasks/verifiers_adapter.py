@@ -15,7 +15,7 @@ from prime_rl.config.schema import TaskConfig
 from prime_rl.config.user_error import ConfigError
 from prime_rl.tasks.gym_env import no_verifier
 from prime_rl.tasks.task import EnvSpec, Example, Task
-from prime_rl.tasks.verifiers_episodes import environment, multi_turn_env, seats
+from prime_rl.tasks.verifiers_episodes import add_nodes, empty_trace, environment, multi_turn_env, seats
 from prime_rl.tasks.verifiers_tools import toolsets_of, unservable
 
 INSTALL = "pip install -e '.[verifiers]' (the version this adapter is built against)"
@@ -186,17 +186,10 @@ class Scorer:
 
 def reply_trace(task, example: Example, completion: str):
     """A trace of one sampled reply to the example's messages: what a reward reads (last_reply, messages)."""
-    from verifiers.v1 import AgentConfig, AgentInfo, MessageNode
-    from verifiers.v1.state import state_cls
-    from verifiers.v1.trace import Trace, TraceTask
     from verifiers.v1.types import AssistantMessage, SystemMessage, UserMessage
 
     prompt = [SystemMessage(content=example.system)] if example.system is not None else []
-    messages = [*prompt, UserMessage(content=example.prompt), AssistantMessage(content=completion)]
-    nodes = [
-        MessageNode(parent=i - 1 if i else None, message=m, sampled=isinstance(m, AssistantMessage))
-        for i, m in enumerate(messages)
-    ]
-    meta = TraceTask(type=type(task).__name__, data=task.data, key=task.key, hash=task.hash)
-    agent = AgentInfo(config=AgentConfig(), name="prime-rl")
-    return Trace(task=meta, agent=agent, nodes=nodes, state=state_cls(type(task))(), is_completed=True, ok=True)
+    trace = empty_trace(task)
+    add_nodes(trace, [*prompt, UserMessage(content=example.prompt), AssistantMessage(content=completion)])
+    trace.is_completed = True
+    return trace

@@ -211,18 +211,23 @@ class Seats:
 
 def new_trace(task):
     """An open trace of the task: its prompt (system, user), then the turns as they are played."""
-    from verifiers.v1 import AgentConfig, AgentInfo
-    from verifiers.v1.state import state_cls
-    from verifiers.v1.trace import Trace, TraceTask
     from verifiers.v1.types import SystemMessage
 
-    meta = TraceTask(type=type(task).__name__, data=task.data, key=task.key, hash=task.hash)
-    agent = AgentInfo(config=AgentConfig(), name="prime-rl")
-    trace = Trace(task=meta, agent=agent, nodes=[], state=state_cls(type(task))(), ok=True)
+    trace = empty_trace(task)
     system = [SystemMessage(content=task.data.system_prompt)] if task.data.system_prompt else []
     prompt = [] if task.data.prompt is None else user_messages(task.data.prompt)
     add_nodes(trace, [*system, *prompt])
     return trace
+
+
+def empty_trace(task):
+    from verifiers.v1 import AgentConfig, AgentInfo
+    from verifiers.v1.state import state_cls
+    from verifiers.v1.trace import Trace, TraceTask
+
+    meta = TraceTask(type=type(task).__name__, data=task.data, key=task.key, hash=task.hash)
+    agent = AgentInfo(config=AgentConfig(), name="prime-rl")
+    return Trace(task=meta, agent=agent, nodes=[], state=state_cls(type(task))(), ok=True)
 
 
 def add_nodes(trace, messages: list) -> None:

@@ -4,7 +4,7 @@ OpenAI layer takes `n = 1` only and returns one choice. Before the first step a 
 learns what the endpoint accepts; `teacher.api.*` the user set are taken as given and not probed."""
 
 import asyncio
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from prime_rl.config.evaluation import due_for_eval
 from prime_rl.config.modes import RolloutSource, source_modes
@@ -41,11 +41,7 @@ def chat_payload(
 
 
 def is_resolved(api: TeacherApiConfig) -> bool:
-    return (
-        api.token_limit_field != TokenLimitField.auto
-        and api.multiple_choices is not None
-        and api.sampling_params is not None
-    )
+    return api.token_limit_field != TokenLimitField.auto and None not in (api.multiple_choices, api.sampling_params)
 
 
 def resolve_teacher_api(cfg: Config) -> Config:
@@ -77,17 +73,11 @@ async def resolved_api(cfg: Config) -> TeacherApiConfig:
 
 
 def api_fields(api: TeacherApiConfig) -> dict:
-    return {
-        "token_limit_field": api.token_limit_field.value,
-        "multiple_choices": api.multiple_choices,
-        "sampling_params": api.sampling_params,
-    }
+    return asdict(api) | {"token_limit_field": api.token_limit_field.value}
 
 
 def api_of(fields: dict) -> TeacherApiConfig:
-    return TeacherApiConfig(
-        TokenLimitField(fields["token_limit_field"]), fields["multiple_choices"], fields["sampling_params"]
-    )
+    return TeacherApiConfig(**fields | {"token_limit_field": TokenLimitField(fields["token_limit_field"])})
 
 
 def probe_question(cfg: Config) -> dict:

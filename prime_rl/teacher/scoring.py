@@ -209,7 +209,7 @@ def check_text_alignment(examples: list, teacher_tok, source) -> None:
 async def endpoint_tokens(client: InferenceClient, model: str, text: str) -> list[int]:
     """The ids a vLLM endpoint's /tokenize gives `text`."""
     try:
-        data = await client.post_root("/tokenize", {"model": model, "prompt": text, "add_special_tokens": False})
+        data = await client.post("/tokenize", {"model": model, "prompt": text, "add_special_tokens": False}, root=True)
         return data["tokens"]
     except (InferenceError, KeyError, TypeError) as e:
         raise TeacherError(

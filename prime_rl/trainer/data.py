@@ -82,22 +82,10 @@ def collate_rows(rows: list[Row], pad_id: int) -> TokenBatch:
                 top_logprobs[i, completion] = s.teacher_top_logprobs.clamp(min=LOGPROB_FLOOR).where(listed, -torch.inf)
                 has_top[i, completion] = listed.any(-1)
             start, k = start + s.length, k + 1
-    packed = any(len(row) > 1 for row in rows)
-    return TokenBatch(
-        ids,
-        attn,
-        loss_mask,
-        mu,
-        advantages,
-        streams,
-        has_stream,
-        sample_ids,
-        positions if packed else None,
-        top_ids,
-        top_logprobs,
-        has_top,
-        tuple(s.source for row in rows for s in row),
-    )
+    position_ids = positions if any(len(row) > 1 for row in rows) else None  # packed rows only
+    sources = tuple(s.source for row in rows for s in row)
+    tensors = (ids, attn, loss_mask, mu, advantages, streams, has_stream, sample_ids, position_ids)
+    return TokenBatch(*tensors, top_ids, top_logprobs, has_top, sources)
 
 
 def teacher_top_tensors(rows: list[Row], shape: tuple[int, int]) -> tuple[torch.Tensor | None, ...]:

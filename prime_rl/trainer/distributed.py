@@ -121,15 +121,8 @@ def rank_micro_batches(
 
 def _no_loss(sample: Sample) -> Sample:
     """A stand-in that joins the collectives and contributes no tokens (a rank whose share ran out)."""
-    return replace(
-        sample,
-        completion_ids=[],
-        inference_logprobs=[],
-        loss_mask=None,
-        streams={},
-        teacher_top_ids=None,
-        teacher_top_logprobs=None,
-    )
+    nothing = {"completion_ids": [], "inference_logprobs": [], "streams": {}, "loss_mask": None}
+    return replace(sample, **nothing, teacher_top_ids=None, teacher_top_logprobs=None)
 
 
 def all_sum(values: dict[str, float], world: World) -> dict[str, float]:

@@ -145,12 +145,8 @@ def distill_center(mbs: list[TokenBatch], cfg: LossConfig) -> float:
     if not cfg.teacher_adv_center:
         return 0.0
     pairs = [teacher_logprobs(mb) for mb in mbs]
-    adv = torch.cat(
-        [
-            (teacher - chunk_sums(mb.inference_logprobs, mb, scored)).flatten()
-            for (teacher, scored), mb in zip(pairs, mbs)
-        ]
-    )
+    gaps = [teacher - chunk_sums(mb.inference_logprobs, mb, scored) for (teacher, scored), mb in zip(pairs, mbs)]
+    adv = torch.cat([gap.flatten() for gap in gaps])
     mask = torch.cat([scored.flatten() for _, scored in pairs])
     if cfg.teacher_adv_clip > 0:
         adv = adv.clamp(-cfg.teacher_adv_clip, cfg.teacher_adv_clip)

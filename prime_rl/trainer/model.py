@@ -40,17 +40,11 @@ def load_model(cfg: Config, device: torch.device):
     if cfg.trainer.lora.enabled:
         from peft import LoraConfig, get_peft_model
 
-        lora = cfg.trainer.lora
-        model = get_peft_model(
-            model,
-            LoraConfig(
-                r=lora.rank,
-                lora_alpha=lora.alpha,
-                lora_dropout=lora.dropout,
-                target_modules=list(lora.target_modules),
-                task_type="CAUSAL_LM",
-            ),
+        lora, targets = cfg.trainer.lora, list(cfg.trainer.lora.target_modules)
+        adapter = LoraConfig(
+            r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets, task_type="CAUSAL_LM"
         )
+        model = get_peft_model(model, adapter)
     return model, AutoTokenizer.from_pretrained(path)
 
 

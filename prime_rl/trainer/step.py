@@ -40,14 +40,8 @@ def train_step(t: Trainer, batch: Batch) -> dict:
     # Divide by the step's tokens on all ranks: the summed gradients then equal one process's gradient.
     # a step may train on no token (every reply cut and masked: orchestrator.length.mask_truncated): it divides by
     # 1 and skips the update below, which Adam's momentum would otherwise make from zero gradients
-    counts = all_sum(
-        {
-            "tokens": sum(int(mb.loss_mask.sum()) for mb in mbs),
-            "filled": sum(int(mb.attention_mask.sum()) for mb in mbs),
-            "slots": sum(mb.input_ids.numel() for mb in mbs),
-        },
-        world,
-    )
+    tokens, filled = sum(int(mb.loss_mask.sum()) for mb in mbs), sum(int(mb.attention_mask.sum()) for mb in mbs)
+    counts = all_sum({"tokens": tokens, "filled": filled, "slots": sum(mb.input_ids.numel() for mb in mbs)}, world)
     trained = int(counts["tokens"])
     total_tokens = max(trained, 1)
     sums = {"loss": 0.0, "entropy": 0.0} | step_sums(batch.samples, SOURCE_METRICS)

@@ -58,10 +58,8 @@ def sft_train(model, tokenizer, examples: list[Example], ws: WarmStartConfig, ou
     trainer = trainer_around(supervised_config(ws), model, tokenizer, next(model.parameters()).device)
     rng = random.Random(ws.seed)
     for step in range(ws.steps):
-        batch = Batch(
-            step, step, supervised_samples(tokenizer, rng.sample(examples, min(ws.batch_size, len(examples))))
-        )
-        metrics = train_step(trainer, batch)
+        chosen = rng.sample(examples, min(ws.batch_size, len(examples)))
+        metrics = train_step(trainer, Batch(step, step, supervised_samples(tokenizer, chosen)))
         if step % 20 == 0 or step == ws.steps - 1:
             log.info("fine-tuning step %d/%d loss %.4f lr %.2e", step + 1, ws.steps, metrics["loss"], metrics["lr"])
     model.eval()

@@ -91,14 +91,9 @@ def init_info(way: WeightTransfer, rank: int, world_size: int, timeout_s: float)
         return gloo.GlooTrainerInitInfo(HOST, world_size, timeout_s, rank=rank)
     from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
-    return NCCLTrainerInitInfo(
-        HOST,
-        rendezvous_port(),
-        world_size,
-        rank=rank,
-        packed_buffer_size_bytes=PUSH_BUFFER_BYTES,  # counted in the fit checks (config/layout.py push_bytes)
-        packed_num_buffers=PUSH_BUFFERS,
-    )
+    # counted in the fit checks (config/layout.py push_bytes)
+    buffers = {"packed_buffer_size_bytes": PUSH_BUFFER_BYTES, "packed_num_buffers": PUSH_BUFFERS}
+    return NCCLTrainerInitInfo(HOST, rendezvous_port(), world_size, rank=rank, **buffers)
 
 
 def rendezvous_port() -> int:
