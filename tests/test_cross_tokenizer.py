@@ -365,8 +365,9 @@ def test_a_teacher_of_another_tokenizer_is_aligned_on_text_unless_the_run_wants_
     assert alignment(student) == "tokens (its tokenizer is the student's)"
     assert alignment(other) == "text (its tokenizer differs from the student's: vocab)"
     assert alignment(student, "teacher.alignment=text") == "text (teacher.alignment=text)"
-    with pytest.raises(UserError, match=r"\(vocab\) \[teacher.alignment\]"):
+    with pytest.raises(UserError) as err:
         alignment(other, "teacher.alignment=tokens")
+    assert err.value.keys == ["teacher.alignment"] and "(vocab)" in str(err.value)
     top_k = alignment(other, "trainer.loss.distill=topk", "trainer.loss.distill_top_k=4")  # over the shared tokens
     assert top_k == "text (its tokenizer differs from the student's: vocab)"
 

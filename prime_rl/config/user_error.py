@@ -7,15 +7,19 @@ from enum import Enum
 
 
 class UserError(Exception):
-    """Its message says what is wrong and how to fix it, on one line."""
+    """Its message says what is wrong and how to fix it, on one line; `keys`: the config keys it names, if any."""
+
+    def __init__(self, message: str, keys: Sequence[str] = ()):
+        super().__init__(message)
+        self.keys = list(keys)
 
 
 class ConfigError(UserError, ValueError):
     """A run that cannot go as configured: the keys that say so, what is wrong, and the fix."""
 
     def __init__(self, keys: Sequence[str], problem: str, fix: str):
-        self.keys, self.problem, self.fix = list(keys), problem, fix
-        super().__init__(f"invalid config [{', '.join(self.keys)}]: {problem}; fix: {fix}")
+        super().__init__(f"invalid config [{', '.join(keys)}]: {problem}; fix: {fix}", keys)
+        self.problem, self.fix = problem, fix
 
 
 @contextmanager

@@ -108,7 +108,8 @@ async def resolve_alignment(
         raise TeacherError(
             f"the teacher's tokenizer at {teacher_dir(cfg) if local else client.root} differs from the student's "
             f"({difference}) [teacher.alignment]: teacher.alignment=tokens scores the student's own tokens; "
-            + TOKENS_FIX
+            + TOKENS_FIX,
+            ["teacher.alignment"],
         )
     source = teacher_tokenizer_source(cfg, difference)
     if not local:

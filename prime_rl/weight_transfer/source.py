@@ -36,5 +36,6 @@ def check_checkpoint_names(model: torch.nn.Module, model_dir: Path) -> None:
     if foreign:
         raise UserError(
             f"inference.weight_transfer pushes parameters by name, but {len(foreign)} of this model's are not named "
-            f"so in its checkpoint (e.g. {foreign[0]}); set inference.weight_transfer=files"
+            f"so in its checkpoint (e.g. {foreign[0]}); set inference.weight_transfer=files",
+            ["inference.weight_transfer"],
         )

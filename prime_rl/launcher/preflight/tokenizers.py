@@ -26,7 +26,8 @@ def student_tokenizer_or_error(cfg: Config):
     except (OSError, ValueError) as e:
         raise UserError(
             f"the student's tokenizer does not load [model.name]: {str(e).splitlines()[0]}; "
-            "fix: point model.name at a Hugging Face model dir (or Hub id) that has its tokenizer"
+            "fix: point model.name at a Hugging Face model dir (or Hub id) that has its tokenizer",
+            ["model.name"],
         ) from e
 
 
@@ -65,7 +66,8 @@ def check_teacher_tool_calls(cfg: Config, tokenizer: Callable) -> None:
             f"{with_tools[0].env}'s tools are called by the teacher, but the student's chat template [model.name] "
             "does not write an assistant message's tool_calls; fix: give the student a chat template that renders "
             f"tool_calls (Qwen's, Llama 3's) or use training_mode={modes_with(plays_episodes)}, where the student "
-            "writes its calls"
+            "writes its calls",
+            ["model.name"],
         )
 
 
