@@ -102,16 +102,15 @@ def pytest_runtest_call(item):
         return (yield)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_fixture_setup(fixturedef):
-    """A session's fixture (the server factory) serves every tier: the unit test that happens to set it up first
-    does not start its processes."""
+@contextmanager
+def processes_allowed():
+    """For a session's fixture (the server factory), which serves every tier: the unit test that happens to set it
+    up first does not start its processes. (A hook on fixture setup would not do: pytest asks the session's hooks
+    for a session's fixture, and this file's hooks are its folder's.)"""
     global unit_test_starts
-    held = unit_test_starts
-    if fixturedef.scope == "session":
-        unit_test_starts = None
+    held, unit_test_starts = unit_test_starts, None
     try:
-        return (yield)
+        yield
     finally:
         unit_test_starts = held
 
@@ -182,7 +181,7 @@ def server_factory(request, tmp_path_factory):
         yield None
         return
     path = tmp_path_factory.mktemp("factory") / "vllm.sock"
-    with open(path.with_suffix(".log"), "w") as log:  # the child keeps its own copy of the fd
+    with open(path.with_suffix(".log"), "w") as log, processes_allowed():  # the child keeps its own copy of the fd
         proc = subprocess.Popen(
             [sys.executable, "-m", "prime_rl.launcher.server_factory", str(path), f"--stop-with={os.getpid()}"],
             stdin=subprocess.DEVNULL,
