@@ -200,7 +200,7 @@ def _vllm_role(
 def _role(plan: Plan, name: str, command: list[str], env: dict[str, str], gpus: list[str], **server) -> Role:
     """Role `name` of the plan's node, with its log and config file."""
     log, config = log_file(plan.run_dir, name, plan.node), RunDir(plan.run_dir).config(name)
-    return Role(name, command, env, gpus, log, config, **server)
+    return Role(name, command, env, gpus, log_file=log, config_file=config, **server)
 
 
 def write_role_configs(plan: Plan) -> None:
