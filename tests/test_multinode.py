@@ -258,6 +258,20 @@ def test_multi_node_rules():
     assert "trainer.lora.enabled" in err.value.keys
 
 
+def test_weights_cross_nodes_by_gloo_but_nccl_stays_on_its_node():
+    cpu_nodes = ["deployment=local", "deployment.num_infer_nodes=1", "deployment.num_train_nodes=1"]
+    check_rules(compose_config([*cpu_nodes, "inference.weight_transfer=gloo"]), visible_gpus=0)
+    with pytest.raises(ConfigError) as err:
+        check_rules(
+            compose_config(
+                [*GPU_NODES[:3], "deployment.num_infer_nodes=1", "deployment.num_train_nodes=1", "inference.tp=8"]
+                + ["inference.weight_transfer=nccl"]
+            ),
+            visible_gpus=8,
+        )
+    assert err.value.keys == ["inference.weight_transfer", "deployment.num_infer_nodes"]
+
+
 @needs_slurm
 @pytest.mark.slurm
 @pytest.mark.timeout(120)

@@ -15,6 +15,7 @@ import pytest
 
 from prime_rl.config.schema import Config
 from prime_rl.inference.server import vllm_command
+from prime_rl.launcher import server_factory
 from prime_rl.launcher.allocator import preload_env
 from prime_rl.launcher.plan import Role
 from prime_rl.launcher.processes import group_alive, spawn
@@ -110,6 +111,9 @@ def test_what_the_factory_cannot_give_the_launcher_starts_itself_and_says_why(fa
     assert "HF_HOME" in refusal(env | {"HF_HOME": str(tmp_path / "hf")})
     assert "does not answer" in refusal(env | {FACTORY_ENV: str(tmp_path / "nobody.sock")})
     assert refusal(env | {"CUDA_VISIBLE_DEVICES": "0"}) == ""  # a GPU server: no factory's business
+    with monkeypatch.context() as m:  # a launcher on another node of the local cluster: its servers listen there
+        m.setattr(server_factory, "network", lambda: "net:[1]")
+        assert "network namespace" in refusal(env)
     # one factory per socket: a second one at the same path refuses to start, before it imports anything
     second = subprocess.run(
         [sys.executable, "-m", "prime_rl.launcher.server_factory", str(factory)], capture_output=True, text=True

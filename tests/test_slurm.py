@@ -263,3 +263,48 @@ def test_slurm_dry_run_prints_the_submission_and_submits_nothing(tmp_path):
     assert [job["run_dir"] for job in jobs] == [str(tmp_path / "sweep" / str(i)) for i in range(2)]
     assert [o for o in jobs[1]["overrides"] if o.startswith("trainer.")] == ["trainer.loss.teacher_tau=1.0"]
     assert not (tmp_path / "sweep").exists()
+
+
+@needs_slurm
+@pytest.mark.slurm
+@pytest.mark.timeout(120)
+def test_a_job_the_partition_can_never_run_is_refused_before_submission(sweep_dir):
+    """Two nodes asked of the one-node default partition: SLURM's own `sbatch --test-only` says no, before any job."""
+    first = next_job_id()
+    done = sweep(sweep_dir, "deployment.num_infer_nodes=1", "deployment.num_train_nodes=1", timeout=100)
+    assert done.returncode == 2, done.stderr[-3000:]
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert "SLURM cannot run" in line and "2 node(s)" in line and "nothing was submitted" in line, line
+    recorded = subprocess.run(
+        ["sacct", "-X", "-n", "-j", f"{first},{next_job_id() - 1}"], capture_output=True, text=True
+    )
+    assert recorded.stdout.strip() == "" and not sweep_dir.exists()  # `--test-only` takes an id, submits nothing
+
+
+@needs_slurm
+@pytest.mark.slurm
+@pytest.mark.timeout(180)
+def test_a_pending_job_shows_why_and_its_cancel_ends_the_wait(sweep_dir):
+    """A job held back (here: not before an hour from now) is reported with SLURM's reason while the sweep waits;
+    `scancel` ends the wait within seconds (submitit alone would look again after up to minutes)."""
+    cmd = launch_cmd(
+        "-m",
+        "hydra/launcher=slurm",
+        "+hydra.launcher.additional_parameters.begin=now+3600",
+        f"hydra.sweep.dir={sweep_dir}",
+    )
+    waiting = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in waiting.stdout:  # where Hydra logs
+        lines.append(line)
+        if "is pending (BeginTime)" in line:
+            break
+    else:
+        pytest.fail("".join(lines)[-3000:])
+    (job,) = job_ids(sweep_dir)
+    cancelled = time.monotonic()
+    subprocess.run(["scancel", job], check=True)
+    rest = waiting.communicate(timeout=90)[1]
+    assert waiting.returncode == 2 and time.monotonic() - cancelled < 45
+    [line] = [line for line in rest.splitlines() if line.startswith("error: ")]
+    assert f"sweep job {job} ended without a result (CANCELLED" in line, line

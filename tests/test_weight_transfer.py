@@ -84,9 +84,9 @@ def test_a_gloo_push_serves_exactly_the_trainers_weights_and_a_stale_output_laye
 
     with serve(path, tmp_path, weight_transfer=WeightTransfer.gloo, env={SERVER_KEY_ENV: key}) as url:
         with pytest.raises(WeightTransferError, match="HTTP 401"):
-            ServerWeights(url, 60).workers()  # no key in this process yet
+            ServerWeights([url], 60).workers()  # no key in this process yet
         monkeypatch.setenv(SERVER_KEY_ENV, key)
-        server = ServerWeights(url, 60)
+        server = ServerWeights([url], 60)
         client = Recorded(server)
         info = gloo.GlooTrainerInitInfo("127.0.0.1", 1 + server.workers(), 60.0, rank=0)
         source = ModelWeights(model, torch.float32)
@@ -166,7 +166,8 @@ def test_the_nccl_rendezvous_is_on_a_free_port_the_kernel_hands_nobody_else_with
     range could be handed to any outgoing connection in between."""
     from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
-    infos = [init_info(WeightTransfer.nccl, 0, 2, 60.0) for _ in range(5)]
+    cfg = compose_config(["deployment=gpu", "inference.weight_transfer=nccl"])
+    infos = [init_info(cfg, 0, 2) for _ in range(5)]
     assert all(isinstance(info, NCCLTrainerInitInfo) for info in infos)
     for info in infos:
         assert PORTS_FROM <= info.master_port < first_ephemeral_port()

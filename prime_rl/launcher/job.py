@@ -94,13 +94,26 @@ def end_failed_job(plan: Plan, code: int) -> None:
     """Exit with the run's code; in a SLURM job whose run failed, raise instead. submitit records an exception in
     the job's result file, which the waiting sweep reads within a second; after a plain exit the sweep learns of
     the failure from accounting, which submitit polls ever less often as the job ages (up to every 10 min)."""
-    from prime_rl.launcher.supervisor import outcome_file
-
-    recorded = outcome_file(plan)
-    outcome = json.loads(recorded.read_text()) if recorded.exists() else {}
-    if "SUBMITIT_EXECUTOR" in os.environ and outcome.get("status") == "failed":
-        raise JobFailed(f"error: role {outcome['role']} {outcome['reason']}; its log: {outcome['log']}")
+    failure = recorded_failure(plan.run_dir, plan.node.rank if plan.node.multi else None)
+    if "SUBMITIT_EXECUTOR" in os.environ and failure:
+        raise JobFailed(f"error: {failure}")
     sys.exit(code)
+
+
+def recorded_failure(run_dir: Path, rank: int | None) -> str | None:
+    """The failure a launcher recorded (RunDir.outcome; `rank`: a node's of a multi-node run), in one line."""
+    recorded = RunDir(run_dir).outcome(rank)
+    outcome = json.loads(recorded.read_text()) if recorded.exists() else {}
+    if outcome.get("status") != "failed":
+        return None
+    return f"role {outcome['role']} {outcome['reason']}; its log: {outcome['log']}"
+
+
+def run_failure(run_dir: Path) -> str | None:
+    """What a run recorded of its last failure: a multi-node run's, by the node that ended it (its end marker)."""
+    ends = sorted(RunDir(run_dir).end_marker("*").parent.glob("end.*"), key=lambda p: p.stat().st_mtime)
+    rank = int(ends[-1].read_text().split()[0]) if ends else None
+    return recorded_failure(run_dir, rank)
 
 
 def with_hub_snapshots(cfg: Config) -> Config:

@@ -117,7 +117,8 @@ def remote_servers(cfg: Config, run_dir: Path, hostnames: list[str]) -> list[Rem
         if SERVER_ROLE in node_roles(cfg, rank):
             ports |= {server_role(name): teacher_config(cfg, name).port for name in local_teachers(cfg)}
         for name, port in ports.items():
-            servers.append(RemoteServer(f"{name}@{host}", f"http://{host}:{port}", RunDir(run_dir).log(name, rank)))
+            log = RunDir(run_dir).log(name, rank)
+            servers.append(RemoteServer(f"{name}@{host}", f"http://{host}:{port}", log, rank))
     return servers
 
 

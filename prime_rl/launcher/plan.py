@@ -61,6 +61,7 @@ class RemoteServer:
     name: str  # <role>@<host>
     root: str  # http://host:port, ready when it serves /health and /v1/models
     log_file: Path  # where its node writes its log (the run dir is shared)
+    rank: int = 0  # the node that runs it
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ session and process group (the launcher stops it as any role), its output in the
 when its launcher ends (a launcher killed with SIGKILL has no reaper that could find it: a forked process keeps the
 factory's environment in /proc, not the run's marker). Where the factory cannot give that server (an environment
 that differs where vLLM, torch or transformers read it at import, a launcher in another cgroup such as a SLURM
-job's allocation, a factory not running), the launcher starts the server as a process of its own, and says why in
-the role's log. The factory ends with the process `--stop-with` names, or on Ctrl-C/SIGTERM; its servers do not.
+job's allocation or in another network namespace such as a node of the local cluster, a factory not running),
+the launcher starts the server as a process of its own, and says why in the role's log. The factory ends with the
+process `--stop-with` names, or on Ctrl-C/SIGTERM; its servers do not.
 """
 
 import argparse
@@ -61,6 +62,11 @@ def cgroup() -> str:
     return Path("/proc/self/cgroup").read_text()
 
 
+def network() -> str:
+    """This process's network namespace: a node of the local multi-node cluster (.ci/slurm) has its own."""
+    return os.readlink("/proc/self/ns/net")
+
+
 @dataclass(eq=False)
 class ForkedServer:
     """A server the factory forked, with the two things the launcher asks of a Popen: its pid and poll(). It is
@@ -95,7 +101,14 @@ def fork_server(command: list[str], env: dict[str, str], log) -> ForkedServer | 
     path = env.get(FACTORY_ENV)
     if not path or command[1:3] != ["-m", SERVER_MODULE] or env.get("CUDA_VISIBLE_DEVICES"):
         return None
-    request = {"argv": command[3:], "env": env, "cwd": os.getcwd(), "owner": os.getpid(), "cgroup": cgroup()}
+    request = {
+        "argv": command[3:],
+        "env": env,
+        "cwd": os.getcwd(),
+        "owner": os.getpid(),
+        "cgroup": cgroup(),
+        "network": network(),
+    }
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     conn.settimeout(ANSWER_TIMEOUT_S)
     try:
@@ -118,6 +131,7 @@ class Factory:
         self.env = pinned_env(env)  # the environment vLLM was imported in
         self.set_by_import = set_by_import  # what importing vLLM wrote into it, as it would in every server
         self.cgroup = cgroup()
+        self.network = network()
         self.servers: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, the request's connection)
 
     def serve(self, owner: list[int]) -> None:
@@ -161,6 +175,8 @@ class Factory:
     def refusal(self, request: dict) -> str | None:
         if request["cgroup"] != self.cgroup:
             return "the launcher runs in another cgroup (a SLURM job's allocation, a container): its servers run there"
+        if request["network"] != self.network:
+            return "the launcher runs in another network namespace (another node): its servers listen there"
         asked = pinned_env(request["env"])
         # a launcher that imported vLLM itself passes on what the import set: the value every server gets
         imported = self.env | pinned_env(self.set_by_import)

@@ -31,7 +31,7 @@ from prime_rl.monitor.plots import write_plots
 from prime_rl.protocol.atomic import write_text
 from prime_rl.protocol.polling import wait_until
 from prime_rl.protocol.run_dir import RunDir
-from prime_rl.protocol.servers import SERVER_KEY_ENV
+from prime_rl.protocol.servers import SERVER_KEY_ENV, answers_health, serves
 
 POLL_S = 0.5  # how often children are checked: a dead child is noticed within this
 HTTP_TIMEOUT_S = 2.0  # per readiness request; a hung server must not stall the loop
@@ -211,10 +211,24 @@ class Supervisor:
         for child in self.children:
             code = child.exit_code()
             if code is not None and (code != 0 or child.role.is_server):
-                raise RoleFailed(child.role.name, child.role.log_file, f"failed ({describe_exit(code)})", code)
+                failed = f"failed ({describe_exit(code)})"
+                lost = self.lost_server()
+                if lost:  # the cause, where the role failed because another node's server is gone
+                    raise RoleFailed(
+                        lost.name,
+                        lost.log_file,
+                        f"on node {lost.rank} stopped serving; {child.role.name} {failed}",
+                        code,
+                    )
+                raise RoleFailed(child.role.name, child.role.log_file, failed, code)
         peer = peer_failure(self.plan)
         if peer:  # multi-node: another node failed and ended the run
             raise RoleFailed(*peer, "failed")
+
+    def lost_server(self) -> RemoteServer | None:
+        """The first server of another node (multi-node head) that no longer answers /health."""
+        with httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False) as http:
+            return next((s for s in self.plan.remote_servers if not answers_health(http, s.root)), None)
 
     def stop(self) -> None:
         """Stop every started role: orchestrator and trainer first, so no server is stopped with requests
@@ -282,15 +296,6 @@ def not_ready(server: Child | RemoteServer, timeout: float) -> RoleFailed:
     reason = f"not ready after {timeout:g} s (no 200 from /health and /v1/models; {at})"
     log = server.role.log_file if isinstance(server, Child) else server.log_file
     return RoleFailed(server_name(server), log, reason)
-
-
-def serves(http: httpx.Client, root: str) -> bool:
-    """/health answers once the engine is up; /v1/models (which needs the server key) once the model is served,
-    and only by a server of this run."""
-    try:
-        return all(http.get(root + path).status_code == 200 for path in ("/health", "/v1/models"))
-    except httpx.HTTPError:
-        return False
 
 
 def describe_exit(code: int) -> str:

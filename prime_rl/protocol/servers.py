@@ -1,5 +1,7 @@
 """What the launcher, the orchestrator and the vLLM servers agree on to reach each other."""
 
+import httpx
+
 STUDENT_MODEL_NAME = "student"  # served name of the student's base weights
 TEACHER_MODEL_NAME = "teacher"  # served name of the local teacher
 # The env var through which the launcher hands its children the run's server key: vLLM requires it on /v1/*,
@@ -11,3 +13,20 @@ RELOAD_METHOD = "reload_policy"
 # The worker-extension method the trainer calls after a pushed transfer (inference.weight_transfer=nccl|gloo): the
 # same refresh of tied output layers that RELOAD_METHOD does after loading files.
 REFRESH_METHOD = "refresh_shared_output_layers"
+
+
+def answers_health(http: httpx.Client, root: str) -> bool:
+    """Whether the server's engine is up (/health needs no key)."""
+    try:
+        return http.get(root + "/health").status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def serves(http: httpx.Client, root: str) -> bool:
+    """/health answers once the engine is up; /v1/models (which needs the server key) once the model is served,
+    and only by a server of this run."""
+    try:
+        return all(http.get(root + path).status_code == 200 for path in ("/health", "/v1/models"))
+    except httpx.HTTPError:
+        return False

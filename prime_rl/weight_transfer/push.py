@@ -6,6 +6,7 @@ orchestrator asks for it there (REQUESTED), and the trainer then broadcasts it t
 engine and says so (PUSHED). Until then the trainer keeps its parameters as they are: one version in flight at
 most, and every version the orchestrator sees is the one it is served."""
 
+import os
 import random
 import socket
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 import torch
 
 from prime_rl.config.layout import PUSH_BUFFER_BYTES, PUSH_BUFFERS
-from prime_rl.config.schema import Config, WeightTransfer
+from prime_rl.config.schema import Config, WeightTransfer, num_nodes
 from prime_rl.models import student_dir
 from prime_rl.protocol.atomic import publish_dir, write_text
 from prime_rl.protocol.handoff import ANNOUNCED_FALLBACK_S, Listener, announce
@@ -25,9 +26,9 @@ from prime_rl.weight_transfer.client import ServerWeights
 from prime_rl.weight_transfer.source import ModelWeights, check_checkpoint_names
 from prime_rl.weight_transfer.watchdog import watchdog
 
-HOST = "127.0.0.1"  # the trainer and the student server share a node (config/rules/deployment.py weight_transfer)
+HOST = "127.0.0.1"  # one node: the trainer and the student server share it
 PORTS_FROM = 20000  # the rendezvous port's range starts here and ends below the ephemeral ports
-URL_POLL_S = 0.5
+URL_POLL_S = 0.5  # the published URL of the student server
 
 
 class WeightPush:
@@ -39,9 +40,11 @@ class WeightPush:
         self.main = rank == 0  # the sender: the server's routes, the files of the protocol
         self.timeout_s = cfg.step_timeout_s
         self.listener = Listener(self.run_dir.handoff("push"))  # every rank: each joins the broadcast's gather
-        self.server = ServerWeights(student_root(cfg, self.run_dir), cfg.step_timeout_s) if self.main else None
-        group = 1 + self.server.workers() if self.main else 0  # the sender, then the server's workers
-        info = init_info(cfg.inference.weight_transfer, rank, group, cfg.step_timeout_s)
+        self.server = ServerWeights(student_roots(cfg, self.run_dir), cfg.step_timeout_s) if self.main else None
+        if self.main:
+            self.server.wait_served(cfg.launcher.ready_timeout_s)
+        group = 1 + self.server.workers() if self.main else 0  # the sender, then the servers' workers
+        info = init_info(cfg, rank, group)
         source = ModelWeights(model, dtype)
         self.engine = WeightTransferTrainerFactory.trainer_init(info, client=self.server, source=source)
         self.wait_s = 0.0  # waiting for the orchestrator's request, for the step's metrics
@@ -84,11 +87,11 @@ class WeightPush:
             self.server.close()
 
 
-def init_info(way: WeightTransfer, rank: int, world_size: int, timeout_s: float):
+def init_info(cfg: Config, rank: int, world_size: int):
     """The trainer engine's init info: vLLM's NCCL one, or gloo's (registered with vLLM's factory here)."""
-    if way == WeightTransfer.gloo:
+    if cfg.inference.weight_transfer == WeightTransfer.gloo:
         gloo.register()
-        return gloo.GlooTrainerInitInfo(HOST, world_size, timeout_s, rank=rank)
+        return gloo.GlooTrainerInitInfo(trainer_address(cfg), world_size, cfg.step_timeout_s, rank=rank)
     from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
     # counted in the fit checks (config/layout.py push_bytes)
@@ -121,11 +124,20 @@ def first_ephemeral_port() -> int:
         return 32768
 
 
-def student_root(cfg: Config, run_dir: RunDir) -> str:
-    """The student server's URL without /v1: a fixed port's, or the one the launcher publishes once it serves."""
+def trainer_address(cfg: Config) -> str:
+    """Where the servers' workers reach trainer rank 0: this node, or in a multi-node job its SLURM node name, which
+    every node resolves (the servers' URLs are node names too)."""
+    return os.environ["SLURMD_NODENAME"] if num_nodes(cfg.deployment) > 1 else HOST
+
+
+def student_roots(cfg: Config, run_dir: RunDir) -> list[str]:
+    """The student servers' URLs without /v1: a multi-node job's (one per inference node), a fixed port's, or
+    the one the launcher publishes once it serves."""
+    if cfg.inference.urls:
+        return [url.removesuffix("/v1") for url in cfg.inference.urls]
     if cfg.inference.port:
-        return f"http://{cfg.inference.host}:{cfg.inference.port}"
+        return [f"http://{cfg.inference.host}:{cfg.inference.port}"]
     path = run_dir.server_url("inference")
     error = f"no student server published in {path} within {cfg.launcher.ready_timeout_s:g} s"
     wait_until(path.exists, cfg.launcher.ready_timeout_s, URL_POLL_S, error)
-    return path.read_text().strip().removesuffix("/v1")
+    return [path.read_text().strip().removesuffix("/v1")]

@@ -72,8 +72,8 @@ def colocated(cfg: Config, _: int) -> None:
 
 
 def weight_transfer(cfg: Config, _: int) -> None:
-    """A push (nccl, gloo) hands the trainer's full weights to the student server of this node, device to device:
-    an adapter, another node, or one GPU shared in turns go through files."""
+    """A push (nccl, gloo) hands the trainer's full weights to the student servers: gloo over TCP to any node's,
+    nccl device to device on this node's. An adapter, or one GPU shared in turns, go through files."""
     if not pushes_weights(cfg):
         return
     way = cfg.inference.weight_transfer
@@ -84,12 +84,6 @@ def weight_transfer(cfg: Config, _: int) -> None:
         f"{key} pushes full weights; under LoRA the server loads the adapter from the run dir",
         "set inference.weight_transfer=files, or lora=off",
     )
-    check(
-        num_nodes(d) == 1,
-        ["inference.weight_transfer", "deployment.num_infer_nodes"],
-        f"{key} reaches the student server of the trainer's own node; a multi-node job has one per node",
-        "set inference.weight_transfer=files for a multi-node job",
-    )
     if way == WeightTransfer.gloo:
         check(
             d.num_infer_gpus == 0,
@@ -98,6 +92,12 @@ def weight_transfer(cfg: Config, _: int) -> None:
             "set inference.weight_transfer=nccl (or files) on GPUs",
         )
         return
+    check(
+        num_nodes(d) == 1,
+        ["inference.weight_transfer", "deployment.num_infer_nodes"],
+        f"{key} reaches the student server of the trainer's own node; a multi-node job has one per node",
+        "set inference.weight_transfer=files for a multi-node job (gloo crosses nodes, on CPU nodes)",
+    )
     check(
         d.num_infer_gpus > 0 and d.num_train_gpus > 0,
         ["inference.weight_transfer", "deployment.num_infer_gpus", "deployment.num_train_gpus"],
