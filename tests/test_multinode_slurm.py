@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -19,6 +20,7 @@ import pytest
 import yaml
 
 from prime_rl.launcher.processes import RUN_ENV
+from prime_rl.protocol.run_dir import RunDir
 from tests.conftest import ROOT, launch_cmd
 from tests.test_slurm import job_ids, needs_slurm, sacct, steps, sweep, sweep_dir  # noqa: F401
 
@@ -193,14 +195,43 @@ def wait_for(predicate, timeout_s: float, what: str):
     return value
 
 
+def checkpointed(run_dir: Path, step: int) -> bool:
+    return (run_dir / "checkpoints" / f"step_{step}" / "STABLE").exists()
+
+
+def ended(job: str) -> bool:
+    return sacct(job, settle_s=0)[job][-1] not in ("PENDING", "RUNNING", "COMPLETING", "REQUEUED")
+
+
+def requeue(job: str, run_dir: Path) -> None:
+    """Once the job and every process of its run have ended: requeued, as a preemption or `scontrol requeue` would."""
+    wait_for(lambda: not processes_of(run_dir), 60, "the run's processes to end on every node")
+    wait_for(lambda: ended(job), 180, f"job {job} to end")
+    subprocess.run(["scontrol", "requeue", job], check=True)
+
+
+@contextmanager
+def link_cut(host: str):
+    """The link between node `host` (node<k>) and the bridge down: its packets go nowhere (no refusal)."""
+    veth = f"prime-rl-v{host.removeprefix('node')}"  # the bridge's end of the node's pair (.ci/slurm)
+    subprocess.run(["ip", "link", "set", veth, "down"], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["ip", "link", "set", veth, "up"], check=True)
+
+
 @needs_slurm
 @needs_nodes
 @pytest.mark.slurm
 @pytest.mark.vllm
-@pytest.mark.timeout(600)
-def test_a_node_killed_mid_run_ends_the_job_naming_it_and_the_requeued_job_resumes(sweep_dir):
+@pytest.mark.timeout(900)
+def test_a_node_killed_or_cut_off_ends_the_job_naming_it_and_each_requeued_attempt_resumes(sweep_dir):
+    """One run, three attempts: node 0's launcher SIGKILLed after step 2's checkpoint; requeued, it resumes, and
+    node 0's link is cut after step 4's; requeued again, it resumes and finishes. Each fault ends the attempt
+    within seconds, names node 0, and leaves no process on any node."""
     run_dir = sweep_dir / "0"
-    overrides = [*MULTI, *TWO_NODES, "max_steps=6", "ckpt.interval=2", "orchestrator.eval.interval=0"]
+    overrides = [*MULTI, *TWO_NODES, "max_steps=8", "ckpt.interval=2", "orchestrator.eval.interval=0"]
     started = subprocess.Popen(
         launch_cmd("-m", "hydra/launcher=slurm", *overrides, f"hydra.sweep.dir={sweep_dir}"),
         cwd=ROOT,
@@ -208,21 +239,29 @@ def test_a_node_killed_mid_run_ends_the_job_naming_it_and_the_requeued_job_resum
         stderr=subprocess.PIPE,
         text=True,
     )
-    wait_for(lambda: (run_dir / "checkpoints" / "step_2" / "STABLE").exists(), 300, "the checkpoint of step 2")
+    wait_for(lambda: checkpointed(run_dir, 2), 300, "the checkpoint of step 2")
     killed_at = time.monotonic()
-    os.kill(launcher_pid(run_dir, 0), signal.SIGKILL)  # node 0's launcher: its server goes with it (the reaper)
-    out, err = started.communicate(timeout=240)
-    ended_s = time.monotonic() - killed_at
-    assert started.returncode != 0
+    os.kill(launcher_pid(run_dir, 0), signal.SIGKILL)  # its server goes with it (the reaper), mid-generation
+    _, err = started.communicate(timeout=120)
+    assert started.returncode != 0 and time.monotonic() - killed_at < 60
+    [line] = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert "on node 0 stopped" in line, err[-3000:]  # the head's view: node 0's server is gone
     (job,) = job_ids(sweep_dir)
-    assert sacct(job)[job][-1] in ("FAILED", "CANCELLED"), sacct(job)
-    assert ended_s < 180, ended_s
-    lines = [line for line in err.splitlines() if "error:" in line]
-    assert lines and "node 0" in lines[-1], err[-3000:]
-    assert wait_for(lambda: not processes_of(run_dir), 60, "the run's processes to end on every node")
-    # requeued (as a preemption would): the next attempt resumes from the checkpoint of step 2 and finishes
-    subprocess.run(["scontrol", "requeue", job], check=True)
-    wait_for(lambda: sacct(job, settle_s=0)[job][-1] == "COMPLETED", 300, "the requeued job")
-    assert plan_of(run_dir, 1)["resume_from"] >= 2  # the last attempt's plan
-    assert steps(run_dir) == list(range(6))  # every step exactly once across the attempts
+    requeue(job, run_dir)
+
+    wait_for(lambda: checkpointed(run_dir, 4), 300, "the requeued attempt's checkpoint of step 4")
+    _, hosts = job_nodes(job)
+    with link_cut(hosts[0]):
+        cut_at = time.monotonic()
+        wait_for(lambda: RunDir(run_dir).read_outcome(1).get("status") == "failed", 90, "the head to fail")
+        assert time.monotonic() - cut_at < 60
+        wait_for(lambda: not processes_of(run_dir), 60, "the cut node to stop its own processes")
+    head = RunDir(run_dir).read_outcome(1)
+    assert head["role"].startswith("inference@") and "on node 0 stopped answering" in head["reason"], head
+    assert RunDir(run_dir).read_outcome(0)["reason"] == head["reason"] + " (reported by node 1)"
+    requeue(job, run_dir)
+
+    wait_for(lambda: sacct(job, settle_s=0)[job][-1] == "COMPLETED", 300, "the last attempt to finish")
+    assert plan_of(run_dir, 1)["resume_from"] >= 4  # the last attempt's plan
+    assert steps(run_dir) == list(range(8))  # every step exactly once across the attempts
     assert processes_of(run_dir) == []

@@ -6,7 +6,6 @@ those that depend on where the job runs (launcher/preflight/ `check_at_job`). A 
 `error:` line and exit code 2 (config/user_error.py `run_or_exit`).
 """
 
-import json
 import os
 import sys
 from dataclasses import replace
@@ -102,8 +101,7 @@ def end_failed_job(plan: Plan, code: int) -> None:
 
 def recorded_failure(run_dir: Path, rank: int | None) -> str | None:
     """The failure a launcher recorded (RunDir.outcome; `rank`: a node's of a multi-node run), in one line."""
-    recorded = RunDir(run_dir).outcome(rank)
-    outcome = json.loads(recorded.read_text()) if recorded.exists() else {}
+    outcome = RunDir(run_dir).read_outcome(rank)
     if outcome.get("status") != "failed":
         return None
     return f"role {outcome['role']} {outcome['reason']}; its log: {outcome['log']}"

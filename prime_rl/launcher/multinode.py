@@ -189,12 +189,17 @@ def read_end(node: Node) -> tuple[int, int] | None:
     return int(rank), int(code)
 
 
-def peer_failure(plan: Plan) -> tuple[str, Path] | None:
-    """(name, launcher log) of another node that failed and so ended the run."""
+def peer_failure(plan: Plan) -> tuple[str, Path, str] | None:
+    """(name, log, why) of what failed on another node and so ended the run: the role its launcher recorded (it
+    records before it ends the run), else the node itself."""
     end = read_end(plan.node) if plan.node.multi else None
     if end is None or end[1] == 0 or end[0] == plan.node.rank:
         return None
-    return f"node {end[0]}", RunDir(plan.run_dir).log("launcher", end[0])
+    rank, run_dir = end[0], RunDir(plan.run_dir)
+    outcome = run_dir.read_outcome(rank)
+    if outcome.get("status") == "failed":
+        return outcome["role"], Path(outcome["log"]), f"{outcome['reason']} (reported by node {rank})"
+    return f"node {rank}", run_dir.log("launcher", rank), "failed"
 
 
 def run_over(plan: Plan) -> bool:

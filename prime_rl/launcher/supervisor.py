@@ -24,6 +24,7 @@ from prime_rl.launcher.plan import Plan, RemoteServer, Role
 from prime_rl.launcher.processes import RUN_ENV, Child, log_tail, spawn, stop_children, stop_stragglers
 from prime_rl.launcher.progress import ProgressLine, RunState, format_duration, summary_lines
 from prime_rl.launcher.reaper import start_reaper
+from prime_rl.launcher.remote_servers import RemoteServersWatch
 from prime_rl.launcher.run_lock import held_lock_fds
 from prime_rl.launcher.standing_server import standing_key
 from prime_rl.monitor.metrics import write_summary
@@ -31,7 +32,7 @@ from prime_rl.monitor.plots import write_plots
 from prime_rl.protocol.atomic import write_text
 from prime_rl.protocol.polling import wait_until
 from prime_rl.protocol.run_dir import RunDir
-from prime_rl.protocol.servers import SERVER_KEY_ENV, answers_health, serves
+from prime_rl.protocol.servers import SERVER_KEY_ENV, serves
 
 POLL_S = 0.5  # how often children are checked: a dead child is noticed within this
 HTTP_TIMEOUT_S = 2.0  # per readiness request; a hung server must not stall the loop
@@ -81,6 +82,7 @@ class Supervisor:
         (plan.run_dir / "logs").mkdir(parents=True, exist_ok=True)
         self.log = open(plan.launcher_log, "a", buffering=1)
         self.metrics = RunState(RunDir(plan.run_dir).metrics)
+        self.remote = RemoteServersWatch(plan.remote_servers)  # multi-node head: the other nodes' servers
         # the servers answer only the launcher's children, not another run or user
         self.server_key = server_key or run_server_key(plan)
 
@@ -131,6 +133,7 @@ class Supervisor:
                 # start-up, and the orchestrator waits for the servers itself before its first request.
                 started_workers = [self.start(r) for r in workers]
                 self.wait_ready(started_servers + self.plan.remote_servers)
+                self.remote.start()
             self.watch(started_workers)
         except RoleFailed as e:
             self.stop()
@@ -212,28 +215,21 @@ class Supervisor:
             code = child.exit_code()
             if code is not None and (code != 0 or child.role.is_server):
                 failed = f"failed ({describe_exit(code)})"
-                lost = self.lost_server()
-                if lost:  # the cause, where the role failed because another node's server is gone
-                    raise RoleFailed(
-                        lost.name,
-                        lost.log_file,
-                        f"on node {lost.rank} stopped serving; {child.role.name} {failed}",
-                        code,
-                    )
+                gone = self.remote.gone_now()
+                if gone:  # the cause, where the role failed because another node's server is gone
+                    raise RoleFailed(gone.name, gone.log_file, f"{lost(gone)}; {child.role.name} {failed}", code)
                 raise RoleFailed(child.role.name, child.role.log_file, failed, code)
+        if self.remote.lost:  # multi-node head: another node died or was cut off
+            raise RoleFailed(self.remote.lost.name, self.remote.lost.log_file, lost(self.remote.lost))
         peer = peer_failure(self.plan)
         if peer:  # multi-node: another node failed and ended the run
-            raise RoleFailed(*peer, "failed")
-
-    def lost_server(self) -> RemoteServer | None:
-        """The first server of another node (multi-node head) that no longer answers /health."""
-        with httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False) as http:
-            return next((s for s in self.plan.remote_servers if not answers_health(http, s.root)), None)
+            raise RoleFailed(*peer)
 
     def stop(self) -> None:
         """Stop every started role: orchestrator and trainer first, so no server is stopped with requests
         in flight (vLLM can hang on SIGTERM then), then the servers. Idempotent."""
         self.stopping = True
+        self.remote.stop()
         workers = [c for c in reversed(self.children) if not c.role.is_server]
         servers = [c for c in reversed(self.children) if c.role.is_server]
         for group in (workers, servers):
@@ -276,6 +272,10 @@ class Supervisor:
 def outcome_file(plan: Plan) -> Path:
     """Where this node's launcher records how its attempt ended (RunDir.outcome)."""
     return RunDir(plan.run_dir).outcome(plan.node.rank if plan.node.multi else None)
+
+
+def lost(server: RemoteServer) -> str:
+    return f"on node {server.rank} stopped answering (its node died or cannot be reached)"
 
 
 def server_name(server: Child | RemoteServer) -> str:

@@ -1,5 +1,6 @@
 """The run directory: the only place where the processes of a run meet. Every path of the protocol is here."""
 
+import json
 import re
 from pathlib import Path
 
@@ -88,6 +89,11 @@ class RunDir:
         why, stopped: by which signal); absent while it runs, or when the launcher was killed outright.
         Multi-node outcome.node<rank>.json, one per node's launcher."""
         return self.root / ("outcome.json" if node_rank is None else f"outcome.node{node_rank}.json")
+
+    def read_outcome(self, node_rank: int | None = None) -> dict:
+        """The recorded outcome (see `outcome`); {} where none was recorded."""
+        path = self.outcome(node_rank)
+        return json.loads(path.read_text()) if path.exists() else {}
 
     def end_marker(self, attempt: str) -> Path:
         """Multi-node: written once when this attempt of the run is over, by the head or a failing node."""

@@ -53,9 +53,9 @@ def load_job(job_dir: Path) -> Job:
 
 def unfinished(run_dir: RunDir) -> str:
     """How a job without a summary ended, as its launcher recorded it; incomplete: running, or killed outright."""
-    if not run_dir.outcome().exists():
+    outcome = run_dir.read_outcome()
+    if not outcome:
         return "incomplete"
-    outcome = json.loads(run_dir.outcome().read_text())
     if outcome["status"] == "failed":
         return f"failed ({outcome['role']})"
     return f"stopped ({outcome['signal']})" if outcome["status"] == "stopped" else "incomplete"
