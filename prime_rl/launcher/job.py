@@ -25,6 +25,7 @@ from prime_rl.config.timeouts import with_ready_timeout
 from prime_rl.config.user_error import UserError, run_or_exit
 from prime_rl.launcher.gpus import visible_gpus
 from prime_rl.launcher.multinode import build_node_plan, lock_name, nodes_of_job
+from prime_rl.launcher.outcomes import recorded_failure
 from prime_rl.launcher.plan import Plan, build_plan, write_role_configs
 from prime_rl.launcher.preflight import check_at_job, check_with_student_tokenizer
 from prime_rl.launcher.resume import prepare_resume
@@ -97,21 +98,6 @@ def end_failed_job(plan: Plan, code: int) -> None:
     if "SUBMITIT_EXECUTOR" in os.environ and failure:
         raise JobFailed(f"error: {failure}")
     sys.exit(code)
-
-
-def recorded_failure(run_dir: Path, rank: int | None) -> str | None:
-    """The failure a launcher recorded (RunDir.outcome; `rank`: a node's of a multi-node run), in one line."""
-    outcome = RunDir(run_dir).read_outcome(rank)
-    if outcome.get("status") != "failed":
-        return None
-    return f"role {outcome['role']} {outcome['reason']}; its log: {outcome['log']}"
-
-
-def run_failure(run_dir: Path) -> str | None:
-    """What a run recorded of its last failure: a multi-node run's, by the node that ended it (its end marker)."""
-    ends = sorted(RunDir(run_dir).end_marker("*").parent.glob("end.*"), key=lambda p: p.stat().st_mtime)
-    rank = int(ends[-1].read_text().split()[0]) if ends else None
-    return recorded_failure(run_dir, rank)
 
 
 def with_hub_snapshots(cfg: Config) -> Config:

@@ -17,6 +17,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from prime_rl.config.user_error import first_line
+from prime_rl.launcher.outcomes import run_failure
 from prime_rl.protocol.run_dir import RunDir
 
 
@@ -129,8 +130,6 @@ def unfinished_job(e: Exception, run_dirs: list[Path]) -> str:
     )
     if not said:
         return f"a sweep job ended without a result: {first_line(e)}"
-    from prime_rl.launcher.job import run_failure
-
     job, result, state = said.groups()
     point = int(job.split("_")[1]) if "_" in job else 0  # an array's task is its sweep point
     failure = run_failure(run_dirs[point]) if point < len(run_dirs) else None
