@@ -119,7 +119,8 @@ def test_faults_stop_the_run_cleanly_and_resume_finishes_it(tmp_path, extra, fau
     pool = None if extra else standing_servers
     checkpoint = 0
     for attempt, (target, sig) in enumerate(faults):
-        overrides = [*SHORT, *extra, *(["ckpt.resume=true"] if attempt else []), "max_steps=200"]
+        # no restarts: each fault ends the run, as any fault past launcher.restarts does
+        overrides = [*SHORT, *extra, *(["ckpt.resume=true"] if attempt else []), "max_steps=200", "launcher.restarts=0"]
         standing = pool if target != OWN_SERVER else None
         proc = subprocess.Popen(
             launch_cmd(*overrides, *(standing.overrides(*overrides) if standing else []), f"hydra.run.dir={run_dir}"),
@@ -149,6 +150,43 @@ def test_faults_stop_the_run_cleanly_and_resume_finishes_it(tmp_path, extra, fau
         assert len(train) == final
         assert all(r["verifier/calls"] == 0 and "reward/mean" not in r and "eval/reward" not in r for r in train)
         assert all(r["seq_len/truncated"] > 0.2 and r["teacher_kl"] > 0 for r in train), train
+
+
+@pytest.mark.vllm
+@pytest.mark.timeout(600)
+def test_a_run_restarts_from_its_checkpoint_after_its_trainer_and_its_orchestrator_die(tmp_path):
+    """kill -9 of the trainer, then (once the restarted run has checkpointed again) of the orchestrator: the launcher
+    restarts the run from its latest checkpoint each time, and it finishes, every step trained exactly once."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        launch_cmd("max_steps=24", "ckpt.interval=2", "orchestrator.eval.interval=0", f"hydra.run.dir={run_dir}"),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        checkpoint = 0
+        for target in ("trainer", "orchestrator"):
+            wait_until(checkpointed_past(run_dir, checkpoint), proc, 300, "a checkpoint")
+            checkpoint = RunDir(run_dir).latest_checkpoint()
+            os.kill(started_roles(run_dir)[target], signal.SIGKILL)
+            wait_until(checkpointed_past(run_dir, checkpoint), proc, 300, "the restarted run's own checkpoint")
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-3000:]
+    restarts = re.findall(r"restarting the run from step (\d+) \(restart (\d) of 2\): role (\w+) failed", out)
+    assert [(r, role) for _, r, role in restarts] == [("1", "trainer"), ("2", "orchestrator")], out[-3000:]
+    assert all(int(step) > 0 for step, _, _ in restarts)
+    assert train_steps(run_dir) == list(range(24))  # every step exactly once across the attempts
+    assert outcome(run_dir)["status"] == "finished"
+    assert not marked_processes(str(run_dir.resolve()))
+
+
+def checkpointed_past(run_dir: Path, step: int):
+    return lambda: (RunDir(run_dir).latest_checkpoint() or 0) > step
 
 
 def hit(run_dir: Path, proc: subprocess.Popen, target: str, sig: signal.Signals, after: int, roles: int) -> None:

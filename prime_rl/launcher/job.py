@@ -6,8 +6,10 @@ those that depend on where the job runs (launcher/preflight/ `check_at_job`). A 
 `error:` line and exit code 2 (config/user_error.py `run_or_exit`).
 """
 
+import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -74,16 +76,62 @@ def job(cfg: DictConfig) -> None:
         prepare_models(typed)
         if not typed.launcher.prepare_only:  # needs the student's tokenizer; before anything is written or started
             typed, alignments = check_with_student_tokenizer(typed)
-    plans = plans_of_job(with_ready_timeout(typed, server_model_dirs(typed)), run_dir, nodes)
+    plans = planned(typed, run_dir, nodes, alignments)
+    if typed.launcher.dry_run or typed.launcher.prepare_only:
+        return
+    code = run_restarting(plans[0], lambda: planned(resumed(typed), run_dir, nodes, alignments)[0])
+    if code:  # only on failure: a finished job returns, so a local multirun goes on to its next job
+        end_failed_job(plans[0], code)
+
+
+def planned(cfg: Config, run_dir: Path, nodes, alignments: dict) -> list[Plan]:
+    """The job's plans (launcher/plan.py), their role configs written and each printed."""
+    plans = plans_of_job(with_ready_timeout(cfg, server_model_dirs(cfg)), run_dir, nodes)
     for plan in plans:
         plan.teacher_alignment = alignments
         write_role_configs(plan)
         print_plan(plan)
-    if typed.launcher.dry_run or typed.launcher.prepare_only:
-        return
-    code = run(plans[0])
-    if code:  # only on failure: a finished job returns, so a local multirun goes on to its next job
-        end_failed_job(plans[0], code)
+    return plans
+
+
+def resumed(cfg: Config) -> Config:
+    return replace(cfg, ckpt=replace(cfg.ckpt, resume=True))
+
+
+def run_restarting(plan: Plan, resumed_plan: Callable[[], Plan]) -> int:
+    """Run the plan; a run whose role crashed after it trained a step restarts from its latest checkpoint (the
+    plan `resumed_plan` gives), up to launcher.restarts times, as a SLURM requeue would."""
+    run_dir, budget = RunDir(plan.run_dir), plan.config.launcher.restarts
+    start = (run_dir.latest_checkpoint() or 0) if plan.config.ckpt.resume else 0
+    code = run(plan)
+    for restart in range(1, budget + 1):
+        why = restart_reason(plan, code, start)
+        if why is None:
+            break
+        start = run_dir.latest_checkpoint() or 0
+        console.print(f"restarting the run from step {start} (restart {restart} of {budget}): {why}")
+        plan = resumed_plan()
+        code = run(plan)
+    return code
+
+
+def restart_reason(plan: Plan, code: int, start: int) -> str | None:
+    """Why the attempt that ended with `code` may restart: a role failed (not a user's mistake: exit 2 would come
+    again, nor a stop the user asked for) after it trained a step from where the attempt started (a failure before
+    any step would come again too). None: it may not. A multi-node job is SLURM's to requeue."""
+    failure = recorded_failure(plan.run_dir, None)
+    outcome = RunDir(plan.run_dir).read_outcome()
+    if code == 0 or plan.node.multi or not failure or outcome.get("exit_code") == 2:
+        return None
+    return failure if trained_from(RunDir(plan.run_dir), start) else None
+
+
+def trained_from(run_dir: RunDir, step: int) -> bool:
+    """Whether metrics.jsonl has a trained step (a row with the trainer's loss) from `step` on."""
+    if not run_dir.metrics.exists():
+        return False
+    rows = (json.loads(line) for line in run_dir.metrics.read_text().splitlines() if line.strip())
+    return any("loss" in row and row["step"] >= step for row in rows)
 
 
 class JobFailed(Exception):
