@@ -1,8 +1,10 @@
-"""The inference client against a real vLLM server: sampling with token ids, teacher scoring, weight reload."""
+"""The inference client against a real vLLM server: sampling with token ids, teacher scoring, weight reload; and
+the calls that change a server's state against a stub that fails them."""
 
 import asyncio
 import json
 import shutil
+import time
 from dataclasses import replace
 
 import psutil
@@ -12,6 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prime_rl.config import compose_config
 from prime_rl.config.schema import Config
+from prime_rl.config.timeouts import load_timeout_s
 from prime_rl.inference.client import InferenceClient, InferenceError, Sampling
 from prime_rl.models.chat import prompt_ids, turn_end_ids
 from prime_rl.prepare import prepare_student
@@ -19,6 +22,8 @@ from prime_rl.protocol.run_dir import RunDir
 from prime_rl.teacher.client import TeacherError
 from prime_rl.teacher.scoring import check_top_k_served
 from prime_rl.trainer.weights import export_weights
+from tests.conftest import unused_port
+from tests.http_stub import StubHandler, serve_stub, stub_url
 from tests.vllm_server import serve
 
 PROMPTS = [f"reverse: {w}" for w in ["abcdef", "xyz", "hello", "qwerty", "mnop", "zzyx", "kite", "robot"]]
@@ -182,8 +187,6 @@ def test_reload_then_scoring_and_tempered_sampling_match_transformers(student, t
 
 
 def test_client_gives_up_after_bounded_retries_on_a_refused_connection():
-    from tests.conftest import unused_port
-
     client = InferenceClient(f"http://127.0.0.1:{unused_port()}", max_retries=2, backoff_s=0.01)
 
     async def call():
@@ -194,6 +197,100 @@ def test_client_gives_up_after_bounded_retries_on_a_refused_connection():
 
     with pytest.raises(InferenceError, match="after 3 attempts"):
         asyncio.run(call())
+
+
+class ControlEndpoint:
+    """A stand-in vLLM server for the calls that change its state: `faults` maps a route to how it answers ("slow":
+    after 1 s; "drop": the connection closed unanswered; a status), every other route answers at once; each route
+    sent is recorded."""
+
+    def __init__(self, faults: dict[str, str]):
+        self.routes, endpoint = [], self
+
+        class Handler(StubHandler):
+            def do_POST(self):
+                self.body()
+                route = self.path.split("?")[0]
+                endpoint.routes.append(route)
+                fault = faults.get(route, "200")
+                if fault == "slow":
+                    time.sleep(1.0)
+                    fault = "200"
+                if fault == "drop":
+                    self.close_connection = True
+                else:
+                    self.reply(int(fault), b'{"success": true}')
+
+        self.server = serve_stub(Handler)
+        self.url = stub_url(self.server) + "/v1"
+
+    def run(self, call, timeout_s: float = 120.0) -> tuple[InferenceError | None, int]:
+        """`call(client)` on a client of this endpoint that retries 3 times: (the error it ended in, requests sent)."""
+        client = InferenceClient(self.url, timeout_s=timeout_s, max_retries=3, backoff_s=0.01)
+
+        async def go():
+            try:
+                await call(client)
+            finally:
+                await client.close()
+
+        try:
+            asyncio.run(go())
+            return None, client.stats.requests
+        except InferenceError as e:
+            return e, client.stats.requests
+        finally:
+            self.server.shutdown()
+
+
+LOADS = {  # a call that changes the server's state, by its route
+    "/collective_rpc": lambda client, weights: client.reload_weights(str(weights)),
+    "/v1/load_lora_adapter": lambda client, weights: client.load_lora("adapter", str(weights)),
+    "/sleep": lambda client, weights: client.sleep(weights),
+    "/wake_up": lambda client, weights: client.wake_up(weights),
+}
+
+
+def test_a_load_is_timed_by_the_weights_it_loads(tmp_path):
+    weights = tmp_path / "step_3"
+    weights.mkdir()
+    with open(weights / "model.safetensors", "wb") as f:
+        f.truncate(16 * 10**9)  # sparse: only its size counts
+    (weights / "config.json").write_text("{}")  # not weights
+    assert load_timeout_s(weights) == pytest.approx(120 + 160)  # 16 GB at 100 MB/s
+    assert load_timeout_s(tmp_path / "not_exported") == 120
+    # a reload slower than the client's request timeout is waited for, as its weights allow, and sent once
+    endpoint = ControlEndpoint({"/collective_rpc": "slow"})
+    error, sent = endpoint.run(lambda client: client.reload_weights(str(weights)), timeout_s=0.3)
+    assert error is None, error
+    assert endpoint.routes == ["/collective_rpc", "/reset_prefix_cache"] and sent == 2
+
+
+@pytest.mark.parametrize("route", LOADS)
+@pytest.mark.parametrize(
+    "fault, says", [("slow", "no answer within 0.3 s"), ("drop", "RemoteProtocolError after sending"), ("500", "500")]
+)
+def test_a_load_that_failed_after_sending_is_not_sent_again(route, fault, says, tmp_path, monkeypatch):
+    monkeypatch.setattr("prime_rl.inference.client.load_timeout_s", lambda weights: 0.3)
+    endpoint = ControlEndpoint({route: fault})
+    error, sent = endpoint.run(lambda client: LOADS[route](client, tmp_path))
+    assert isinstance(error, InferenceError) and says in str(error), error
+    assert "not sent again: the server may still be loading" in str(error) and "\n" not in str(error)
+    assert endpoint.routes == [route] and sent == 1  # no retry, and no cache reset after a failed load
+
+
+def test_a_load_that_never_reached_the_server_is_sent_again(tmp_path):
+    client = InferenceClient(f"http://127.0.0.1:{unused_port()}", max_retries=2, backoff_s=0.01)
+
+    async def call():
+        try:
+            await client.reload_weights(str(tmp_path))
+        finally:
+            await client.close()
+
+    with pytest.raises(InferenceError, match="could not connect after 3 attempts, last: ConnectError"):
+        asyncio.run(call())
+    assert client.stats.requests == 3
 
 
 @pytest.mark.vllm

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from prime_rl.config.schema import Config
 
-REQUEST_BASE_S = 120.0  # a request's fixed share: queueing behind the step's other requests, a reload
+REQUEST_BASE_S = 120.0  # a request's fixed share: queueing behind the step's other requests, a reload; a load's own
 DECODE_TOKENS_PER_S = 10.0  # the slowest per-sequence decoding planned for (a busy server, a large model)
 READY_BASE_S = 300.0  # a server's start without its weights: imports, the engine, profiling, CUDA graphs
 LOAD_BYTES_PER_S = 100e6  # the slowest weight read planned for (a network filesystem)
@@ -42,6 +42,12 @@ def with_ready_timeout(cfg: Config, model_dirs: list[Path]) -> Config:
         return cfg
     timeout = READY_BASE_S + sum(map(weight_bytes, model_dirs)) / LOAD_BYTES_PER_S
     return replace(cfg, launcher=replace(cfg.launcher, ready_timeout_s=round(timeout)))
+
+
+def load_timeout_s(weights_dir: Path) -> float:
+    """A server's reload, adapter load, sleep or wake of the weights in `weights_dir`: their bytes moved at the
+    planning read rate, not the generation requests' timeout, which a large model's reload outlives."""
+    return REQUEST_BASE_S + weight_bytes(weights_dir) / LOAD_BYTES_PER_S
 
 
 def weight_bytes(model_dir: Path) -> int:

@@ -12,15 +12,20 @@ import random
 import time
 from dataclasses import dataclass, field, replace
 from email.utils import parsedate_to_datetime
+from pathlib import Path
 
 import httpx
 
+from prime_rl.config.timeouts import load_timeout_s
 from prime_rl.protocol.polling import wait_until_async
 from prime_rl.protocol.servers import RELOAD_METHOD
 
 # timeout, conflict, too early, rate limit; every 5xx is retried too (Anthropic's 529: overloaded)
 RETRYABLE_4XX = {408, 409, 425, 429}
 MAX_BACKOFF_S = 60.0
+# failures before the request reached the server: the only ones a call that changes its state is sent again after
+NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+MAY_STILL_RUN = "; not sent again: the server may still be loading"
 
 
 def retryable(status: int) -> bool:
@@ -132,6 +137,7 @@ class InferenceClient:
             hdrs["Authorization"] = f"Bearer {key}"
         self.base_url = base_url.rstrip("/")  # the OpenAI API base, e.g. http://host:port/v1
         self.root = self.base_url.removesuffix("/v1")  # vLLM's server endpoints (pause, reload, tokenize) live here
+        self.timeout_s = timeout_s  # per request, but loads, sleep and wake: theirs grows with the weights
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.rate_limit_wait_s = rate_limit_wait_s  # per request: waits a server asks for do not use up retries
@@ -161,7 +167,6 @@ class InferenceClient:
         path: str,
         payload: dict | None = None,
         params: dict | None = None,
-        json_reply: bool = True,
         root: bool = False,
     ) -> dict:
         """POST to an OpenAI API path under base_url (`root`: to a vLLM server endpoint outside the API), with retries
@@ -169,8 +174,8 @@ class InferenceClient:
         `x-should-retry` overrides its status either way.
 
         A retryable answer with `Retry-After` (a rate limit) is waited out as asked, with jitter, and does not
-        count as a retry: a rate-limited run slows down until `rate_limit_wait_s` of waiting is used up.
-        `json_reply=False` for control endpoints that answer in plain text (e.g. load_lora_adapter)."""
+        count as a retry: a rate-limited run slows down until `rate_limit_wait_s` of waiting is used up. Calls that
+        change the server's state go through `control` instead, never resent."""
         url = (self.root if root else self.base_url) + path
         failures, limited, waited = 0, 0, 0.0
         while True:
@@ -178,7 +183,7 @@ class InferenceClient:
             try:
                 resp = await self.send(url, payload, params)
                 if resp.status_code < 400:
-                    return resp.json() if json_reply and resp.content else {}
+                    return resp.json() if resp.content else {}
                 if not should_retry(resp):
                     raise InferenceError(f"POST {url} -> HTTP {resp.status_code}: {resp.text[:300]}", resp.status_code)
                 problem = f"HTTP {resp.status_code}: {resp.text[:200]}"
@@ -205,11 +210,42 @@ class InferenceClient:
             await asyncio.sleep(backoff_s(self.backoff_s, failures))
             failures += 1
 
-    async def send(self, url: str, payload: dict | None, params: dict | None) -> httpx.Response:
-        """One POST, holding one of the `max_concurrency` slots while it is in flight."""
+    async def send(
+        self, url: str, payload: dict | None, params: dict | None, timeout_s: float | None = None
+    ) -> httpx.Response:
+        """One POST (bounded by `timeout_s`, None: the client's), holding one of the `max_concurrency` slots while
+        it is in flight."""
         self.stats.requests += 1
+        timeout = httpx.USE_CLIENT_DEFAULT if timeout_s is None else httpx.Timeout(timeout_s)
         async with self.slots or contextlib.nullcontext():
-            return await self.http.post(url, json=payload, params=params)
+            return await self.http.post(url, json=payload, params=params, timeout=timeout)
+
+    async def control(
+        self, url: str, timeout_s: float, payload: dict | None = None, params: dict | None = None
+    ) -> httpx.Response:
+        """POST a call that changes the server's state (a reload, an adapter load, sleep, wake, a cache reset),
+        bounded by `timeout_s`. Unlike `post`, a request that may have reached the server is never sent again: the
+        first may still be running (a reload that outlived its timeout), and a second would run beside it."""
+        resp = await self.reach(url, payload, params, timeout_s)
+        if resp.status_code >= 400:
+            still = MAY_STILL_RUN if resp.status_code >= 500 else ""
+            raise InferenceError(f"POST {url} -> HTTP {resp.status_code}: {resp.text[:300]}{still}", resp.status_code)
+        return resp
+
+    async def reach(self, url: str, payload: dict | None, params: dict | None, timeout_s: float) -> httpx.Response:
+        """One POST's answer, sent again only while the connection is refused or never made."""
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                await asyncio.sleep(backoff_s(self.backoff_s, attempt - 1))
+            try:
+                return await self.send(url, payload, params, timeout_s)
+            except NOT_SENT as e:
+                problem = f"{type(e).__name__}: {e}"
+            except httpx.TimeoutException as e:
+                raise InferenceError(f"POST {url}: no answer within {timeout_s:g} s{MAY_STILL_RUN}") from e
+            except httpx.TransportError as e:
+                raise InferenceError(f"POST {url}: {type(e).__name__} after sending: {e}{MAY_STILL_RUN}") from e
+        raise InferenceError(f"POST {url} could not connect after {self.max_retries + 1} attempts, last: {problem}")
 
     async def complete(
         self, model: str, prompts: list[list[int]], n: int, sampling: Sampling
@@ -272,26 +308,28 @@ class InferenceClient:
         fixed 20 ms sleep plus a drain handshake, about half of each step's reload on 2 cores (BENCHMARKS.md §2).
         A request still running (one the client gave up on) is preempted by the cache reset and recomputed."""
         rpc = {"method": RELOAD_METHOD, "kwargs": {"weights_path": weights_dir}}
-        await self.post("/collective_rpc", rpc, json_reply=False, root=True)
+        await self.control(self.root + "/collective_rpc", load_timeout_s(Path(weights_dir)), rpc)
         await self.reset_prefix_cache()
 
     async def reset_prefix_cache(self) -> None:
-        reply = await self.post("/reset_prefix_cache", params={"reset_running_requests": "true"}, root=True)
-        if reply.get("success") is False:
+        params = {"reset_running_requests": "true"}
+        resp = await self.control(self.root + "/reset_prefix_cache", self.timeout_s, params=params)
+        if resp.content and resp.json().get("success") is False:
             raise InferenceError(f"{self.root} could not reset its prefix cache after a weight update")
 
-    async def sleep(self) -> None:
-        """Give the device back (vLLM sleep mode, level 1: weights to host memory, KV cache freed); the colocated
-        layout's server sleeps while the trainer has the GPU."""
-        await self.post("/sleep", params={"level": "1"}, root=True)
+    async def sleep(self, model_dir: Path) -> None:
+        """Give the device back (vLLM sleep mode, level 1: the weights of `model_dir` to host memory, KV cache
+        freed); the colocated layout's server sleeps while the trainer has the GPU."""
+        await self.control(self.root + "/sleep", load_timeout_s(model_dir), params={"level": "1"})
 
-    async def wake_up(self) -> None:
-        await self.post("/wake_up", root=True)
+    async def wake_up(self, model_dir: Path) -> None:
+        """Take the device back: the weights of `model_dir` back from host memory."""
+        await self.control(self.root + "/wake_up", load_timeout_s(model_dir))
 
     async def load_lora(self, name: str, adapter_dir: str) -> None:
         """Load (or replace in place, under the same name) a peft adapter in vLLM."""
         payload = {"lora_name": name, "lora_path": adapter_dir, "load_inplace": True}
-        await self.post("/load_lora_adapter", payload, json_reply=False)
+        await self.control(self.base_url + "/load_lora_adapter", load_timeout_s(Path(adapter_dir)), payload)
         await self.reset_prefix_cache()
 
 

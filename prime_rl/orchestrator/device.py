@@ -2,6 +2,7 @@
 awake for this turn alone, asleep while the trainer steps."""
 
 from prime_rl.config.layout import is_colocated, on_gpu
+from prime_rl.models import student_dir, teacher_dir
 from prime_rl.orchestrator.context import Context
 from prime_rl.protocol.device_turn import DeviceTurn
 
@@ -10,19 +11,20 @@ class OrchestratorTurn:
     def __init__(self, ctx: Context):
         cfg = ctx.cfg
         self.turn = DeviceTurn(ctx.run_dir.device_lock, is_colocated(cfg))
-        local_teachers = [t.client for t in ctx.teachers.values() if t.local]
-        self.sleepers = [ctx.student, *local_teachers] if is_colocated(cfg) and on_gpu(cfg) else []
+        local_teachers = [(t.client, teacher_dir(t.cfg)) for t in ctx.teachers.values() if t.local]
+        # each server with the model dir whose weights it moves between host and device: its timeout's size
+        self.sleepers = [(ctx.student, student_dir(cfg)), *local_teachers] if is_colocated(cfg) and on_gpu(cfg) else []
 
     async def __aenter__(self) -> "OrchestratorTurn":
         await self.turn.__aenter__()
-        for server in self.sleepers:
-            await server.wake_up()  # a server that is awake (the first turn) stays so
+        for server, model_dir in self.sleepers:
+            await server.wake_up(model_dir)  # a server that is awake (the first turn) stays so
         return self
 
     async def __aexit__(self, *exc) -> None:
         try:
-            for server in self.sleepers:
-                await server.sleep()
+            for server, model_dir in self.sleepers:
+                await server.sleep(model_dir)
         finally:
             await self.turn.__aexit__()
 
