@@ -273,7 +273,7 @@ def test_a_load_is_timed_by_the_weights_it_loads(tmp_path):
 def test_a_load_that_failed_after_sending_is_not_sent_again(route, fault, says, tmp_path, monkeypatch):
     monkeypatch.setattr("prime_rl.inference.client.load_timeout_s", lambda weights: 0.3)
     endpoint = ControlEndpoint({route: fault})
-    error, sent = endpoint.run(lambda client: LOADS[route](client, tmp_path))
+    error, sent = endpoint.run(lambda client: LOADS[route](client, tmp_path), timeout_s=0.3)
     assert isinstance(error, InferenceError) and says in str(error), error
     assert "not sent again: the server may still be loading" in str(error) and "\n" not in str(error)
     assert endpoint.routes == [route] and sent == 1  # no retry, and no cache reset after a failed load

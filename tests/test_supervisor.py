@@ -307,3 +307,32 @@ def test_a_zombie_is_no_live_process_of_its_group_or_its_run():
         live.kill()
         live.wait()
         dead.wait()
+
+
+def test_a_run_restarts_only_after_a_crash_that_came_after_a_trained_step(tmp_path):
+    """launcher/job.py restart_reason: what restarts a run from its checkpoint, and what may not."""
+    from dataclasses import replace
+
+    from prime_rl.config import compose_config
+    from prime_rl.launcher.job import restart_reason
+    from prime_rl.launcher.plan import Node, build_plan
+
+    plan, run_dir = build_plan(compose_config([]), tmp_path, []), RunDir(tmp_path)
+
+    def attempt(status: str = "failed", exit_code: int | None = -9, trained: range = range(3)) -> None:
+        facts = {"role": "trainer", "reason": "failed (exit code -9)", "exit_code": exit_code, "log": "trainer.log"}
+        run_dir.outcome().write_text(json.dumps({"status": status, "signal": None} | facts))
+        rows = "".join(json.dumps({"step": step, "loss": 0.1}) + "\n" for step in trained)
+        run_dir.metrics.write_text(rows + '{"step": 9, "lo')  # the line a killed trainer left half-written
+
+    attempt()
+    assert restart_reason(plan, 1, start=2) == "role trainer failed (exit code -9); its log: trainer.log"
+    assert restart_reason(plan, 1, start=3) is None  # no step since the attempt started: it would fail again
+    assert restart_reason(plan, 0, start=0) is None  # finished
+    attempt(exit_code=2)
+    assert restart_reason(plan, 1, start=0) is None  # a user's mistake comes again
+    attempt(status="stopped", exit_code=None)
+    assert restart_reason(plan, 130, start=0) is None  # a stop someone asked for
+    attempt()
+    multi = replace(plan, node=Node(end_file=tmp_path / "nodes" / "end.7.0"))
+    assert restart_reason(multi, 1, start=0) is None  # SLURM's to requeue

@@ -308,28 +308,32 @@ class InferenceClient:
         fixed 20 ms sleep plus a drain handshake, about half of each step's reload on 2 cores (BENCHMARKS.md §2).
         A request still running (one the client gave up on) is preempted by the cache reset and recomputed."""
         rpc = {"method": RELOAD_METHOD, "kwargs": {"weights_path": weights_dir}}
-        await self.control(self.root + "/collective_rpc", load_timeout_s(Path(weights_dir)), rpc)
+        await self.control(self.root + "/collective_rpc", self.load_s(Path(weights_dir)), rpc)
         await self.reset_prefix_cache()
 
     async def reset_prefix_cache(self) -> None:
-        params = {"reset_running_requests": "true"}
-        resp = await self.control(self.root + "/reset_prefix_cache", self.timeout_s, params=params)
-        if resp.content and resp.json().get("success") is False:
+        """Retried as any request: a second reset does what the first did."""
+        reply = await self.post("/reset_prefix_cache", params={"reset_running_requests": "true"}, root=True)
+        if reply.get("success") is False:
             raise InferenceError(f"{self.root} could not reset its prefix cache after a weight update")
+
+    def load_s(self, weights: Path) -> float:
+        """A load's timeout: what its weights need (config/timeouts.py), never less than any request's."""
+        return max(self.timeout_s, load_timeout_s(weights))
 
     async def sleep(self, model_dir: Path) -> None:
         """Give the device back (vLLM sleep mode, level 1: the weights of `model_dir` to host memory, KV cache
         freed); the colocated layout's server sleeps while the trainer has the GPU."""
-        await self.control(self.root + "/sleep", load_timeout_s(model_dir), params={"level": "1"})
+        await self.control(self.root + "/sleep", self.load_s(model_dir), params={"level": "1"})
 
     async def wake_up(self, model_dir: Path) -> None:
         """Take the device back: the weights of `model_dir` back from host memory."""
-        await self.control(self.root + "/wake_up", load_timeout_s(model_dir))
+        await self.control(self.root + "/wake_up", self.load_s(model_dir))
 
     async def load_lora(self, name: str, adapter_dir: str) -> None:
         """Load (or replace in place, under the same name) a peft adapter in vLLM."""
         payload = {"lora_name": name, "lora_path": adapter_dir, "load_inplace": True}
-        await self.control(self.base_url + "/load_lora_adapter", load_timeout_s(Path(adapter_dir)), payload)
+        await self.control(self.base_url + "/load_lora_adapter", self.load_s(Path(adapter_dir)), payload)
         await self.reset_prefix_cache()
 
 

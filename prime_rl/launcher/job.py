@@ -6,7 +6,6 @@ those that depend on where the job runs (launcher/preflight/ `check_at_job`). A 
 `error:` line and exit code 2 (config/user_error.py `run_or_exit`).
 """
 
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from prime_rl.launcher.slurm import requeued
 from prime_rl.launcher.weights_dir import link_weights, unlink_weights, weights_home
 from prime_rl.models import student_dir, teacher_dir
 from prime_rl.models.hub import HubModelError, resolve_hub_models
+from prime_rl.protocol.metrics import read_rows
 from prime_rl.protocol.run_dir import RunDir
 
 console = Console(stderr=True)
@@ -119,19 +119,16 @@ def restart_reason(plan: Plan, code: int, start: int) -> str | None:
     """Why the attempt that ended with `code` may restart: a role failed (not a user's mistake: exit 2 would come
     again, nor a stop the user asked for) after it trained a step from where the attempt started (a failure before
     any step would come again too). None: it may not. A multi-node job is SLURM's to requeue."""
-    failure = recorded_failure(plan.run_dir, None)
-    outcome = RunDir(plan.run_dir).read_outcome()
-    if code == 0 or plan.node.multi or not failure or outcome.get("exit_code") == 2:
+    if code == 0 or plan.node.multi or RunDir(plan.run_dir).read_outcome().get("exit_code") == 2:
         return None
-    return failure if trained_from(RunDir(plan.run_dir), start) else None
+    failure = recorded_failure(plan.run_dir, None)
+    return failure if failure and trained_from(RunDir(plan.run_dir), start) else None
 
 
 def trained_from(run_dir: RunDir, step: int) -> bool:
-    """Whether metrics.jsonl has a trained step (a row with the trainer's loss) from `step` on."""
-    if not run_dir.metrics.exists():
-        return False
-    rows = (json.loads(line) for line in run_dir.metrics.read_text().splitlines() if line.strip())
-    return any("loss" in row and row["step"] >= step for row in rows)
+    """Whether metrics.jsonl has a trained step (a row with the trainer's loss) from `step` on; a line a killed
+    process left half-written is no row."""
+    return any("loss" in row and row.get("step", -1) >= step for row in read_rows(run_dir.metrics))
 
 
 class JobFailed(Exception):

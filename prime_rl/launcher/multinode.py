@@ -182,8 +182,12 @@ def announce_end(node: Node, code: int) -> None:
 
 def read_end(node: Node) -> tuple[int, int] | None:
     """(the rank that ended the run, its exit code), or None while the run goes on."""
+    return read_end_marker(node.end_file)
+
+
+def read_end_marker(path: Path) -> tuple[int, int] | None:
     try:
-        rank, code = node.end_file.read_text().split()
+        rank, code = path.read_text().split()
     except (FileNotFoundError, ValueError):
         return None
     return int(rank), int(code)

@@ -3,6 +3,7 @@ as one line: for the job that failed, and for the sweep that waits for it."""
 
 from pathlib import Path
 
+from prime_rl.launcher.multinode import read_end_marker
 from prime_rl.protocol.run_dir import RunDir
 
 
@@ -15,7 +16,8 @@ def recorded_failure(run_dir: Path, rank: int | None) -> str | None:
 
 
 def run_failure(run_dir: Path) -> str | None:
-    """What a run recorded of its last failure: a multi-node run's, by the node that ended it (its end marker)."""
+    """What a run recorded of its last failure: a multi-node run's by the node that ended its latest attempt (the
+    newest end marker), a one-node run's by its launcher."""
     ends = sorted(RunDir(run_dir).end_marker("*").parent.glob("end.*"), key=lambda p: p.stat().st_mtime)
-    rank = int(ends[-1].read_text().split()[0]) if ends else None
-    return recorded_failure(run_dir, rank)
+    end = read_end_marker(ends[-1]) if ends else None
+    return recorded_failure(run_dir, end[0] if end else None)

@@ -64,7 +64,12 @@ def cluster_refusal(master: DictConfig) -> str | None:
     with tempfile.TemporaryDirectory() as folder:
         script = Path(folder) / "check.sh"
         script.write_text(submission_script(master, folder))
-        checked = subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True, text=True, timeout=60)
+        try:
+            checked = subprocess.run(
+                ["sbatch", "--test-only", str(script)], capture_output=True, text=True, timeout=SLURM_CALL_TIMEOUT_S
+            )
+        except subprocess.TimeoutExpired:  # a controller that does not answer: submission will say more
+            return None
     if checked.returncode == 0:
         return None
     said = [line for line in checked.stderr.splitlines() if line.strip()]
@@ -81,6 +86,7 @@ def asked(master: DictConfig) -> str:
 
 log = logging.getLogger(__name__)
 WATCH_S = 5.0  # how often a waiting sweep asks SLURM about its jobs
+SLURM_CALL_TIMEOUT_S = 30.0  # one sbatch/squeue call: a controller that hangs must not hang the sweep
 
 
 @contextmanager
@@ -95,15 +101,21 @@ def jobs_watched() -> Iterator[None]:
     def watch() -> None:
         said: dict[str, str] = {}
         while not stop.wait(WATCH_S):
-            watcher = SlurmJob.watcher
-            waiting = sorted(watcher._registered - watcher._finished)  # submitit 1.5's jobs of this process
-            if not waiting:
-                continue
-            watcher.update()
-            for job, reason in pending_reasons(waiting).items():
-                if said.get(job) != reason:
-                    log.info(f"job {job} is pending ({reason}); `scancel {job}` to give it up")
-                    said[job] = reason
+            try:
+                look(said)
+            except (OSError, subprocess.SubprocessError) as e:  # the next look may do better; the wait goes on
+                log.warning(f"could not ask SLURM about the sweep's jobs: {e}")
+
+    def look(said: dict[str, str]) -> None:
+        watcher = SlurmJob.watcher
+        waiting = sorted(watcher._registered - watcher._finished)  # submitit 1.5's jobs of this process
+        if not waiting:
+            return
+        watcher.update()
+        for job, reason in pending_reasons(waiting).items():
+            if said.get(job) != reason:
+                log.info(f"job {job} is pending ({reason}); `scancel {job}` to give it up")
+                said[job] = reason
 
     watching = threading.Thread(target=watch, name="slurm-jobs", daemon=True)
     watching.start()
@@ -111,13 +123,16 @@ def jobs_watched() -> Iterator[None]:
         yield
     finally:
         stop.set()
-        watching.join()
+        watching.join(timeout=SLURM_CALL_TIMEOUT_S)
 
 
 def pending_reasons(jobs: list[str]) -> dict[str, str]:
     """Job id -> SLURM's reason for each of `jobs` that is still pending."""
     listed = subprocess.run(
-        ["squeue", "-h", "-t", "PENDING", "-o", "%i|%r", "-j", ",".join(jobs)], capture_output=True, text=True
+        ["squeue", "-h", "-t", "PENDING", "-o", "%i|%r", "-j", ",".join(jobs)],
+        capture_output=True,
+        text=True,
+        timeout=SLURM_CALL_TIMEOUT_S,
     )
     return dict(line.split("|", 1) for line in listed.stdout.splitlines() if "|" in line)
 
@@ -132,7 +147,9 @@ def unfinished_job(e: Exception, run_dirs: list[Path]) -> str:
         return f"a sweep job ended without a result: {first_line(e)}"
     job, result, state = said.groups()
     point = int(job.split("_")[1]) if "_" in job else 0  # an array's task is its sweep point
-    failure = run_failure(run_dirs[point]) if point < len(run_dirs) else None
+    # a cancelled job's run says nothing of the cancel (and an earlier attempt's failure would mislead)
+    ran = point < len(run_dirs) and not state.startswith("CANCELLED")
+    failure = run_failure(run_dirs[point]) if ran else None
     return f"sweep job {job} ended without a result ({state}): " + (failure or f"its logs: {Path(result).parent}")
 
 

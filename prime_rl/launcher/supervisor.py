@@ -214,15 +214,20 @@ class Supervisor:
         for child in self.children:
             code = child.exit_code()
             if code is not None and (code != 0 or child.role.is_server):
+                self.check_peers()  # the cause, where the role failed because another node failed first
                 failed = f"failed ({describe_exit(code)})"
                 gone = self.remote.gone_now()
                 if gone:  # the cause, where the role failed because another node's server is gone
                     raise RoleFailed(gone.name, gone.log_file, f"{lost(gone)}; {child.role.name} {failed}", code)
                 raise RoleFailed(child.role.name, child.role.log_file, failed, code)
+        self.check_peers()
         if self.remote.lost:  # multi-node head: another node died or was cut off
             raise RoleFailed(self.remote.lost.name, self.remote.lost.log_file, lost(self.remote.lost))
+
+    def check_peers(self) -> None:
+        """Multi-node: another node failed, ended the run and said why (its own report beats a guess from here)."""
         peer = peer_failure(self.plan)
-        if peer:  # multi-node: another node failed and ended the run
+        if peer:
             raise RoleFailed(*peer)
 
     def stop(self) -> None:

@@ -3,7 +3,7 @@ engines drive, sent with the run's server key (every route of the run's servers 
 vLLM's own HTTP client sends none). Synchronous: vLLM's engines call it from their threads."""
 
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from itertools import accumulate
 
 import httpx
@@ -12,6 +12,7 @@ from prime_rl.protocol.polling import wait_until
 from prime_rl.protocol.servers import REFRESH_METHOD, SERVER_KEY_ENV, serves
 
 SERVED_POLL_S = 0.5
+PROBE_TIMEOUT_S = 2.0  # one readiness probe: a node that does not answer must not outlast the wait's own bound
 
 
 class WeightTransferError(RuntimeError):
@@ -35,7 +36,8 @@ class ServerWeights:
     def wait_served(self, timeout_s: float) -> None:
         """Until every server serves: another node's starts alongside the trainer."""
         error = f"the student servers {', '.join(self.roots)} did not all serve within {timeout_s:g} s"
-        wait_until(lambda: all(serves(self.http, root) for root in self.roots), timeout_s, SERVED_POLL_S, error)
+        with httpx.Client(headers=self.http.headers, timeout=PROBE_TIMEOUT_S, trust_env=False) as probe:
+            wait_until(lambda: all(serves(probe, root) for root in self.roots), timeout_s, SERVED_POLL_S, error)
 
     def workers(self) -> int:
         """The servers' worker processes (tensor x pipeline x data parallel each): each joins the transfer group."""
@@ -74,6 +76,10 @@ class ServerWeights:
         """The same request to every server at once (a list: one body per server); their answers in order."""
         bodies = body if isinstance(body, list) else [body] * len(self.roots)
         sent = [self.pool.submit(self.call, method, f"{root}/{route}", b) for root, b in zip(self.roots, bodies)]
+        wait(sent, return_when=FIRST_EXCEPTION)
+        if any(request.done() and request.exception() for request in sent):
+            # the others may wait in a collective that will never complete: their connections go, so do they
+            self.http.close()
         return [request.result() for request in sent]
 
     def call(self, method: str, url: str, body: dict | None) -> dict:
