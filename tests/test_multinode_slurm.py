@@ -87,7 +87,10 @@ def assert_served_across_nodes(run_dir: Path, hosts: list[str]) -> None:
 @pytest.mark.vllm
 @pytest.mark.timeout(600)
 def test_a_sweep_of_two_rl_jobs_on_two_nodes_each_hands_weights_over_by_files_and_by_gloo(sweep_dir):
-    done = sweep(sweep_dir, *MULTI, *TWO_NODES, "inference.weight_transfer=files,gloo")
+    # a CPU of a node each: the two jobs run at once, on four node slots of three nodes
+    done = sweep(
+        sweep_dir, *MULTI, *TWO_NODES, "hydra.launcher.cpus_per_task=1", "inference.weight_transfer=files,gloo"
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     (array,) = job_ids(sweep_dir)
     states = sacct(array, tasks=2)
@@ -231,10 +234,10 @@ def link_cut(host: str):
 def test_a_node_killed_or_cut_off_ends_the_job_naming_it_and_each_requeued_attempt_resumes(sweep_dir):
     """One run, three attempts: node 0's launcher SIGKILLed after the first checkpoint; requeued, it resumes, and
     node 0's link is cut after its next checkpoint; requeued again, it resumes and finishes. Each fault ends the
-    attempt within seconds, names node 0, and leaves no process on any node. (A step takes ~0.4 s: 60 steps leave
+    attempt within seconds, names node 0, and leaves no process on any node. (A step takes ~0.4 s: 30 steps leave
     each fault time to land mid-run.)"""
     run_dir = sweep_dir / "0"
-    overrides = [*MULTI, *TWO_NODES, "max_steps=60", "ckpt.interval=2", "orchestrator.eval.interval=0"]
+    overrides = [*MULTI, *TWO_NODES, "max_steps=30", "ckpt.interval=2", "orchestrator.eval.interval=0"]
     started = subprocess.Popen(
         launch_cmd("-m", "hydra/launcher=slurm", *overrides, f"hydra.sweep.dir={sweep_dir}"),
         cwd=ROOT,
@@ -267,5 +270,5 @@ def test_a_node_killed_or_cut_off_ends_the_job_naming_it_and_each_requeued_attem
 
     wait_for(lambda: sacct(job, settle_s=0)[job][-1] == "COMPLETED", 300, "the last attempt to finish")
     assert plan_of(run_dir, 1)["resume_from"] == resumed_from > 2  # the last attempt's plan
-    assert steps(run_dir) == list(range(60))  # every step exactly once across the attempts
+    assert steps(run_dir) == list(range(30))  # every step exactly once across the attempts
     assert processes_of(run_dir) == []
