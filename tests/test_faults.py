@@ -2,6 +2,7 @@
 server that never gets ready, two runs at once (secrets that must not reach any file: tests/test_hosted_teachers.py).
 Run them alone with `pytest -m faults`."""
 
+import itertools
 import json
 import os
 import random
@@ -81,22 +82,13 @@ def reapers(marker: str) -> list[int]:
     return found
 
 
-# Faults one after another, in the attempts of one run (what is hit, with which signal): rl's orchestrator and
-# trainer, then the launcher asked to stop (SIGTERM; SIGINT takes the same handler: tests/test_supervisor.py stops
-# real processes with both) and killed outright (SIGKILL: no handler, no atexit, what the OOM killer or
-# `scancel --signal=KILL` does); a vLLM server, opd's teacher, in a run of its own (the student's server is a role
-# like it: the same supervision stops the run). Every attempt after the first resumes from the latest checkpoint of
-# the one before; a last one finishes the run. rl's role kills and its last attempt run on a standing student server
-# (tests/standing_servers.py) that other tests' runs share: only the launcher's own stops must show that the run's
-# server goes with it. (opd's 17-token context is a server no other run shares: one of its own is no slower.)
-RL_FAULTS = [
-    ("orchestrator", signal.SIGKILL),
-    ("trainer", signal.SIGKILL),
-    ("launcher", signal.SIGTERM),
-    ("launcher", signal.SIGKILL),
-]
-OPD_FAULTS = [("teacher_inference", signal.SIGKILL)]
-OWN_SERVER = "launcher"  # the target whose attempts start the run's own student server
+# The launcher's own stops, one after another in the attempts of one run: asked to stop (SIGTERM; SIGINT takes the
+# same handler: tests/test_supervisor.py stops real processes with both) and killed outright (SIGKILL: no handler, no
+# atexit, what the OOM killer or `scancel --signal=KILL` does); each stops the run, leaves nothing behind and no
+# checkpoint half-written, and the next attempt resumes from the latest. (A role's death restarts the run, or its
+# server in place: the two tests after this one.) The last attempt runs on a standing student server
+# (tests/standing_servers.py) that other tests' runs share.
+LAUNCHER_STOPS = [signal.SIGTERM, signal.SIGKILL]
 # opd as pure distillation (adv_tau 0, no verifier) in a 17-token context: prompts of 10-15 tokens and answers of
 # 4-9, so vLLM cuts rollouts at the context's end and the teacher still scores them (its request for one token
 # more than the sequence must fit too)
@@ -111,28 +103,20 @@ PURE_OPD_IN_A_FULL_CONTEXT = [
 
 @pytest.mark.vllm
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize(
-    "extra, faults", [([], RL_FAULTS), (PURE_OPD_IN_A_FULL_CONTEXT, OPD_FAULTS)], ids=["rl", "opd"]
-)
-def test_faults_stop_the_run_cleanly_and_resume_finishes_it(tmp_path, extra, faults, standing_servers):
+def test_a_stopped_or_killed_launcher_leaves_nothing_and_resume_finishes_the_run(tmp_path, standing_servers):
     run_dir = tmp_path / "run"
-    pool = None if extra else standing_servers
     checkpoint = 0
-    for attempt, (target, sig) in enumerate(faults):
-        # no restarts: each fault ends the run, as any fault past launcher.restarts does
-        overrides = [*SHORT, *extra, *(["ckpt.resume=true"] if attempt else []), "max_steps=200", "launcher.restarts=0"]
-        standing = pool if target != OWN_SERVER else None
+    for attempt, sig in enumerate(LAUNCHER_STOPS):
+        overrides = [*SHORT, *(["ckpt.resume=true"] if attempt else []), "max_steps=200"]
         proc = subprocess.Popen(
-            launch_cmd(*overrides, *(standing.overrides(*overrides) if standing else []), f"hydra.run.dir={run_dir}"),
+            launch_cmd(*overrides, f"hydra.run.dir={run_dir}"),
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-            env=standing.env() if standing else None,
         )
-        roles = (4 if extra else 3) - (standing is not None)  # a standing server is no role of the run
         try:
-            hit(run_dir, proc, target, sig, after=checkpoint, roles=roles)
+            hit(run_dir, proc, sig, after=checkpoint, roles=3)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -140,58 +124,147 @@ def test_faults_stop_the_run_cleanly_and_resume_finishes_it(tmp_path, extra, fau
                 os.kill(pid, signal.SIGKILL)
         checkpoint = assert_checkpoint_intact(run_dir, after=checkpoint)
     final = checkpoint + 2
-    resumed = launch(run_dir, *SHORT, *extra, f"max_steps={final}", "ckpt.resume=true", standing=pool)
+    resumed = launch(run_dir, *SHORT, f"max_steps={final}", "ckpt.resume=true", standing=standing_servers)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert plan_of(run_dir)["resume_from"] == checkpoint
     assert train_steps(run_dir) == list(range(final))  # every step exactly once across all the attempts
-    if extra == PURE_OPD_IN_A_FULL_CONTEXT:  # the verifier is never called, the teacher scores every step
-        lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        train = [r for r in lines if "loss" in r]
-        assert len(train) == final
-        assert all(r["verifier/calls"] == 0 and "reward/mean" not in r and "eval/reward" not in r for r in train)
-        assert all(r["seq_len/truncated"] > 0.2 and r["teacher_kl"] > 0 for r in train), train
+
+
+def kill_at_step(run_dir: Path, proc: subprocess.Popen, role: str, sig: signal.Signals, step: int) -> None:
+    """Once `step` steps are trained, `sig` to the process group of `role`'s latest start (SIGSTOP: every process of
+    it stops; SIGKILL: the whole server, as the OOM killer or a CUDA error would end it)."""
+    wait_until(lambda: len(train_steps(run_dir)) >= step, proc, 300, f"step {step}")
+    os.killpg(started_roles(run_dir)[role], sig)
+
+
+def restart_lines(log: str, role: str) -> list[str]:
+    """The launcher's lines for `role`'s restarts in place: why, and which of how many."""
+    return re.findall(rf"(?m)(?:^| ){role} (.+?); restarting it in place \(restart (\d of \d)\)", log)
+
+
+def restart_counts(run_dir: Path, role: str) -> list[int]:
+    """restarts/<role> of each trained step (0 before the first)."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r.get(f"restarts/{role}", 0) for r in rows if "loss" in r]
 
 
 @pytest.mark.vllm
-@pytest.mark.timeout(600)
-def test_a_run_restarts_from_its_checkpoint_after_its_trainer_and_its_orchestrator_die(tmp_path):
-    """kill -9 of the trainer, then (once the restarted run has checkpointed again) of the orchestrator: the launcher
-    restarts the run from its latest checkpoint each time, and it finishes, every step trained exactly once."""
+@pytest.mark.timeout(900)
+def test_a_60_step_run_outlives_its_server_killed_three_times_and_restarts_when_its_trainer_or_orchestrator_die(
+    tmp_path,
+):
+    """The default layout on a CPU (colocated). kill -9 of the student's server at steps 5, 15 and 25: each time the
+    launcher restarts it in place and the orchestrator brings it back to the policy it served; then kill -9 of the
+    trainer, and (once the restarted run has checkpointed again) of the orchestrator: the launcher restarts the run
+    from its latest checkpoint each time. The run finishes, every step trained exactly once."""
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
-        launch_cmd("max_steps=24", "ckpt.interval=2", "orchestrator.eval.interval=0", f"hydra.run.dir={run_dir}"),
+        launch_cmd("max_steps=60", "ckpt.interval=5", "orchestrator.eval.interval=0", f"hydra.run.dir={run_dir}"),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
     try:
-        checkpoint = 0
+        for step in (5, 15, 25):
+            kill_at_step(run_dir, proc, "inference", signal.SIGKILL, step)
+        checkpoint = 25
         for target in ("trainer", "orchestrator"):
             wait_until(checkpointed_past(run_dir, checkpoint), proc, 300, "a checkpoint")
             checkpoint = RunDir(run_dir).latest_checkpoint()
             os.kill(started_roles(run_dir)[target], signal.SIGKILL)
-            wait_until(checkpointed_past(run_dir, checkpoint), proc, 300, "the restarted run's own checkpoint")
         out, _ = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, out[-3000:]
+    killed = "failed (exit code -9, killed by SIGKILL)"
+    assert restart_lines(out, "inference") == [(killed, f"{k} of 3") for k in (1, 2, 3)], out[-3000:]
+    assert len(re.findall(r"inference serves again after [\d.]+ s \(restart \d of 3\)", out)) == 3
+    # the orchestrator brought it back to the weights it served before each kill, not the starting ones
+    orchestrator_log = (run_dir / "logs" / "orchestrator.log").read_text()
+    brought = re.findall(
+        r"the inference server serves again after restart (\d): weights/step_(\d+) loaded", orchestrator_log
+    )
+    assert [k for k, _ in brought] == ["1", "2", "3"] and all(int(step) >= 3 for _, step in brought), brought
+    # restarts/inference counts them, step by step, until the restarted run (whose server has had none)
+    counts = restart_counts(run_dir, "inference")
+    assert counts[:5] == [0] * 5 and [k for k, _ in itertools.groupby(counts)] == [0, 1, 2, 3, 0], counts
     restarts = re.findall(r"restarting the run from step (\d+) \(restart (\d) of 2\): role (\w+) failed", out)
     assert [(r, role) for _, r, role in restarts] == [("1", "trainer"), ("2", "orchestrator")], out[-3000:]
-    assert all(int(step) > 0 for step, _, _ in restarts)
-    assert train_steps(run_dir) == list(range(24))  # every step exactly once across the attempts
+    assert all(int(step) >= 25 for step, _, _ in restarts)
+    assert train_steps(run_dir) == list(range(60))  # every step exactly once across the attempts
+    # one header per start: the first, three in place, one per restarted run
+    assert (run_dir / "logs" / "inference.log").read_text().count("launcher starts inference") == 6
     assert outcome(run_dir)["status"] == "finished"
     assert not marked_processes(str(run_dir.resolve()))
+
+
+@pytest.mark.vllm
+@pytest.mark.timeout(900)
+def test_opd_outlives_its_servers_killed_and_hung_within_the_budget_and_ends_in_one_line_past_it(tmp_path):
+    """opd with LoRA in the separate layout, restarts in place limited to 2 per server: kill -9 of the student's
+    server (back on the trained adapter: without it the student's requests would find no such model), of the
+    teacher's, then SIGSTOP of the teacher (found hung within ~15 s), all survived; a second kill -9 of the teacher is
+    past its budget and ends the run in one line, leaving nothing behind. A resumed run finishes, every step once."""
+    run_dir = tmp_path / "run"
+    opd = [*SHORT, *PURE_OPD_IN_A_FULL_CONTEXT, "lora=on", "deployment.layout=separate"]
+    faults = ["max_steps=200", "launcher.server_restarts=2", "launcher.server_hang_s=10", "launcher.restarts=0"]
+    proc = subprocess.Popen(
+        launch_cmd(*opd, *faults, f"hydra.run.dir={run_dir}"),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    hits = [
+        ("inference", signal.SIGKILL, 3),
+        ("teacher_inference", signal.SIGKILL, 6),
+        ("teacher_inference", signal.SIGSTOP, 9),
+        ("teacher_inference", signal.SIGKILL, 12),
+    ]
+    try:
+        for role, sig, step in hits:
+            kill_at_step(run_dir, proc, role, sig, step)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-3000:]
+    failed = outcome(run_dir)
+    reason = "failed (exit code -9, killed by SIGKILL) after 2 restarts in place"
+    assert (failed["role"], failed["reason"], failed["exit_code"]) == ("teacher_inference", reason, -9)
+    assert f"error: role teacher_inference {reason}" in err
+    log = (run_dir / "logs" / "launcher.log").read_text()
+    assert restart_lines(log, "inference") == [("failed (exit code -9, killed by SIGKILL)", "1 of 2")]
+    hung = "hung (no answer to /health for 10 s)"
+    assert restart_lines(log, "teacher_inference") == [
+        ("failed (exit code -9, killed by SIGKILL)", "1 of 2"),
+        (hung, "2 of 2"),
+    ]
+    assert max(restart_counts(run_dir, "inference")) == 1 and max(restart_counts(run_dir, "teacher_inference")) == 2
+    assert not [r for r, pgid in started_roles(run_dir).items() if group_alive(pgid)]
+    assert not marked_processes(str(run_dir.resolve()))
+    checkpoint = RunDir(run_dir).latest_checkpoint()
+    assert checkpoint >= 10
+    final = checkpoint + 2
+    resumed = launch(run_dir, *opd, f"max_steps={final}", "ckpt.resume=true")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert train_steps(run_dir) == list(range(final))  # every step exactly once across the attempts
+    train = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in train if "loss" in r]
+    # the verifier is never called, the teacher scores every step, its rollouts cut at the context's end
+    assert all(r["verifier/calls"] == 0 and "reward/mean" not in r and "eval/reward" not in r for r in train)
+    assert all(r["seq_len/truncated"] > 0.2 and r["teacher_kl"] > 0 for r in train), train
 
 
 def checkpointed_past(run_dir: Path, step: int):
     return lambda: (RunDir(run_dir).latest_checkpoint() or 0) > step
 
 
-def hit(run_dir: Path, proc: subprocess.Popen, target: str, sig: signal.Signals, after: int, roles: int) -> None:
-    """Once this attempt has trained past a new checkpoint (and a random step more or not), hit `target` with
-    `sig`: the launcher exits in bounded time, naming the failed role, and leaves no process of the run behind."""
+def hit(run_dir: Path, proc: subprocess.Popen, sig: signal.Signals, after: int, roles: int) -> None:
+    """Once this attempt has trained past a new checkpoint (and a random step more or not), send the launcher `sig`:
+    it exits in bounded time (SIGKILL: its reaper stops the run), and leaves no process of the run behind."""
     at_step = after + random.randint(3, 4)  # at least one checkpoint (every 2 steps) past the attempt's start
     marker = str(run_dir.resolve())
 
@@ -199,18 +272,17 @@ def hit(run_dir: Path, proc: subprocess.Popen, target: str, sig: signal.Signals,
         return (RunDir(run_dir).latest_checkpoint() or 0) >= after + 2 and len(train_steps(run_dir)) >= at_step
 
     wait_until(trained, proc, 300, f"step {at_step}")
-    if target != "launcher":
-        os.kill(started_roles(run_dir)[target], sig)
-    elif sig == signal.SIGKILL:
+    if sig == signal.SIGKILL:
         assert marked_processes(marker)  # the servers, orchestrator and trainer run
         proc.kill()
     else:
         proc.send_signal(sig)
     hit_at = time.monotonic()
-    _, err = proc.communicate(timeout=60)
+    proc.communicate(timeout=60)
     stopped_s = time.monotonic() - hit_at
-    if sig == signal.SIGKILL and target == "launcher":  # no launcher left to stop them: its reaper does, and a
-        # server forked by the server factory (which /proc shows with the factory's environment) stops itself
+    if sig == signal.SIGKILL:  # no launcher left to stop them: its reaper does, and a server forked by the server
+        # factory (which /proc shows with the factory's environment) stops itself
+
         def left() -> bool:
             groups = started_roles(run_dir).values()
             return bool(marked_processes(marker) or reapers(marker) or any(map(group_alive, groups)))
@@ -218,16 +290,12 @@ def hit(run_dir: Path, proc: subprocess.Popen, target: str, sig: signal.Signals,
         while left() and time.monotonic() - hit_at < 15:
             time.sleep(0.2)
         assert not reapers(marker)
-    elif target == "launcher":
+    else:
         assert proc.returncode == 128 + sig and stopped_s < STOPS_WITHIN_S, (proc.returncode, stopped_s)
         assert (outcome(run_dir)["status"], outcome(run_dir)["signal"]) == ("stopped", sig.name)
-    else:
-        assert proc.returncode != 0 and stopped_s < STOPS_WITHIN_S, (proc.returncode, stopped_s)
-        failed = outcome(run_dir)  # the role that died of the signal, by the signal's own exit code
-        assert (failed["status"], failed["role"], failed["exit_code"]) == ("failed", target, -sig), err[-3000:]
     started = started_roles(run_dir)
     assert len(started) == roles and not [r for r, pgid in started.items() if group_alive(pgid)]
-    assert not marked_processes(marker), f"processes of the run outlived {target}'s {sig.name}"
+    assert not marked_processes(marker), f"processes of the run outlived the launcher's {sig.name}"
 
 
 @pytest.mark.vllm

@@ -41,6 +41,16 @@ def pushes_weights(cfg: Config) -> bool:
     return cfg.inference.weight_transfer != WeightTransfer.files
 
 
+def restarts_in_place(cfg: Config, student: bool) -> bool:
+    """Whether the launcher restarts this server of the run in place when it dies or hangs (launcher.server_restarts):
+    on one node (a multi-node job's servers are SLURM's to requeue), not on a shared GPU (a server starting there
+    would take the memory the trainer is using), and the student's only where weights arrive as files (a pushed
+    transfer's process group cannot take a new server in) on a server the run starts (not a standing one)."""
+    if not cfg.launcher.server_restarts or num_nodes(cfg.deployment) > 1 or (is_colocated(cfg) and on_gpu(cfg)):
+        return False
+    return not student or not (pushes_weights(cfg) or cfg.inference.url)
+
+
 def server_dtype(cfg: Config, on_gpu: bool) -> str:
     """inference.dtype of the servers, auto resolved: float32 on CPU, bfloat16 on GPU (the trainer exports in it)."""
     return cfg.inference.dtype if cfg.inference.dtype != "auto" else ("bfloat16" if on_gpu else "float32")

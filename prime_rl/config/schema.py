@@ -471,6 +471,8 @@ class LauncherConfig:
     ready_timeout_s: NonNeg = 0.0  # give up on a server not ready by then; 0 = auto: 300 s + weights at 100 MB/s
     stop_grace_s: NonNeg = 5.0  # between SIGTERM and SIGKILL of a process group
     restarts: NonNegInt = 2  # a run whose role crashed after a step restarts from its latest checkpoint this often
+    server_restarts: NonNegInt = 3  # a server of the run that dies or hangs is restarted in place this often (each)
+    server_hang_s: NonNeg = 120.0  # a server whose /health goes unanswered this long is hung (restarted); 0 = never
     tcmalloc: bool = True  # preload the system's libtcmalloc_minimal (if installed) into every process without a GPU
     weights_dir: str | None = None  # where weight exports go (linked from the run dir); None = auto: GPU node scratch
 

@@ -10,9 +10,11 @@ import json
 import os
 import random
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from email.utils import parsedate_to_datetime
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
@@ -26,6 +28,7 @@ MAX_BACKOFF_S = 60.0
 # failures before the request reached the server: the only ones a call that changes its state is sent again after
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 MAY_STILL_RUN = "; not sent again: the server may still be loading"
+T = TypeVar("T")
 
 
 def retryable(status: int) -> bool:
@@ -143,6 +146,9 @@ class InferenceClient:
         self.rate_limit_wait_s = rate_limit_wait_s  # per request: waits a server asks for do not use up retries
         self.slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
         self.stats = RequestStats()
+        # a server the launcher restarts in place: waited for, and brought back, before requests reach it
+        # (orchestrator/server_comeback.py); None: any other server
+        self.comeback = None
         self.http = httpx.AsyncClient(
             headers=hdrs, timeout=httpx.Timeout(timeout_s), limits=httpx.Limits(max_connections=256)
         )
@@ -162,6 +168,23 @@ class InferenceClient:
         except httpx.TransportError:
             return False  # not listening yet
 
+    async def serving(self) -> int:
+        """The server's restarts in place so far, once it serves after the latest, brought back (0: a server that is
+        not restarted in place)."""
+        return await self.comeback.ready() if self.comeback else 0
+
+    async def across_restarts(self, call: Callable[[], Awaitable[T]]) -> T:
+        """`call()`, made again after each restart in place of the server that its failure came with (a failure with
+        the server's own answer, a 4xx, came from no restart)."""
+        while True:
+            restarts = await self.serving()
+            try:
+                return await call()
+            except InferenceError as e:
+                answered = e.status is not None and e.status < 500
+                if answered or not self.comeback or not await self.comeback.came_back(restarts):
+                    raise
+
     async def post(
         self,
         path: str,
@@ -171,12 +194,15 @@ class InferenceClient:
     ) -> dict:
         """POST to an OpenAI API path under base_url (`root`: to a vLLM server endpoint outside the API), with retries
         on connection errors, timeouts, malformed JSON, 5xx and 408/409/425/429, other 4xx fail; an answer's
-        `x-should-retry` overrides its status either way.
+        `x-should-retry` overrides its status either way; sent again after its server's restart in place.
 
         A retryable answer with `Retry-After` (a rate limit) is waited out as asked, with jitter, and does not
         count as a retry: a rate-limited run slows down until `rate_limit_wait_s` of waiting is used up. Calls that
-        change the server's state go through `control` instead, never resent."""
+        change the server's state go through `control` instead, never resent while the first may still run."""
         url = (self.root if root else self.base_url) + path
+        return await self.across_restarts(lambda: self.post_retrying(url, payload, params))
+
+    async def post_retrying(self, url: str, payload: dict | None, params: dict | None) -> dict:
         failures, limited, waited = 0, 0, 0.0
         while True:
             wait = None
@@ -214,7 +240,8 @@ class InferenceClient:
         self, url: str, payload: dict | None, params: dict | None, timeout_s: float | None = None
     ) -> httpx.Response:
         """One POST (bounded by `timeout_s`, None: the client's), holding one of the `max_concurrency` slots while
-        it is in flight."""
+        it is in flight; to a server restarted in place only once it is back."""
+        await self.serving()
         self.stats.requests += 1
         timeout = httpx.USE_CLIENT_DEFAULT if timeout_s is None else httpx.Timeout(timeout_s)
         async with self.slots or contextlib.nullcontext():
@@ -225,8 +252,9 @@ class InferenceClient:
     ) -> httpx.Response:
         """POST a call that changes the server's state (a reload, an adapter load, sleep, wake, a cache reset),
         bounded by `timeout_s`. Unlike `post`, a request that may have reached the server is never sent again: the
-        first may still be running (a reload that outlived its timeout), and a second would run beside it."""
-        resp = await self.reach(url, payload, params, timeout_s)
+        first may still be running (a reload that outlived its timeout), and a second would run beside it; only a
+        server restarted in place since runs nothing of it."""
+        resp = await self.across_restarts(lambda: self.reach(url, payload, params, timeout_s))
         if resp.status_code >= 400:
             still = MAY_STILL_RUN if resp.status_code >= 500 else ""
             raise InferenceError(f"POST {url} -> HTTP {resp.status_code}: {resp.text[:300]}{still}", resp.status_code)

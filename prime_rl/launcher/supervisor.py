@@ -1,7 +1,8 @@
 """Runs a plan: start the servers, orchestrator and trainer, wait until the servers serve, watch the run finish.
 
-Fail fast: any child failing, a server exiting, a server not ready in time, or a signal to the launcher
-stops every process group (processes.py) and returns non-zero, naming the role and showing its log tail.
+Fail fast: any child failing, a server exiting or hanging past its restarts in place (server_restarts.py), a server
+not ready in time, or a signal to the launcher stops every process group (processes.py) and returns non-zero, naming
+the role and showing its log tail.
 """
 
 import atexit
@@ -26,6 +27,7 @@ from prime_rl.launcher.progress import ProgressLine, RunState, format_duration, 
 from prime_rl.launcher.reaper import start_reaper
 from prime_rl.launcher.remote_servers import RemoteServersWatch
 from prime_rl.launcher.run_lock import held_lock_fds
+from prime_rl.launcher.server_restarts import ServerRestarts
 from prime_rl.launcher.standing_server import standing_key
 from prime_rl.monitor.metrics import write_summary
 from prime_rl.monitor.plots import write_plots
@@ -83,6 +85,7 @@ class Supervisor:
         self.log = open(plan.launcher_log, "a", buffering=1)
         self.metrics = RunState(RunDir(plan.run_dir).metrics)
         self.remote = RemoteServersWatch(plan.remote_servers)  # multi-node head: the other nodes' servers
+        self.restarts = ServerRestarts(plan, self.say)  # this node's servers, restarted in place
         # the servers answer only the launcher's children, not another run or user
         self.server_key = server_key or run_server_key(plan)
 
@@ -121,6 +124,7 @@ class Supervisor:
         outcome_file(self.plan).unlink(missing_ok=True)  # an earlier attempt's: this one has not ended
         for role in servers:  # an earlier attempt's address would send the orchestrator to a dead or foreign port
             RunDir(self.plan.run_dir).server_url(role.name).unlink(missing_ok=True)
+            RunDir(self.plan.run_dir).server_restarts(role.name).unlink(missing_ok=True)  # and its restarts
         try:
             if self.plan.one_by_one:
                 # one GPU: each server profiles the free memory while it starts, so nothing else may be loading
@@ -161,12 +165,16 @@ class Supervisor:
 
     def start(self, role: Role) -> Child:
         self.check()  # a signal or failure while starting: start nothing more
+        child = self.spawn(role)
+        self.children.append(child)
+        return child
+
+    def spawn(self, role: Role) -> Child:
         try:
             key = {SERVER_KEY_ENV: self.server_key} if role.server_key else {}
             child = spawn(role, {RUN_ENV: self.plan.marker} | key)
         except OSError as e:
             raise RoleFailed(role.name, role.log_file, f"could not start ({e})") from e
-        self.children.append(child)
         self.say(f"started {role.name} (pid {child.pgid}, log {role.log_file})")
         return child
 
@@ -179,8 +187,7 @@ class Supervisor:
         if not pending:
             return
         self.say(f"waiting up to {timeout:g} s for {', '.join(server_name(s) for s in pending)} to serve")
-        auth = {"Authorization": f"Bearer {self.server_key}"}
-        with httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False, headers=auth) as http:  # no proxy for our servers
+        with self.http() as http:
 
             def all_serving() -> bool:
                 self.check()  # a server that exited, or a signal, ends the wait at once
@@ -191,6 +198,8 @@ class Supervisor:
                     pending.remove(server)
                     if isinstance(server, Child) and server.role.port == 0:
                         write_text(RunDir(self.plan.run_dir).server_url(server.role.name), root + "/v1")
+                    if isinstance(server, Child):
+                        self.restarts.serving(server, root)
                     self.say(f"{server_name(server)} ready after {time.monotonic() - started:.1f} s at {root}")
                 return not pending
 
@@ -207,22 +216,41 @@ class Supervisor:
                 time.sleep(POLL_S)
 
     def check(self) -> None:
-        """Raise if the launcher was signalled or a child failed. A worker exiting 0 is done, not failed;
-        a server exiting at all is a failure, since the run still needs it."""
+        """Raise if the launcher was signalled or a child failed. A worker exiting 0 is done, not failed; a server
+        exiting at all, or hanging, has failed, since the run still needs it, unless it is restarted in place."""
         if self.signum is not None:
             raise Interrupted(self.signum)
-        for child in self.children:
+        for child in list(self.children):
             code = child.exit_code()
-            if code is not None and (code != 0 or child.role.is_server):
+            down = child.role.is_server and (code is not None or self.restarts.hung(child))
+            if down and self.restarts.may_restart(child.role):
+                why = f"failed ({describe_exit(code)})" if code is not None else self.restarts.hang()
+                self.children[self.children.index(child)] = self.restarts.restart(child, why, self.spawn)
+            elif down or code:
                 self.check_peers()  # the cause, where the role failed because another node failed first
-                failed = f"failed ({describe_exit(code)})"
+                failed = f"failed ({describe_exit(code)})" if code is not None else self.restarts.hang()
+                failed += self.restarts.after(child.role)
                 gone = self.remote.gone_now()
                 if gone:  # the cause, where the role failed because another node's server is gone
                     raise RoleFailed(gone.name, gone.log_file, f"{lost(gone)}; {child.role.name} {failed}", code)
                 raise RoleFailed(child.role.name, child.role.log_file, failed, code)
+        self.check_restarted()
         self.check_peers()
         if self.remote.lost:  # multi-node head: another node died or was cut off
             raise RoleFailed(self.remote.lost.name, self.remote.lost.log_file, lost(self.remote.lost))
+
+    def check_restarted(self) -> None:
+        """Servers restarted in place that serve again are marked so; one not serving in time has failed."""
+        if self.restarts.pending:
+            with self.http() as http:
+                late = self.restarts.poll(http, self.launcher.ready_timeout_s)
+            if late:
+                raise not_ready(late, self.launcher.ready_timeout_s)
+
+    def http(self) -> httpx.Client:
+        """A client of the run's servers (no proxy between them), with the run's key."""
+        auth = {"Authorization": f"Bearer {self.server_key}"}
+        return httpx.Client(timeout=HTTP_TIMEOUT_S, trust_env=False, headers=auth)
 
     def check_peers(self) -> None:
         """Multi-node: another node failed, ended the run and said why (its own report beats a guess from here)."""
@@ -235,6 +263,7 @@ class Supervisor:
         in flight (vLLM can hang on SIGTERM then), then the servers. Idempotent."""
         self.stopping = True
         self.remote.stop()
+        self.restarts.stop()
         workers = [c for c in reversed(self.children) if not c.role.is_server]
         servers = [c for c in reversed(self.children) if c.role.is_server]
         for group in (workers, servers):

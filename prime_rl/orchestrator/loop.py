@@ -23,6 +23,7 @@ from prime_rl.orchestrator.policy import PolicySync
 from prime_rl.orchestrator.prompts import prompts_per_step, step_prompts
 from prime_rl.orchestrator.reference import reference_logprobs
 from prime_rl.orchestrator.rollouts import rewards_of
+from prime_rl.orchestrator.server_comeback import restart_metrics, watch_restarts
 from prime_rl.orchestrator.server_urls import locate_servers
 from prime_rl.protocol.batch import Batch, Sample, write_batch
 from prime_rl.protocol.handoff import announce
@@ -58,6 +59,7 @@ async def session(cfg: Config, start: int) -> AsyncIterator[Session]:
     resume_counts(ctx, algo, start)
     lora = cfg.trainer.lora
     policy = PolicySync(ctx.run_dir, ctx.student, lora.name if lora.enabled else None, cfg)
+    watch_restarts(ctx, policy.restore)
     evals = eval_tasks(ctx)
     try:
         await wait_for_servers(ctx)
@@ -122,6 +124,7 @@ async def add_step_metrics(s: Session, batch: Batch, step: int, start: int) -> N
     for t in ctx.teachers.values():
         batch.metrics.update({named_metric(t.name, k): v for k, v in t.answers.step_metrics().items()})
     batch.metrics.update(ctx.verification.metrics())
+    batch.metrics.update(restart_metrics(ctx))
 
 
 def named_metric(name: str, key: str) -> str:

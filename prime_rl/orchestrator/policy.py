@@ -52,6 +52,15 @@ class PolicySync:
             await self.load(self.run_dir.latest_weights())
         return self.version
 
+    async def restore(self) -> str:
+        """The student's server was restarted in place, with the starting weights: serve the policy it held (its
+        export, or the newest where that one is pruned), as a step loads it; says which."""
+        if self.version < 0:
+            return "the starting weights, as before"
+        step = self.version if self.run_dir.weights_ready(self.version) else self.run_dir.latest_weights()
+        took = await self.load(step)
+        return f"weights/step_{step} loaded in {took:.2f} s"
+
     def take_times(self) -> dict[str, float]:
         times = {"time/reload": self.reload_s, "time/wait_weights": self.wait_s}
         self.reload_s = self.wait_s = 0.0

@@ -45,6 +45,8 @@ class StudentServers:
     """The client calls the orchestrator makes, over several servers of the same policy: a request's prompts
     are split between the servers, and every server reloads the weights before sampling goes on."""
 
+    comeback = None  # a multi-node job's servers are never restarted in place (config/layout.py restarts_in_place)
+
     def __init__(self, clients: list[InferenceClient]):
         self.clients = clients
         self.base_url = ", ".join(c.base_url for c in clients)

@@ -84,6 +84,11 @@ class RunDir:
         binds a port of the kernel's choosing, so only the launcher, reading it back, knows which)."""
         return self.root / "servers" / f"{role}.url"
 
+    def server_restarts(self, role: str) -> Path:
+        """launcher -> orchestrator: how often a server of this node was restarted in place, and whether its latest
+        start serves yet (protocol/servers.py Restarts); absent until its first restart."""
+        return self.root / "servers" / f"{role}.restarts"
+
     def outcome(self, node_rank: int | None = None) -> Path:
         """launcher -> tools, tests, the sweep report: how its last attempt ended (finished, failed: which role and
         why, stopped: by which signal); absent while it runs, or when the launcher was killed outright.

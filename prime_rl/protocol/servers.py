@@ -1,6 +1,12 @@
 """What the launcher, the orchestrator and the vLLM servers agree on to reach each other."""
 
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
 import httpx
+
+from prime_rl.protocol.atomic import write_text
 
 STUDENT_MODEL_NAME = "student"  # served name of the student's base weights
 TEACHER_MODEL_NAME = "teacher"  # served name of the local teacher
@@ -30,3 +36,19 @@ def serves(http: httpx.Client, root: str) -> bool:
         return all(http.get(root + path).status_code == 200 for path in ("/health", "/v1/models"))
     except httpx.HTTPError:
         return False
+
+
+@dataclass(frozen=True)
+class Restarts:
+    """A server's restarts in place so far, and whether its latest start serves yet (RunDir.server_restarts)."""
+
+    count: int = 0
+    serving: bool = True
+
+
+def read_restarts(path: Path) -> Restarts:
+    return Restarts(**json.loads(path.read_text())) if path.exists() else Restarts()
+
+
+def write_restarts(path: Path, restarts: Restarts) -> None:
+    write_text(path, json.dumps(asdict(restarts)) + "\n")
