@@ -40,6 +40,8 @@ QWEN3_06B = dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
 SMALL = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, head_dim=32, vocab_size=32000)  # fmt: skip
 FIGURES: dict[str, object] = {}
+# dense bf16 tensor-core peaks (the vendors' datasheets, SXM parts), by a name torch reports the GPU under
+BF16_PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "B200": 2250e12}
 
 
 def fig(key: str, value) -> None:
@@ -126,6 +128,20 @@ def step_figures(prefix: str, run_dir: RunDir) -> None:
             fig(f"{prefix}_{key.replace('/', '_')}", round(statistics.median(values), 4))
 
 
+def utilisation(prefix: str, model: Path, tokens_per_s: float | None) -> None:
+    """Model FLOPs utilisation: 6 FLOPs per parameter per trained token (a forward and a backward; the attention's
+    own FLOPs and the old-policy forward left out, so a lower bound) against the GPU's dense bf16 peak."""
+    from prime_rl.models.size import param_count
+
+    name = torch.cuda.get_device_name(0)
+    peak = next((flops for gpu, flops in BF16_PEAK_FLOPS.items() if gpu in name), None)
+    if peak is None or not tokens_per_s:
+        fig(f"{prefix}_mfu", "'unknown peak'")
+        return
+    fig(f"{prefix}_train_tflops", round(6 * param_count(model) * tokens_per_s / 1e12, 1))
+    fig(f"{prefix}_mfu", round(6 * param_count(model) * tokens_per_s / peak, 4))
+
+
 def dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
@@ -149,6 +165,8 @@ def full_fine_tuning(work: Path, model: Path, args) -> None:
     _, config = trainer_config(run.root, model, args.device, args.steps)
     fig("full_process_s", round(run_trainer(config, work / "full.log"), 1))
     step_figures("full", run)
+    if args.device == "cuda":
+        utilisation("full", model, FIGURES.get("full_throughput_train_tokens_per_s"))
     export = run.weights(args.steps)
     fig("full_export_gb", round(dir_bytes(export) / 1e9, 3))
     from safetensors import safe_open

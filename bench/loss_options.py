@@ -32,6 +32,8 @@ from common import (
     steady_rows,
 )
 
+from prime_rl.inference.entrypoint import SERVER_MODULE
+
 NAME = "loss_options"
 VARIANTS = {
     "plain": [],
@@ -84,7 +86,7 @@ class ServerMemory:
         while not self.done.wait(0.5):
             total = 0
             for proc in psutil.process_iter(["cmdline", "memory_info"]):
-                if "vllm.entrypoints.openai.api_server" in (proc.info["cmdline"] or []):
+                if SERVER_MODULE in (proc.info["cmdline"] or []):
                     total += proc.info["memory_info"].rss
             self.peak_gib = max(self.peak_gib, total / 2**30)
 

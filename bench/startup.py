@@ -30,6 +30,7 @@ import httpx
 from common import add_runs_arg, bench_dir, compose, finish, median, print_table, run_launcher, run_stamped
 
 from prime_rl.inference import cpu_platform
+from prime_rl.inference.entrypoint import SERVER_MODULE
 from prime_rl.launcher.allocator import preload_env
 from prime_rl.launcher.processes import group_alive
 from prime_rl.launcher.server_factory import FACTORY_ENV, answers, fork_server
@@ -121,7 +122,7 @@ def server_forked(factory: Path, log: Path) -> dict[str, float]:
 
 def import_seconds() -> float:
     start = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import vllm.entrypoints.openai.api_server"], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-c", f"import {SERVER_MODULE}"], check=True, capture_output=True)
     return time.monotonic() - start
 
 

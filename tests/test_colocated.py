@@ -10,19 +10,27 @@ import os
 import subprocess
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 from transformers import AutoConfig
 
 from prime_rl.config import ConfigError, compose_config
 from prime_rl.config.layout import GIB, gpu_fit_problem, trainer_threads, turns
+from prime_rl.config.teachers import DEFAULT, teacher_view
 from prime_rl.launcher.plan import build_plan
 from prime_rl.launcher.preflight import check_at_launch
 from prime_rl.models.size import param_count
+from prime_rl.orchestrator.device import OrchestratorTurn
+from prime_rl.prepare import prepare_student
 from prime_rl.protocol.device_turn import DeviceTurn
 from prime_rl.protocol.handoff import Listener, announce
 from prime_rl.protocol.polling import wait_until
+from prime_rl.protocol.run_dir import RunDir
+from prime_rl.trainer.train import export_merged_in_turn
 from tests.conftest import ROOT, launch_cmd
 
 ONE_GPU = ["deployment=colocated_gpu"]
@@ -45,7 +53,12 @@ def test_one_gpu_rl_plan_puts_every_role_on_the_gpu_with_sleep_mode_and_a_share(
     assert "--enable-sleep-mode" in server and arg(server, "--gpu-memory-utilization") == "0.3"
     assert plan.one_by_one  # the server profiles the GPU's free memory before the trainer loads
     orchestrator, trainer = turns(plan.config)
-    assert orchestrator.work[0] == "wake the student server" and "the student server sleep" in orchestrator.work
+    assert orchestrator.work[:3] == (
+        "wake the student server's weights",
+        "reload the newest weights",
+        "wake the student server's KV cache",
+    )
+    assert "the student server sleep" in orchestrator.work
     assert trainer.work[-1] == "free cached GPU memory"
 
 
@@ -78,7 +91,8 @@ def test_the_dry_run_shows_who_holds_the_device_when(tmp_path):
     assert plan["layout"] == "colocated" and {tuple(r["gpus"]) for r in plan["roles"]} == {("3",), ()}
     orchestrator, trainer = plan["turns"]
     assert (
-        orchestrator["holder"] == "orchestrator" and orchestrator["work"][0] == "wake the student and teacher servers"
+        orchestrator["holder"] == "orchestrator"
+        and orchestrator["work"][0] == "wake the student server's weights and the teacher servers"
     )
     assert trainer["holder"] == "trainer" and trainer["work"][0] == "train one step"
     assert plan["gpu_shares"] == {"inference.gpu_memory_utilization": 0.3, "teacher.gpu_memory_utilization": 0.2}
@@ -267,3 +281,80 @@ def test_one_announcement_wakes_every_waiter(tmp_path):
     for rank in ranks:
         rank.join(30)
     assert [rank.exitcode for rank in ranks] == [0, 0]
+
+
+class Recorder:
+    """A server's client that notes the device calls of a turn (no GPU here to sleep or wake)."""
+
+    def __init__(self, name: str, log: list):
+        self.name, self.log = name, log
+
+    async def wake_up(self, model_dir, tags=None):
+        self.log.append((self.name, "wake", tags))
+
+    async def sleep(self, model_dir):
+        self.log.append((self.name, "sleep"))
+
+    async def reload_weights(self, weights_dir):
+        self.log.append((self.name, "reload"))
+
+
+def test_a_turn_on_one_gpu_wakes_the_students_weights_reloads_then_wakes_its_kv_cache(tmp_path):
+    """vLLM's order for an update under sleep mode: the weights back, the reload, then the KV cache, so that the
+    reload's per-layer buffers never come on top of the KV cache; the teacher wakes whole, and all sleep after."""
+    cfg = replace(compose_config([*ONE_GPU, "training_mode=opd"]), run_dir=str(tmp_path))
+    log = []
+    teacher = SimpleNamespace(client=Recorder("teacher", log), cfg=teacher_view(cfg, DEFAULT), local=True)
+    ctx = SimpleNamespace(cfg=cfg, run_dir=RunDir(tmp_path), student=Recorder("student", log), teachers={"": teacher})
+
+    async def turn():
+        device = OrchestratorTurn(ctx)
+        async with device:
+            await ctx.student.reload_weights("weights/step_1")
+            await device.loaded()
+            log.append(("student", "generate"))
+
+    asyncio.run(turn())
+    assert log == [
+        ("student", "wake", ["weights"]),
+        ("teacher", "wake", None),
+        ("student", "reload"),
+        ("student", "wake", None),
+        ("student", "generate"),
+        ("student", "sleep"),
+        ("teacher", "sleep"),
+    ]
+
+
+def _hold_then_export(lock_file: str, merged: str, release: str, out: str) -> None:
+    """The orchestrator's turn held until the test lets it go; meanwhile the trainer's final export waits."""
+    with DeviceTurn(Path(lock_file), shared=True):
+        Path(out).write_text("held")
+        wait_until(Path(release).exists, 60, 0.01, "never released")
+        Path(out).write_text("merged during the turn" if Path(merged).exists() else "nothing merged during the turn")
+
+
+@pytest.mark.integration
+def test_the_merged_lora_export_waits_for_the_trainers_turn(tmp_path):
+    """lora=on: the merge copies weights (lora=embeddings: a vocabulary x hidden matrix), so on a shared device it
+    runs in the trainer's turn, not while the servers are awake."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    student = prepare_student(compose_config(["model=tiny_qwen3"]))
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(student), LoraConfig(r=4, target_modules="all-linear"))
+    t = SimpleNamespace(model=model, tokenizer=AutoTokenizer.from_pretrained(student), device=torch.device("cpu"))
+    lock, run_dir, release, out = tmp_path / "device.lock", RunDir(tmp_path), tmp_path / "release", tmp_path / "out"
+    holder = multiprocessing.get_context("fork").Process(
+        target=_hold_then_export, args=(str(lock), str(run_dir.merged), str(release), str(out))
+    )
+    holder.start()
+    wait_until(out.exists, 60, 0.01, "the orchestrator never took its turn")
+    exporter = threading.Thread(target=export_merged_in_turn, args=(t, DeviceTurn(lock, shared=True), run_dir))
+    exporter.start()
+    wait_until(lambda: waits_for_lock(lock), 60, 0.01, "the export did not wait for the device")
+    release.touch()
+    holder.join(60)
+    exporter.join(60)
+    assert out.read_text() == "nothing merged during the turn"
+    assert (run_dir.merged / "config.json").is_file()

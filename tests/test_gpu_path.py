@@ -17,7 +17,14 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoTokenizer
 
 from prime_rl.config import ConfigError, check_rules, compose_config
-from prime_rl.config.layout import GIB, push_bytes, server_push_problem, trainer_fit_problem, trainer_threads
+from prime_rl.config.layout import (
+    GIB,
+    gpu_fit_problem,
+    push_bytes,
+    server_push_problem,
+    trainer_fit_problem,
+    trainer_threads,
+)
 from prime_rl.config.timeouts import (
     collective_timeout_s,
     student_request_timeout_s,
@@ -42,6 +49,7 @@ from prime_rl.trainer.setup import make_optimizer
 from prime_rl.trainer.step import micro_batch_size
 from prime_rl.trainer.weights import export_weights
 from tests.conftest import ROOT, launch_cmd
+from tests.test_config import TWO_LOCAL_TEACHERS
 
 GPU_OPD = ["deployment=gpu", "training_mode=opd", "teacher=local_vllm", "deployment.num_teacher_gpus=1"]
 
@@ -157,6 +165,53 @@ def batched_tokens(cfg, run_dir: Path) -> str:
     return arg(build_plan(cfg, run_dir, ["0", "1", "2"]).role("teacher_inference").command, "--max-num-batched-tokens")
 
 
+def test_the_trainers_frozen_reference_copy_is_counted_where_it_keeps_one():
+    """A KL to the starting weights computed in the trainer keeps them as a second float32 model in full fine-tuning
+    (trainer/reference.py); under LoRA it is the base with the adapter off, served by vLLM it is none."""
+    one_gpu = ["deployment=colocated_gpu"]
+    kl = ["trainer.loss.kl_ref_tau=0.05"]
+    # 1.5 B parameters: 22.4 GiB of state and 0.3 of 40 GiB fit with 2.75 GiB of headroom; the copy's 5.6 GiB do not
+    assert gpu_fit_problem(compose_config(one_gpu), 40 * GIB, 1_500_000_000) is None
+    problem = gpu_fit_problem(compose_config([*one_gpu, *kl]), 40 * GIB, 1_500_000_000)
+    assert problem and "the trainer's 27.9 GiB (1.50 B parameters, full, the reference's frozen copy)" in problem
+    assert gpu_fit_problem(compose_config([*one_gpu, *kl, "lora=on"]), 40 * GIB, 1_500_000_000) is None
+    served = compose_config([*one_gpu, *kl, "trainer.loss.kl_ref_from=vllm", "inference.gpu_memory_utilization=0.2"])
+    assert "frozen copy" not in (gpu_fit_problem(served, 24 * GIB, 1_500_000_000) or "")
+    separate = compose_config(["deployment=gpu", *kl])  # 8 B: 119 GiB of state and a 30 GiB copy on one GPU
+    assert "and the reference's frozen copy, sharded over 1 GPU" in trainer_fit_problem(separate, 80 * GIB, 8 * 10**9)
+    assert trainer_fit_problem(compose_config(["deployment=gpu", *kl]), 141 * GIB, 7 * 10**9) is None
+
+
+def test_every_server_that_scores_prompts_is_bounded_and_counted_with_a_context_per_process(tmp_path):
+    """opsd's student scores its own tokens: its server gets the logits' bound a teacher gets, and the colocated
+    budget counts its logits; the headroom counts a CUDA context per process on the GPU (auto)."""
+    opsd_gpu = compose_config(["deployment=gpu", "training_mode=opsd"])
+    vocab_32k = tmp_path / "student"
+    AutoConfig.for_model("qwen2", vocab_size=32000).save_pretrained(vocab_32k)
+    student = build_plan(replace(opsd_gpu, model=replace(opsd_gpu.model, name=str(vocab_32k))), tmp_path, ["0", "1"])
+    assert arg(student.role("inference").command, "--max-num-batched-tokens") == "8192"  # 2 GiB fit 8388 at 32 k
+    rl = build_plan(compose_config(["deployment=gpu"]), tmp_path / "rl", ["0", "1"]).role("inference").command
+    assert "--max-num-batched-tokens" not in rl  # it only samples: vLLM's own batch
+    pinned = compose_config(["deployment=gpu", "training_mode=opsd", "inference.max_num_batched_tokens=4096"])
+    assert (
+        arg(build_plan(pinned, tmp_path / "pinned", ["0", "1"]).role("inference").command, "--max-num-batched-tokens")
+        == "4096"
+    )
+    opsd = gpu_fit_problem(compose_config(["deployment=colocated_gpu", "training_mode=opsd"]), 16 * GIB, 8 * 10**8)
+    assert opsd and "the scoring servers' 2 GiB of prompt logits" in opsd and "2.75 GiB of headroom" in opsd
+    # two local teachers and the served reference: three servers' logits, five processes' contexts
+    many = [
+        *TWO_LOCAL_TEACHERS,
+        "deployment=colocated_gpu",
+        "trainer.loss.kl_ref_tau=0.05",
+        "trainer.loss.kl_ref_from=vllm",
+    ]
+    problem = gpu_fit_problem(compose_config(many), 16 * GIB, 8 * 10**8)
+    assert problem and "6 GiB of prompt logits" in problem and "5 GiB of headroom" in problem, problem
+    fixed = compose_config([*many, "deployment.gpu_headroom_gib=1"])
+    assert "1 GiB of headroom" in gpu_fit_problem(fixed, 16 * GIB, 8 * 10**8)
+
+
 def test_a_trainer_whose_state_cannot_fit_its_gpus_is_refused():
     one = compose_config(["deployment=gpu"])
     problem = trainer_fit_problem(one, 80 * GIB, 8_000_000_000)  # 128 GB of fp32 state on one 80 GiB GPU
@@ -169,14 +224,14 @@ def test_a_trainer_whose_state_cannot_fit_its_gpus_is_refused():
 
 
 def test_a_pushed_transfer_counts_its_buffers_on_both_sides():
-    """vLLM's packed NCCL transfer holds two buffers in flight, each up to one whole tensor over its size, plus the
-    tensor being cast: for a 7 B student's 152 k x 3584 embedding, 3.5 GiB beside the trainer's state and beside
-    the server's share."""
+    """vLLM's packed NCCL producer holds three buffers at once (one in flight, the tensors it packs and their
+    torch.cat), each up to one whole tensor over its size, plus the tensor being cast: for a 7 B student's
+    152 k x 3584 embedding, 4.8 GiB beside the trainer's state and beside the server's share."""
     gpus = ["deployment=gpu", "deployment.num_train_gpus=4", "inference.gpu_memory_utilization=0.95"]
     files, nccl = compose_config(gpus), compose_config([*gpus, "inference.weight_transfer=nccl"])
     embedding = 151_936 * 3584
     assert push_bytes(files, embedding) == 0
-    assert push_bytes(nccl, embedding) == 2 * (256 << 20) + 3 * embedding * 2  # bf16 on the wire
+    assert push_bytes(nccl, embedding) == 3 * (256 << 20) + 4 * embedding * 2  # bf16 on the wire
     # 8 B parameters over 4 GPUs: 29.8 GiB of state each, with 2 GiB of headroom a 32 GiB GPU holds it, not the push
     assert trainer_fit_problem(files, 32 * GIB, 8_000_000_000, embedding) is None
     assert trainer_fit_problem(nccl, 32 * GIB, 8_000_000_000, embedding) is not None

@@ -11,8 +11,9 @@ import pytest
 from transformers import AutoConfig
 
 from prime_rl.config import ConfigError, check_rules, compose_config
-from prime_rl.config.schema import VLLM_LORA_RANKS
+from prime_rl.config.schema import VLLM_LORA_RANKS, VLLM_MAX_NUM_SEQS
 from prime_rl.inference import cpu_platform
+from prime_rl.inference.entrypoint import SERVER_MODULE
 from prime_rl.inference.server import attention_heads, tensor_parallel_fits
 from prime_rl.launcher.multinode import build_node_plan
 from prime_rl.launcher.plan import build_plan
@@ -23,7 +24,6 @@ from tests.test_config import TWO_LOCAL_TEACHERS, check
 EIGHT = [str(i) for i in range(8)]
 GPU_OPD = ["deployment=gpu", "experiment=opd", "deployment.num_teacher_gpus=2"]
 SPLIT_RULE = "vLLM needs the GPUs to divide the heads, and to divide or be a multiple of the KV heads"
-SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 # (overrides, visible GPUs, nodes): every kind of server command line the launcher writes
 PLANS = {
@@ -125,6 +125,54 @@ def test_the_lora_ranks_are_vllms_own():
     from vllm.config.lora import MaxLoRARanks
 
     assert VLLM_LORA_RANKS == typing.get_args(MaxLoRARanks)
+
+
+# the plans whose servers this machine's vLLM can build an engine config of: its models built (prepare), on the CPU
+ENGINE_BUILT = ["cpu rl", "cpu opd topk", "cpu lora rank 12", "cpu gloo push", "cpu served reference"]
+
+
+@pytest.mark.integration  # building the engine config inspects the model in a subprocess
+@pytest.mark.parametrize("name", ENGINE_BUILT)
+def test_vllm_builds_the_engine_config_of_every_planned_cpu_server_with_its_own_checks(name, vllm_cli, tmp_path):
+    """Beyond parsing: vLLM's create_engine_config() runs its own rules on what the plan asks (the scheduler's batch
+    against the context, LoRA's ranks, the weight-transfer backend, the platform's), on the models the run serves."""
+    from prime_rl.launcher.job import prepared
+
+    parser, validate, engine_args = vllm_cli
+    overrides, visible, nodes = PLANS[name]
+    prepared(compose_config(overrides))  # the run's models, built (cached) as the launcher's job builds them
+    for role in planned_servers(overrides, visible, nodes, tmp_path):
+        engine = engine_args.from_cli_args(parser.parse_args(role.command[3:]))
+        config = engine.create_engine_config()
+        assert config.model_config.max_model_len == int(role.command[role.command.index("--max-model-len") + 1])
+        assert config.scheduler_config.max_num_batched_tokens >= config.scheduler_config.max_num_seqs
+
+
+@pytest.mark.integration  # importing vLLM's engine arguments starts a process (py-cpuinfo runs `file`)
+def test_the_smallest_batch_a_gpu_server_takes_is_vllms_own(monkeypatch):
+    """VLLM_MAX_NUM_SEQS is vLLM's --max-num-seqs on a 70 GB+ GPU (an H100, an H200): what the rule on a scoring
+    server's --max-num-batched-tokens holds a value set by hand against."""
+    pytest.importorskip("vllm")
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.platforms import current_platform
+    from vllm.usage.usage_lib import UsageContext
+
+    monkeypatch.setattr(current_platform, "get_device_total_memory", lambda *_: 80 * 2**30)
+    monkeypatch.setattr(current_platform, "get_device_name", lambda *_: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(current_platform, "is_cpu", lambda: False)
+    _, max_num_seqs = EngineArgs.get_batch_defaults(world_size=1)
+    assert max_num_seqs[UsageContext.OPENAI_API_SERVER] == VLLM_MAX_NUM_SEQS
+
+
+def test_a_scoring_servers_batch_below_vllms_sequences_is_one_line():
+    for key, fix in [("teacher", "teacher.max_num_batched_tokens"), ("inference", "inference.max_num_batched_tokens")]:
+        with pytest.raises(ConfigError) as err:
+            check_rules(compose_config([*GPU_OPD, f"{key}.max_num_batched_tokens=512"]), 8)
+        assert err.value.keys == [fix] and "below vLLM's 1024 sequences per batch" in str(err.value)
+    check_rules(
+        compose_config([*GPU_OPD, "teacher.max_num_batched_tokens=512", "teacher.extra_args=[--max-num-seqs,256]"]), 8
+    )
+    check_rules(compose_config([*GPU_OPD, "teacher.max_num_batched_tokens=1024"]), 8)
 
 
 def max_lora_rank(tmp_path, *overrides: str) -> str:

@@ -3,11 +3,13 @@ by our client and source, against a real vLLM server over gloo, and vLLM's own N
 transport. The whole loop (orchestrator asks, trainer pushes) runs in tests/test_e2e_rl.py."""
 
 import asyncio
+import contextlib
 import json
 import secrets
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -151,6 +153,65 @@ def test_vllms_nccl_engine_sends_our_source_in_the_servers_dtype_between_start_a
         assert tensor.dtype == torch.bfloat16 and torch.equal(tensor, p.detach().to(torch.bfloat16))
 
 
+def test_vllms_packed_nccl_transfer_carries_our_weights_exactly_from_its_producer_to_its_consumer(monkeypatch):
+    """Real runs pack (init_info: buffers of PUSH_BUFFER_BYTES, PUSH_BUFFERS of them): vLLM's packed producer, driven
+    by its NCCL trainer engine with our source, and its consumer, reading the update info the server gets, cut the
+    stream into the same chunks, and every parameter arrives as the trainer's, in bf16 (the streams of a GPU and the
+    NCCL communicator stand in: no GPU here; a buffer of 4 KiB makes the tiny model many chunks)."""
+    from vllm.distributed.weight_transfer import packed_tensor
+    from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerWeightTransferEngine
+
+    model = AutoModelForCausalLM.from_pretrained(prepare_student(compose_config(["model=tiny_qwen3"])))
+    monkeypatch.setattr(packed_tensor, "_get_streams", lambda device, n: tuple(Stream() for _ in range(n)))
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.accelerator, "current_device_index", lambda: 0)
+    wire: list[torch.Tensor] = []
+
+    class Sender:  # the trainer's side of the communicator: what rank 0 broadcasts goes on the wire
+        def broadcast(self, tensor, src):
+            wire.append(tensor.clone())
+
+    class Receiver:  # a server worker's: each receive buffer is filled from the wire, which must fit it exactly
+        def broadcast(self, tensor, src):
+            sent = wire.pop(0)
+            assert sent.shape == tensor.shape
+            tensor.copy_(sent)
+
+    buffer = 4096
+    client = Recorded(None)
+    engine = NCCLTrainerWeightTransferEngine(
+        client=client, source=ModelWeights(model, torch.bfloat16), packed_buffer_size_bytes=buffer
+    )
+    engine.model_update_group = Sender()
+    engine.send_weights()
+    chunks = len(wire)
+    update = json.loads(json.dumps(client.calls[1][1]))  # what /update_weights carries to the workers
+    received = {}
+    packed_tensor.packed_nccl_broadcast_consumer(
+        iter(
+            (n, (shape, getattr(torch, d)))
+            for n, d, shape in zip(update["names"], update["dtype_names"], update["shapes"])
+        ),
+        Receiver(),
+        0,
+        lambda pairs: received.update((name, t.clone()) for name, t in pairs),
+        buffer_size_bytes=buffer,
+        num_buffers=engine.packed_num_buffers,
+        device="cpu",
+    )
+    params = dict(model.named_parameters())
+    assert chunks > 10 and wire == [] and list(received) == list(params)
+    for name, p in params.items():
+        assert received[name].dtype == torch.bfloat16 and torch.equal(received[name], p.detach().to(torch.bfloat16))
+
+
+class Stream:
+    """A CUDA stream's stand-in: nothing to wait for on a CPU."""
+
+    def synchronize(self) -> None:
+        pass
+
+
 def test_a_model_whose_parameters_are_named_otherwise_than_its_checkpoint_is_refused():
     path = prepare_student(compose_config(["model=tiny_qwen3"]))
     model = AutoModelForCausalLM.from_pretrained(path)
@@ -184,6 +245,34 @@ with watchdog(float(sys.argv[1]), "the push of weights 3 did not finish"):
     time.sleep(float(sys.argv[2]))  # a wait Python cannot interrupt stands here as a sleep
 print("finished")
 """
+
+
+NEVER_JOINED = """
+from prime_rl.weight_transfer import gloo
+from prime_rl.weight_transfer.push import start_engine
+
+
+class Server:  # a server whose worker never joins the group (it died, or hangs)
+    def init_weight_transfer_engine(self, info):
+        pass
+
+
+gloo.register()
+start_engine(gloo.GlooTrainerInitInfo("127.0.0.1", 2, 600, rank=0), Server(), None, timeout_s=1)
+print("set up")
+"""
+
+
+@pytest.mark.integration
+def test_a_transfer_whose_server_never_joins_ends_the_trainer_with_one_line_in_bounded_time():
+    """The set-up's rendezvous waits for every rank (NCCL's without any bound; gloo's here for its own 600 s): the
+    trainer's watchdog ends it at step_timeout_s, with one line."""
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", NEVER_JOINED], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "set up" not in done.stdout
+    [line] = [x for x in done.stderr.strip().splitlines() if x.startswith("error: ")]
+    assert "the weight transfer's set-up did not finish within 1s" in line
+    assert time.monotonic() - started < 60
 
 
 @pytest.mark.integration

@@ -6,20 +6,27 @@ import os
 from dataclasses import dataclass
 
 from prime_rl.config.modes import RolloutSource, Scorer, uses
-from prime_rl.config.schema import Config, Layout, WeightTransfer, num_nodes
+from prime_rl.config.schema import Config, Layout, ReferenceSource, WeightTransfer, num_nodes
 from prime_rl.config.teachers import local_teachers, teacher_key, teacher_view
 
 GIB = 1 << 30
 # bytes per trainer parameter resident on the GPU: fp32 weights, fp32 gradients, AdamW's two fp32 moments
 FULL_BYTES_PER_PARAM = 16
 FROZEN_BYTES_PER_PARAM = 4  # LoRA: the frozen base in fp32 (the adapter itself is a rounding error)
-# a GPU teacher's prompt-logprob logits per forward, outside its share (inference/server.py teacher_batched_tokens)
-TEACHER_LOGITS_BYTES = 2 * GIB
-# vLLM's packed NCCL transfer (inference.weight_transfer=nccl): buffers in flight on each side, each closed by the
-# tensor that fills it, so up to one whole tensor over its size (vLLM's default is two of 1 GiB)
+# a GPU server's prompt-logprob logits per forward (a teacher's, opsd's student's), outside its share
+# (inference/server.py scoring_batched_tokens)
+SCORING_LOGITS_BYTES = 2 * GIB
+# vLLM's packed NCCL transfer (inference.weight_transfer=nccl): buffers of this size, each closed by the tensor that
+# fills it, so up to one whole tensor over its size (vLLM's default is 1 GiB); PUSH_BUFFERS is how many it sends
+# at once (its default 2), and the producer holds one more at a time: the one it packs (the torch.cat of its tensors)
 PUSH_BUFFER_BYTES = 256 << 20
 PUSH_BUFFERS = 2
+PUSH_BUFFERS_HELD = PUSH_BUFFERS + 1
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# what a GPU holds beside the roles' own memory (deployment.gpu_headroom_gib's auto): each process's CUDA context with
+# cuBLAS (685 MiB measured on an H200, BENCHMARKS.md §18), and NCCL's and the allocators' slack
+CONTEXT_BYTES = 3 * GIB // 4
+SLACK_BYTES = 5 * GIB // 4
 
 
 def is_colocated(cfg: Config) -> bool:
@@ -81,9 +88,11 @@ def turns(cfg: Config) -> list[Turn]:
     """One step of the colocated layout: the orchestrator's turn, then the trainer's."""
     gpu = on_gpu(cfg)
     servers = "the student and teacher servers" if local_teachers(cfg) else "the student server"
+    teachers = " and the teacher servers" if local_teachers(cfg) else ""
     orchestrator = [
-        *([f"wake {servers}"] if gpu else []),
+        *([f"wake the student server's weights{teachers}"] if gpu else []),
         "reload the newest weights",
+        *(["wake the student server's KV cache"] if gpu else []),
         "student generates" if uses(cfg, lambda m: m.rollouts == RolloutSource.student) else "",
         "teacher writes the rollouts" if uses(cfg, lambda m: m.rollouts == RolloutSource.teacher) else "",
         "teacher scores the rollouts" if uses(cfg, lambda m: m.scorer == Scorer.teacher) else "",
@@ -109,9 +118,33 @@ def teacher_gpu_share(cfg: Config) -> float:
     return cfg.inference.gpu_memory_utilization if share is None else share
 
 
-def trainer_resident_bytes(params: int, lora: bool) -> int:
-    """What the trainer keeps on the GPU between steps (its activations come and go within its turn)."""
-    return params * (FROZEN_BYTES_PER_PARAM if lora else FULL_BYTES_PER_PARAM)
+def trainer_resident_bytes(cfg: Config, params: int) -> int:
+    """What the trainer keeps on the GPU between steps (its activations come and go within its turn): its state,
+    and for a KL to the starting weights computed here without LoRA their frozen copy (trainer/reference.py)."""
+    lora = cfg.trainer.lora.enabled
+    state = FROZEN_BYTES_PER_PARAM if lora else FULL_BYTES_PER_PARAM
+    return params * (state + FROZEN_BYTES_PER_PARAM * keeps_reference_copy(cfg))
+
+
+def keeps_reference_copy(cfg: Config) -> bool:
+    loss = cfg.trainer.loss
+    return loss.kl_ref_tau > 0 and loss.kl_ref_from == ReferenceSource.trainer and not cfg.trainer.lora.enabled
+
+
+def trainer_state_text(cfg: Config, params: int) -> str:
+    """What trainer_resident_bytes counts, in words."""
+    kind = "LoRA" if cfg.trainer.lora.enabled else "full"
+    return f"{params / 1e9:.2f} B parameters, {kind}" + (", the reference's frozen copy" * keeps_reference_copy(cfg))
+
+
+def student_scores(cfg: Config) -> bool:
+    """The student's server scores its own tokens (opsd): vLLM builds their prompt logits as a teacher's."""
+    return uses(cfg, lambda m: m.scorer == Scorer.self)
+
+
+def scoring_servers(cfg: Config) -> int:
+    """The GPU servers that build prompt logits: each local teacher's (the served reference's too), opsd's student's."""
+    return len(local_teachers(cfg)) + student_scores(cfg)
 
 
 def gpu_fit_problem(cfg: Config, total_bytes: int, params: int) -> str | None:
@@ -119,28 +152,35 @@ def gpu_fit_problem(cfg: Config, total_bytes: int, params: int) -> str | None:
     turn the servers are awake with their shares while the trainer's weights and optimizer stay on the GPU; in the
     trainer's turn the servers sleep, so its activations have their shares too."""
     shares = gpu_shares(cfg)
-    trainer = trainer_resident_bytes(params, cfg.trainer.lora.enabled)
-    logits = TEACHER_LOGITS_BYTES * len(local_teachers(cfg))
-    headroom = cfg.deployment.gpu_headroom_gib * GIB
+    trainer = trainer_resident_bytes(cfg, params)
+    logits = SCORING_LOGITS_BYTES * scoring_servers(cfg)
+    headroom = headroom_bytes(cfg, processes=len(shares) + 1)  # the servers and the trainer
     asked = sum(shares.values()) * total_bytes + trainer + logits + headroom
     if asked <= total_bytes:
         return None
     parts = " + ".join(f"{k.split('.')[0]} {v:g}" for k, v in shares.items())
     return (
         f"{parts} of {total_bytes / GIB:.0f} GiB plus the trainer's {trainer / GIB:.1f} GiB "
-        f"({params / 1e9:.2f} B parameters, {'LoRA' if cfg.trainer.lora.enabled else 'full'}), "
-        + (f"the teachers' {logits / GIB:.0f} GiB of prompt logits " if logits else "")
+        f"({trainer_state_text(cfg, params)}), "
+        + (f"the scoring servers' {logits / GIB:.0f} GiB of prompt logits " if logits else "")
         + f"and {headroom / GIB:g} GiB of headroom (deployment.gpu_headroom_gib) exceed the GPU"
     )
 
 
+def headroom_bytes(cfg: Config, processes: int) -> int:
+    """deployment.gpu_headroom_gib, or auto for 0: the CUDA contexts of the `processes` that share a GPU, and slack."""
+    gib = cfg.deployment.gpu_headroom_gib
+    return int(gib * GIB) if gib else processes * CONTEXT_BYTES + SLACK_BYTES
+
+
 def push_bytes(cfg: Config, largest_param: int) -> int:
-    """What a pushed transfer holds on the GPU of each side beyond the model: the packed buffers in flight and the
-    tensor being cast (`largest_param`: the model's largest parameter's elements)."""
+    """What a pushed transfer holds on the GPU of each side beyond the model: the packed buffers it holds at once
+    (vLLM's producer: those in flight and the one it packs) and the tensor being cast (`largest_param`: the model's
+    largest parameter's elements)."""
     if cfg.inference.weight_transfer != WeightTransfer.nccl:
         return 0
     tensor = largest_param * DTYPE_BYTES[server_dtype(cfg, True)]
-    return PUSH_BUFFERS * (PUSH_BUFFER_BYTES + tensor) + tensor
+    return PUSH_BUFFERS_HELD * (PUSH_BUFFER_BYTES + tensor) + tensor
 
 
 def trainer_fit_problem(cfg: Config, total_bytes: int, params: int, largest_param: int = 0) -> str | None:
@@ -149,11 +189,12 @@ def trainer_fit_problem(cfg: Config, total_bytes: int, params: int, largest_para
     `total_bytes`, or None. Its activations come on top: passing is no promise."""
     d = cfg.deployment
     gpus = d.num_train_gpus * max(d.num_train_nodes, 1)
-    per_gpu = trainer_resident_bytes(params, cfg.trainer.lora.enabled) / gpus
+    per_gpu = trainer_resident_bytes(cfg, params) / gpus
     push = push_bytes(cfg, largest_param)
-    if per_gpu + push + d.gpu_headroom_gib * GIB <= total_bytes:
+    if per_gpu + push + headroom_bytes(cfg, processes=1) <= total_bytes:
         return None
     kind = "the frozen float32 weights" if cfg.trainer.lora.enabled else "float32 weights, gradients and AdamW state"
+    kind += " and the reference's frozen copy" * keeps_reference_copy(cfg)
     return (
         f"the trainer's {per_gpu / GIB:.0f} GiB per GPU ({params / 1e9:.2f} B parameters: {kind}, sharded over "
         f"{gpus} GPU{'s' if gpus > 1 else ''})"
@@ -166,10 +207,10 @@ def server_push_problem(cfg: Config, total_bytes: int, largest_param: int) -> st
     """Why the student server's GPU cannot hold its share and the buffers a push receives into (allocated outside
     the share, after vLLM sized its KV cache), or None."""
     push = push_bytes(cfg, largest_param)
-    share = cfg.inference.gpu_memory_utilization
-    if push == 0 or share * total_bytes + push + cfg.deployment.gpu_headroom_gib * GIB <= total_bytes:
+    share, headroom = cfg.inference.gpu_memory_utilization, headroom_bytes(cfg, processes=1)
+    if push == 0 or share * total_bytes + push + headroom <= total_bytes:
         return None
     return (
         f"inference {share:g} of {total_bytes / GIB:.0f} GiB plus the weight push's {push / GIB:.1f} GiB of receive "
-        f"buffers and {cfg.deployment.gpu_headroom_gib:g} GiB of headroom (deployment.gpu_headroom_gib) exceed the GPU"
+        f"buffers and {headroom / GIB:g} GiB of headroom (deployment.gpu_headroom_gib) exceed the GPU"
     )

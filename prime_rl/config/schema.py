@@ -22,6 +22,9 @@ Port = Annotated[int, Interval(ge=0, le=65535)]  # a TCP port (0: the kernel pic
 # written here because the launcher plans without importing vLLM
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 LoraRank = Annotated[int, Interval(ge=1, le=max(VLLM_LORA_RANKS))]  # an adapter vLLM can serve
+# vLLM's API server's --max-num-seqs on GPUs of 70 GB and more (256 below; get_batch_defaults in
+# vllm/engine/arg_utils.py, tests/test_vllm_args.py keeps it in step): a smaller --max-num-batched-tokens is refused
+VLLM_MAX_NUM_SEQS = 1024
 SCORER_TERM = "scorer_term"  # a field's metadata: a knob of the scorer's term (trainer.loss's, scorer_knobs)
 
 
@@ -348,6 +351,7 @@ class InferenceConfig:
     max_model_len: int = 512  # vLLM --max-model-len (opd: the student server one less, so the teacher can score)
     kv_cache_bytes: Count = 67108864  # CPU: vLLM --kv-cache-memory-bytes
     gpu_memory_utilization: Share = 0.9  # GPU: vLLM --gpu-memory-utilization
+    max_num_batched_tokens: NonNegInt = 0  # GPU, opsd (it scores its own tokens): tokens per forward; 0 = auto
     enforce_eager: bool | None = None  # vLLM --enforce-eager (no CUDA graphs); None = auto: on CPU, not on GPU
     tp: Count = 1  # GPU: vLLM --tensor-parallel-size of the student server (tp * dp = deployment.num_infer_gpus)
     dp: Count = 1  # GPU: vLLM --data-parallel-size of the student server (replicas, each over tp GPUs)
@@ -405,7 +409,7 @@ class DeploymentConfig:
     num_teacher_gpus: NonNegInt | None = None  # GPUs of the local teachers' vLLM servers, split evenly; None = no GPUs
     num_infer_nodes: NonNegInt = 0  # multi-node SLURM job: nodes with a student server each (0 = one node for all)
     num_train_nodes: NonNegInt = 0  # multi-node SLURM job: trainer nodes after the inference nodes (0 = one node)
-    gpu_headroom_gib: NonNeg = 2.0  # GPU memory the fit checks leave per GPU for CUDA contexts, NCCL, allocator slack
+    gpu_headroom_gib: NonNeg = 0.0  # GPU memory the fit checks leave per GPU beside the roles; 0 = auto: per process
 
 
 # what one node of a GPU job asks SLURM for besides its GPUs (conf/hydra/launcher/slurm_gpu.yaml)

@@ -104,9 +104,9 @@ def export_checkpoints(cfg: Config, subjects: list[Subject]) -> None:
 async def evaluate_subjects(
     server: ServerHandle, tasks: dict[str, Config], subjects: list[Subject], req: Request
 ) -> list[dict]:
+    from prime_rl.inference.server_urls import locate_servers
     from prime_rl.orchestrator.context import make_context
     from prime_rl.orchestrator.evaluation import evaluate
-    from prime_rl.orchestrator.server_urls import locate_servers
 
     cfg = await locate_servers(server.plan.config)
     contexts = {name: make_context(on_task(cfg, t)) for name, t in tasks.items()}

@@ -354,9 +354,10 @@ class InferenceClient:
         freed); the colocated layout's server sleeps while the trainer has the GPU."""
         await self.control(self.root + "/sleep", self.load_s(model_dir), params={"level": "1"})
 
-    async def wake_up(self, model_dir: Path) -> None:
-        """Take the device back: the weights of `model_dir` back from host memory."""
-        await self.control(self.root + "/wake_up", self.load_s(model_dir))
+    async def wake_up(self, model_dir: Path, tags: list[str] | None = None) -> None:
+        """Take the device back: the weights of `model_dir` back from host memory, and the KV cache; with `tags`
+        only what they name (vLLM's "weights", "kv_cache"), the rest with a later call."""
+        await self.control(self.root + "/wake_up", self.load_s(model_dir), params={"tags": tags} if tags else None)
 
     async def load_lora(self, name: str, adapter_dir: str) -> None:
         """Load (or replace in place, under the same name) a peft adapter in vLLM."""

@@ -5,10 +5,18 @@ import os
 import sys
 from pathlib import Path
 
-from prime_rl.config.layout import TEACHER_LOGITS_BYTES, is_colocated, pushes_weights, server_dtype, teacher_gpu_share
+from prime_rl.config.layout import (
+    SCORING_LOGITS_BYTES,
+    is_colocated,
+    pushes_weights,
+    server_dtype,
+    student_scores,
+    teacher_gpu_share,
+)
 from prime_rl.config.modes import RolloutSource, Scorer, context_margin, distill_top_k, source_modes, uses
 from prime_rl.config.schema import EPISODIC, VLLM_LORA_RANKS, Config
 from prime_rl.inference import cpu_platform
+from prime_rl.inference.entrypoint import SERVER_MODULE
 from prime_rl.inference.server_auth import MIDDLEWARE
 
 # vLLM's --worker-extension-cls: a path, so that the launcher does not import vLLM to name it
@@ -36,11 +44,12 @@ def vllm_command(
     inf = cfg.inference
     on_gpu = bool(gpus)
     context = student_context(cfg) if student else inf.max_model_len
-    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
+    argv = [sys.executable, "-m", SERVER_MODULE, "--model", str(model)]
     argv += ["--served-model-name", served_name, "--host", inf.host, "--port", str(port)]
     argv += ["--dtype", server_dtype(cfg, on_gpu), "--max-model-len", str(context), "--seed", str(cfg.seed)]
     # auto: CUDA graphs decode ~2-4x faster on a GPU; on a CPU eager is what this project measured
-    if inf.enforce_eager if inf.enforce_eager is not None else not on_gpu:
+    eager = inf.enforce_eager if inf.enforce_eager is not None else not on_gpu
+    if eager:
         argv.append("--enforce-eager")
     # Dev mode exposes collective_rpc (our reload_policy) and reset_prefix_cache for in-place weight updates;
     # the middleware puts them, like every other route, behind the run's key.
@@ -67,11 +76,13 @@ def vllm_command(
         share = inf.gpu_memory_utilization if student else teacher_gpu_share(cfg)
         argv += ["--tensor-parallel-size", str(tp), "--data-parallel-size", str(dp)]
         argv += ["--gpu-memory-utilization", str(share)]
-        if not student:
-            argv += ["--max-num-batched-tokens", str(teacher_batched_tokens(cfg, model))]
+        if not student or student_scores(cfg):
+            limit = cfg.teacher.max_num_batched_tokens if not student else inf.max_num_batched_tokens
+            argv += ["--max-num-batched-tokens", str(scoring_batched_tokens(limit, model))]
         if is_colocated(cfg):
-            # /sleep gives the GPU to the trainer between generations, /wake_up takes it back (dev routes)
-            argv.append("--enable-sleep-mode")
+            # /sleep gives the GPU to the trainer between generations, /wake_up takes it back (dev routes); the CUDA
+            # graphs' memory goes to the host with the weights, else it stays on the GPU the trainer is using
+            argv += ["--enable-sleep-mode", *([] if eager else ["--sleep-mode-offload-cudagraph"])]
         env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     else:
         argv += ["--distributed-executor-backend", "uni", "--kv-cache-memory-bytes", str(inf.kv_cache_bytes)]
@@ -110,17 +121,18 @@ def teacher_tool_parser(cfg: Config) -> str | None:
     return next((src.tool_parser for src in played if src.name in EPISODIC), None)
 
 
-def teacher_batched_tokens(cfg: Config, model: Path) -> int:
-    """teacher.max_num_batched_tokens, or auto. Prompt logprobs make vLLM build float32 [tokens, vocab] logits and
-    their log-softmax outside its memory profile: at a 152 k vocabulary an 8 k-token forward needs 10 GB beyond
-    the teacher's share. Auto keeps them near TEACHER_LOGITS_BYTES: the tokens that fit it, within vLLM's own
-    defaults (at a 152 k vocabulary the floor, 2048 tokens: 2.3 GiB)."""
-    if cfg.teacher.max_num_batched_tokens:
-        return cfg.teacher.max_num_batched_tokens
+def scoring_batched_tokens(limit: int, model: Path) -> int:
+    """The --max-num-batched-tokens of a server that scores tokens (a teacher, opsd's student): `limit`
+    (teacher.max_num_batched_tokens, inference.max_num_batched_tokens), or auto for 0. Prompt logprobs make vLLM
+    build float32 [tokens, vocab] logits and their log-softmax outside its memory profile: at a 152 k vocabulary an
+    8 k-token forward needs 10 GB beyond the server's share. Auto keeps them near SCORING_LOGITS_BYTES: the tokens
+    that fit it, within vLLM's own defaults (at a 152 k vocabulary the floor, 2048 tokens: 2.3 GiB)."""
+    if limit:
+        return limit
     if not (model / "config.json").is_file():  # a built-in teacher not built yet: a vocabulary of a few hundred tokens
         return MAX_BATCHED_TOKENS
     vocab = vocab_size(model)
-    fit = TEACHER_LOGITS_BYTES // (vocab * LOGITS_BYTES_PER_ENTRY) // 256 * 256
+    fit = SCORING_LOGITS_BYTES // (vocab * LOGITS_BYTES_PER_ENTRY) // 256 * 256
     return min(max(fit, MIN_BATCHED_TOKENS), MAX_BATCHED_TOKENS)
 
 

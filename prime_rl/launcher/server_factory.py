@@ -18,6 +18,7 @@ process `--stop-with` names, or on Ctrl-C/SIGTERM; its servers do not.
 
 import argparse
 import gc
+import importlib
 import json
 import os
 import random
@@ -34,10 +35,10 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from prime_rl.inference.entrypoint import SERVER_MODULE
 from prime_rl.launcher.process_end import end_of, ended
 
 FACTORY_ENV = "PRIME_RL_SERVER_FACTORY"  # the factory's socket, in the environment of the launchers that use it
-SERVER_MODULE = "vllm.entrypoints.openai.api_server"  # what `python -m` runs for every server the launcher plans
 # Read when vLLM, torch and transformers are imported, or by the dynamic loader: a server whose environment differs
 # from the factory's in one of these would not be the server it asks for.
 IMPORT_TIME_PREFIXES = ("LD_", "PYTHON", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "TOKENIZERS_", "TORCH", "OMP_")
@@ -272,7 +273,7 @@ def preload() -> tuple[dict[str, str], dict[str, str]]:
 
     os.environ.update(CPU_SERVER_ENV)
     before = dict(os.environ)
-    import vllm.entrypoints.openai.api_server  # noqa: F401
+    importlib.import_module(SERVER_MODULE)
     from vllm.platforms import current_platform
 
     assert current_platform.is_cpu()  # resolved now, by our plugin (CPU_SERVER_ENV), so that no server does again

@@ -13,6 +13,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 from prime_rl.config.schema import Config
@@ -76,6 +77,8 @@ def command_plan(cfg: Config, run_dir: Path | None) -> Plan:
     """The launcher's plan of the checked run `cfg` in `run_dir` (claim), its models prepared as the launcher's job
     prepares them, checked as the launcher checks it before any server starts."""
     path = claim(run_dir)
+    # the command's own requests do not wait for a server restarted in place: its server's death ends the command
+    cfg = replace(cfg, launcher=replace(cfg.launcher, server_restarts=0))
     try:
         plan = build_plan(prepared(cfg), path, visible_gpus())
         check_gpus(plan)

@@ -223,17 +223,18 @@ class Supervisor:
         for child in list(self.children):
             code = child.exit_code()
             down = child.role.is_server and (code is not None or self.restarts.hung(child))
+            if not (down or code):
+                continue
+            failed = f"failed ({describe_exit(code)})" if code is not None else self.restarts.hang()
             if down and self.restarts.may_restart(child.role):
-                why = f"failed ({describe_exit(code)})" if code is not None else self.restarts.hang()
-                self.children[self.children.index(child)] = self.restarts.restart(child, why, self.spawn)
-            elif down or code:
-                self.check_peers()  # the cause, where the role failed because another node failed first
-                failed = f"failed ({describe_exit(code)})" if code is not None else self.restarts.hang()
-                failed += self.restarts.after(child.role)
-                gone = self.remote.gone_now()
-                if gone:  # the cause, where the role failed because another node's server is gone
-                    raise RoleFailed(gone.name, gone.log_file, f"{lost(gone)}; {child.role.name} {failed}", code)
-                raise RoleFailed(child.role.name, child.role.log_file, failed, code)
+                self.children[self.children.index(child)] = self.restarts.restart(child, failed, self.spawn)
+                continue
+            self.check_peers()  # the cause, where the role failed because another node failed first
+            failed += self.restarts.after(child.role)
+            gone = self.remote.gone_now()
+            if gone:  # the cause, where the role failed because another node's server is gone
+                raise RoleFailed(gone.name, gone.log_file, f"{lost(gone)}; {child.role.name} {failed}", code)
+            raise RoleFailed(child.role.name, child.role.log_file, failed, code)
         self.check_restarted()
         self.check_peers()
         if self.remote.lost:  # multi-node head: another node died or was cut off

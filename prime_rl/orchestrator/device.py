@@ -6,6 +6,8 @@ from prime_rl.models import student_dir, teacher_dir
 from prime_rl.orchestrator.context import Context
 from prime_rl.protocol.device_turn import DeviceTurn
 
+WEIGHTS = ["weights"]  # vLLM's sleep-mode tag of a model's weights (beside "kv_cache")
+
 
 class OrchestratorTurn:
     def __init__(self, ctx: Context):
@@ -16,10 +18,17 @@ class OrchestratorTurn:
         self.sleepers = [(ctx.student, student_dir(cfg)), *local_teachers] if is_colocated(cfg) and on_gpu(cfg) else []
 
     async def __aenter__(self) -> "OrchestratorTurn":
+        """The turn, and the servers awake: the student's weights alone, since the turn reloads them next and the
+        reload's buffers must not come on top of its KV cache (vLLM's order: weights, reload, KV cache)."""
         await self.turn.__aenter__()
-        for server, model_dir in self.sleepers:
-            await server.wake_up(model_dir)  # a server that is awake (the first turn) stays so
+        for k, (server, model_dir) in enumerate(self.sleepers):
+            await server.wake_up(model_dir, WEIGHTS if k == 0 else None)  # an awake server (the first turn) stays so
         return self
+
+    async def loaded(self) -> None:
+        """After the turn's reload: the student's server wholly awake (its KV cache back) to generate."""
+        for server, model_dir in self.sleepers[:1]:
+            await server.wake_up(model_dir)
 
     async def __aexit__(self, *exc) -> None:
         try:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from prime_rl.config.evaluation import due_for_eval, evaluates_at
 from prime_rl.config.schema import Config
 from prime_rl.config.teachers import DEFAULT, serves_reference
+from prime_rl.inference.server_urls import locate_servers
 from prime_rl.models import student_dir
 from prime_rl.orchestrator.advantages import grpo_advantages
 from prime_rl.orchestrator.algo import Algorithm, algorithm
@@ -24,7 +25,6 @@ from prime_rl.orchestrator.prompts import prompts_per_step, step_prompts
 from prime_rl.orchestrator.reference import reference_logprobs
 from prime_rl.orchestrator.rollouts import rewards_of
 from prime_rl.orchestrator.server_comeback import restart_metrics, watch_restarts
-from prime_rl.orchestrator.server_urls import locate_servers
 from prime_rl.protocol.batch import Batch, Sample, write_batch
 from prime_rl.protocol.handoff import announce
 from prime_rl.protocol.metrics import append_row, read_rows
@@ -68,6 +68,7 @@ async def session(cfg: Config, start: int) -> AsyncIterator[Session]:
             # a standing server holds what its last run left there (awake or asleep): this run's starting model first
             async with device:
                 await ctx.student.reload_weights(str(student_dir(cfg).resolve()))
+                await device.loaded()
         await algo.preflight(ctx)
         yield Session(ctx, algo, policy, device, evals)
     finally:
@@ -95,6 +96,7 @@ async def run(cfg: Config) -> None:
         await policy.wait_for(cfg.max_steps)
         async with device:
             await policy.load_newest()
+            await device.loaded()
             if evaluates_at(cfg, 0):
                 final = {"step": cfg.max_steps, **await evaluate_due(ctx, s.eval_tasks, 0)}
                 append_row(ctx.run_dir.metrics, final)
@@ -104,6 +106,7 @@ async def run(cfg: Config) -> None:
 async def step_batch(s: Session, step: int, start: int) -> Batch:
     """One step's batch from the newest weights the step may use, with its metrics (in the orchestrator's turn)."""
     version = await s.policy.load_newest()
+    await s.device.loaded()
     batch = await make_batch(s.ctx, s.algo, step, version)
     await add_step_metrics(s, batch, step, start)
     if step == start and due_for_eval(s.ctx.cfg, step):

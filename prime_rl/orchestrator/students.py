@@ -11,8 +11,9 @@ from prime_rl.protocol.servers import SERVER_KEY_ENV
 
 
 def student_client(cfg: Config) -> Union[InferenceClient, "StudentServers"]:
-    """A client of the student server, or of all of them when the multi-node plan listed several."""
-    urls = cfg.inference.urls or [f"http://{cfg.inference.host}:{cfg.inference.port}/v1"]
+    """A client of the student server, or of all of them when the multi-node plan listed several (`cfg` with the
+    servers located: inference/server_urls.py)."""
+    urls = cfg.inference.urls
     timeout_s, retries = student_request_timeout_s(cfg), cfg.orchestrator.max_retries
     clients = [
         InferenceClient(url, api_key_env=SERVER_KEY_ENV, timeout_s=timeout_s, max_retries=retries) for url in urls

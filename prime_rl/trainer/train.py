@@ -10,13 +10,14 @@ from prime_rl.config.schema import Config, num_nodes
 from prime_rl.config.user_error import UserError
 from prime_rl.monitor.wandb_run import WandbRun
 from prime_rl.protocol.batch import Batch, BatchFormatError, read_batch
+from prime_rl.protocol.device_turn import DeviceTurn
 from prime_rl.protocol.handoff import Listener, fallback_s
 from prime_rl.protocol.metrics import append_row
 from prime_rl.protocol.policy import policy_window
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.trainer.checkpoint import save_checkpoint
 from prime_rl.trainer.distributed import close_world
-from prime_rl.trainer.setup import load_trainer
+from prime_rl.trainer.setup import Trainer, load_trainer
 from prime_rl.trainer.step import train_step
 from prime_rl.trainer.weights import export_merged, prune_weights
 
@@ -75,10 +76,19 @@ def train(cfg: Config) -> None:
     batches.listener.close()
     weights.close()
     if cfg.trainer.lora.enabled:
-        export_merged(t.model, t.tokenizer, run_dir.merged)
+        export_merged_in_turn(t, turn, run_dir)
     if world.main:
         wandb_run.finish()
     close_world(world)
+
+
+def export_merged_in_turn(t: Trainer, turn: DeviceTurn, run_dir: RunDir) -> None:
+    """lora=on: the merged model, written in the trainer's turn on a shared device (the servers sleep meanwhile: the
+    merge copies weights, with lora=embeddings a float32 vocabulary x hidden matrix)."""
+    with turn:
+        export_merged(t.model, t.tokenizer, run_dir.merged)
+        if t.device.type == "cuda" and turn.shared:
+            torch.cuda.empty_cache()
 
 
 class BatchWait:

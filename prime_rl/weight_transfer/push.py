@@ -6,6 +6,7 @@ orchestrator asks for it there (REQUESTED), and the trainer then broadcasts it t
 engine and says so (PUSHED). Until then the trainer keeps its parameters as they are: one version in flight at
 most, and every version the orchestrator sees is the one it is served."""
 
+import asyncio
 import os
 import random
 import socket
@@ -16,10 +17,10 @@ import torch
 
 from prime_rl.config.layout import PUSH_BUFFER_BYTES, PUSH_BUFFERS
 from prime_rl.config.schema import Config, WeightTransfer, num_nodes
+from prime_rl.inference.server_urls import student_urls
 from prime_rl.models import student_dir
 from prime_rl.protocol.atomic import publish_dir, write_text
 from prime_rl.protocol.handoff import ANNOUNCED_FALLBACK_S, Listener, announce
-from prime_rl.protocol.polling import wait_until
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.weight_transfer import gloo
 from prime_rl.weight_transfer.client import ServerWeights
@@ -28,25 +29,20 @@ from prime_rl.weight_transfer.watchdog import watchdog
 
 HOST = "127.0.0.1"  # one node: the trainer and the student server share it
 PORTS_FROM = 20000  # the rendezvous port's range starts here and ends below the ephemeral ports
-URL_POLL_S = 0.5  # the published URL of the student server
 
 
 class WeightPush:
     def __init__(self, cfg: Config, model: torch.nn.Module, rank: int, dtype: torch.dtype):
-        from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
-
         check_checkpoint_names(model, student_dir(cfg))
         self.run_dir = RunDir(cfg.run_dir)
         self.main = rank == 0  # the sender: the server's routes, the files of the protocol
         self.timeout_s = cfg.step_timeout_s
         self.listener = Listener(self.run_dir.handoff("push"))  # every rank: each joins the broadcast's gather
-        self.server = ServerWeights(student_roots(cfg, self.run_dir), cfg.step_timeout_s) if self.main else None
+        self.server = ServerWeights(student_roots(cfg), cfg.step_timeout_s) if self.main else None
         if self.main:
             self.server.wait_served(cfg.launcher.ready_timeout_s)
         group = 1 + self.server.workers() if self.main else 0  # the sender, then the servers' workers
-        info = init_info(cfg, rank, group)
-        source = ModelWeights(model, dtype)
-        self.engine = WeightTransferTrainerFactory.trainer_init(info, client=self.server, source=source)
+        self.engine = start_engine(init_info(cfg, rank, group), self.server, ModelWeights(model, dtype), self.timeout_s)
         self.wait_s = 0.0  # waiting for the orchestrator's request, for the step's metrics
         self.push_s = 0.0  # the transfer itself
 
@@ -85,6 +81,19 @@ class WeightPush:
         self.engine.shutdown()
         if self.server:
             self.server.close()
+
+
+def start_engine(info, server: ServerWeights | None, source: ModelWeights, timeout_s: float):
+    """vLLM's trainer engine for `info`, its group met with the servers' workers within `timeout_s`, else the
+    process ends with one line: NCCL's set-up (ncclCommInitRank) waits for every rank without a bound."""
+    from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+
+    stuck = (
+        f"the weight transfer's set-up did not finish within {timeout_s:.0f}s (step_timeout_s): a student server's "
+        "worker failed or never joined; see its log"
+    )
+    with watchdog(timeout_s, stuck):
+        return WeightTransferTrainerFactory.trainer_init(info, client=server, source=source)
 
 
 def init_info(cfg: Config, rank: int, world_size: int):
@@ -130,14 +139,6 @@ def trainer_address(cfg: Config) -> str:
     return os.environ["SLURMD_NODENAME"] if num_nodes(cfg.deployment) > 1 else HOST
 
 
-def student_roots(cfg: Config, run_dir: RunDir) -> list[str]:
-    """The student servers' URLs without /v1: a multi-node job's (one per inference node), a fixed port's, or
-    the one the launcher publishes once it serves."""
-    if cfg.inference.urls:
-        return [url.removesuffix("/v1") for url in cfg.inference.urls]
-    if cfg.inference.port:
-        return [f"http://{cfg.inference.host}:{cfg.inference.port}"]
-    path = run_dir.server_url("inference")
-    error = f"no student server published in {path} within {cfg.launcher.ready_timeout_s:g} s"
-    wait_until(path.exists, cfg.launcher.ready_timeout_s, URL_POLL_S, error)
-    return [path.read_text().strip().removesuffix("/v1")]
+def student_roots(cfg: Config) -> list[str]:
+    """The student servers' URLs without /v1 (inference/server_urls.py), waited for as the orchestrator waits."""
+    return [url.removesuffix("/v1") for url in asyncio.run(student_urls(cfg))]

@@ -30,7 +30,7 @@ from prime_rl.config.rules.training_modes import (
     source_weights,
     student_sample_shaping,
 )
-from prime_rl.config.rules.values import eval_samples, pairs, ranges
+from prime_rl.config.rules.values import batched_tokens, eval_samples, pairs, ranges
 from prime_rl.config.schema import Config
 
 __all__ = ["check_gpu_count", "check_rules"]
@@ -40,6 +40,7 @@ RULES = (
     mode_knobs,
     ranges,
     pairs,
+    batched_tokens,
     eval_samples,
     source_weights,
     named_teachers,

@@ -3,10 +3,8 @@ that must fit one another."""
 
 from prime_rl.config.evaluation import eval_task_config
 from prime_rl.config.ranges import check_ranges
-from prime_rl.config.schema import (
-    Config,
-    TeacherKind,
-)
+from prime_rl.config.schema import VLLM_MAX_NUM_SEQS, Config, TeacherKind
+from prime_rl.config.teachers import local_teachers, teacher_config, teacher_key
 from prime_rl.config.user_error import check
 
 
@@ -20,6 +18,23 @@ def ranges(cfg: Config, _: int) -> None:
         "is empty",
         "list modules, e.g. [q_proj,v_proj]",
     )
+
+
+def batched_tokens(cfg: Config, _: int) -> None:
+    """A scoring server's tokens per forward set by hand must not be below vLLM's own batch of sequences, or vLLM
+    refuses to start it (after the launch: here it is one line before)."""
+    settings = [("inference", cfg.inference.max_num_batched_tokens, cfg.inference.extra_args)]
+    settings += [(teacher_key(n), teacher_config(cfg, n).max_num_batched_tokens, teacher_config(cfg, n).extra_args)
+                 for n in local_teachers(cfg)]  # fmt: skip
+    for key, tokens, extra_args in settings:
+        check(
+            not tokens or tokens >= VLLM_MAX_NUM_SEQS or "--max-num-seqs" in extra_args,
+            [f"{key}.max_num_batched_tokens"],
+            f"{tokens} tokens per forward is below vLLM's {VLLM_MAX_NUM_SEQS} sequences per batch on a GPU "
+            "(--max-num-seqs), which vLLM refuses at its start",
+            f"set {key}.max_num_batched_tokens to {VLLM_MAX_NUM_SEQS} or more (0: auto), or give --max-num-seqs in "
+            f"{key}.extra_args",
+        )
 
 
 def eval_samples(cfg: Config, _: int) -> None:

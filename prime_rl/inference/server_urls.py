@@ -1,6 +1,7 @@
 """Where the run's own servers listen. On one node a server binds a port of the kernel's choosing, so no other
 process can take it between choice and bind; the launcher reads the port back and publishes the server's URL
-in the run dir once it serves (RunDir.server_url). Multi-node plans and explicit ports put the URLs in the config."""
+in the run dir once it serves (RunDir.server_url). Multi-node plans and explicit ports put the URLs in the config.
+The orchestrator finds every server here, the trainer that pushes weights the student's."""
 
 from dataclasses import replace
 
@@ -14,18 +15,26 @@ POLL_S = 0.5
 
 
 async def locate_servers(cfg: Config) -> Config:
-    """`cfg` with the URL of each of the run's servers that listens on a port of the kernel's choosing."""
+    """`cfg` with the URLs of the student's servers (inference.urls) and of each local teacher's server."""
     run_dir, timeout = RunDir(cfg.run_dir), cfg.launcher.ready_timeout_s
-    inference = cfg.inference
-    if not inference.urls and not inference.port:
-        inference = replace(inference, urls=[await published_url(run_dir, "inference", timeout)])
-    cfg = replace(cfg, inference=inference)
+    cfg = replace(cfg, inference=replace(cfg.inference, urls=await student_urls(cfg)))
     for name in local_teachers(cfg):
         teacher = teacher_config(cfg, name)
         if not teacher.base_url and not teacher.port:
             url = await published_url(run_dir, server_role(name), timeout)
             cfg = with_teacher(cfg, name, replace(teacher, base_url=url))
     return cfg
+
+
+async def student_urls(cfg: Config) -> list[str]:
+    """The student servers' API URLs: a multi-node job's (one per inference node), a fixed port's, or the one the
+    launcher publishes once it serves."""
+    inference = cfg.inference
+    if inference.urls:
+        return list(inference.urls)
+    if inference.port:
+        return [f"http://{inference.host}:{inference.port}/v1"]
+    return [await published_url(RunDir(cfg.run_dir), "inference", cfg.launcher.ready_timeout_s)]
 
 
 async def published_url(run_dir: RunDir, role: str, timeout_s: float) -> str:
