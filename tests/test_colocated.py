@@ -51,6 +51,9 @@ def test_one_gpu_rl_plan_puts_every_role_on_the_gpu_with_sleep_mode_and_a_share(
     assert {r.name: r.gpus for r in plan.roles} == {"inference": ["0"], "orchestrator": [], "trainer": ["0"]}
     server = plan.role("inference").command
     assert "--enable-sleep-mode" in server and arg(server, "--gpu-memory-utilization") == "0.3"
+    assert "--sleep-mode-offload-cudagraph" in server  # CUDA graphs (not eager on a GPU): their memory sleeps too
+    eager = one_gpu_plan(tmp_path / "eager", "inference.enforce_eager=true").role("inference").command
+    assert "--enable-sleep-mode" in eager and "--sleep-mode-offload-cudagraph" not in eager  # no graphs to offload
     assert plan.one_by_one  # the server profiles the GPU's free memory before the trainer loads
     orchestrator, trainer = turns(plan.config)
     assert orchestrator.work[:3] == (

@@ -206,7 +206,8 @@ def test_opd_outlives_its_servers_killed_and_hung_within_the_budget_and_ends_in_
     """opd with LoRA in the separate layout, restarts in place limited to 2 per server: kill -9 of the student's
     server (back on the trained adapter: without it the student's requests would find no such model), of the
     teacher's, then SIGSTOP of the teacher (found hung within ~15 s), all survived; a second kill -9 of the teacher is
-    past its budget and ends the run in one line, leaving nothing behind. A resumed run finishes, every step once."""
+    past its budget and ends the run in one line, leaving nothing behind (its checkpoint resumes as any failed run's:
+    the test above). Every step it trained, it trained once, from the teacher's scores alone."""
     run_dir = tmp_path / "run"
     opd = [*SHORT, *PURE_OPD_IN_A_FULL_CONTEXT, "lora=on", "deployment.layout=separate"]
     faults = ["max_steps=200", "launcher.server_restarts=2", "launcher.server_hang_s=10", "launcher.restarts=0"]
@@ -245,12 +246,8 @@ def test_opd_outlives_its_servers_killed_and_hung_within_the_budget_and_ends_in_
     assert max(restart_counts(run_dir, "inference")) == 1 and max(restart_counts(run_dir, "teacher_inference")) == 2
     assert not [r for r, pgid in started_roles(run_dir).items() if group_alive(pgid)]
     assert not marked_processes(str(run_dir.resolve()))
-    checkpoint = RunDir(run_dir).latest_checkpoint()
-    assert checkpoint >= 10
-    final = checkpoint + 2
-    resumed = launch(run_dir, *opd, f"max_steps={final}", "ckpt.resume=true")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert train_steps(run_dir) == list(range(final))  # every step exactly once across the attempts
+    assert RunDir(run_dir).latest_checkpoint() >= 10
+    assert train_steps(run_dir) == list(range(len(train_steps(run_dir))))  # every step once, through the restarts
     train = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in train if "loss" in r]
     # the verifier is never called, the teacher scores every step, its rollouts cut at the context's end

@@ -157,7 +157,7 @@ def test_vllms_packed_nccl_transfer_carries_our_weights_exactly_from_its_produce
     """Real runs pack (init_info: buffers of PUSH_BUFFER_BYTES, PUSH_BUFFERS of them): vLLM's packed producer, driven
     by its NCCL trainer engine with our source, and its consumer, reading the update info the server gets, cut the
     stream into the same chunks, and every parameter arrives as the trainer's, in bf16 (the streams of a GPU and the
-    NCCL communicator stand in: no GPU here; a buffer of 4 KiB makes the tiny model many chunks)."""
+    NCCL communicator stand in: no GPU here; a buffer of the largest tensor's size makes the tiny model many chunks)."""
     from vllm.distributed.weight_transfer import packed_tensor
     from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerWeightTransferEngine
 
@@ -177,7 +177,7 @@ def test_vllms_packed_nccl_transfer_carries_our_weights_exactly_from_its_produce
             assert sent.shape == tensor.shape
             tensor.copy_(sent)
 
-    buffer = 4096
+    buffer = max(p.numel() * 2 for p in model.parameters())  # bf16: no tensor overflows a buffer on its own
     client = Recorded(None)
     engine = NCCLTrainerWeightTransferEngine(
         client=client, source=ModelWeights(model, torch.bfloat16), packed_buffer_size_bytes=buffer
@@ -200,7 +200,7 @@ def test_vllms_packed_nccl_transfer_carries_our_weights_exactly_from_its_produce
         device="cpu",
     )
     params = dict(model.named_parameters())
-    assert chunks > 10 and wire == [] and list(received) == list(params)
+    assert chunks > 2 and wire == [] and list(received) == list(params)
     for name, p in params.items():
         assert received[name].dtype == torch.bfloat16 and torch.equal(received[name], p.detach().to(torch.bfloat16))
 

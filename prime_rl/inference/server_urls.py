@@ -27,14 +27,19 @@ async def locate_servers(cfg: Config) -> Config:
 
 
 async def student_urls(cfg: Config) -> list[str]:
-    """The student servers' API URLs: a multi-node job's (one per inference node), a fixed port's, or the one the
-    launcher publishes once it serves."""
+    """The student servers' API URLs: those the config names, or the one the launcher publishes once it serves."""
+    return configured_student_urls(cfg) or [
+        await published_url(RunDir(cfg.run_dir), "inference", cfg.launcher.ready_timeout_s)
+    ]
+
+
+def configured_student_urls(cfg: Config) -> list[str]:
+    """The student servers' API URLs the config names: a multi-node job's (one per inference node), a fixed port's;
+    none for a server on a port of the kernel's choosing."""
     inference = cfg.inference
     if inference.urls:
         return list(inference.urls)
-    if inference.port:
-        return [f"http://{inference.host}:{inference.port}/v1"]
-    return [await published_url(RunDir(cfg.run_dir), "inference", cfg.launcher.ready_timeout_s)]
+    return [f"http://{inference.host}:{inference.port}/v1"] if inference.port else []
 
 
 async def published_url(run_dir: RunDir, role: str, timeout_s: float) -> str:

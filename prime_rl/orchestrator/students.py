@@ -7,13 +7,14 @@ from typing import Union
 from prime_rl.config.schema import Config
 from prime_rl.config.timeouts import student_request_timeout_s
 from prime_rl.inference.client import Completion, InferenceClient, Sampling
+from prime_rl.inference.server_urls import configured_student_urls
 from prime_rl.protocol.servers import SERVER_KEY_ENV
 
 
 def student_client(cfg: Config) -> Union[InferenceClient, "StudentServers"]:
     """A client of the student server, or of all of them when the multi-node plan listed several (`cfg` with the
     servers located: inference/server_urls.py)."""
-    urls = cfg.inference.urls
+    urls = configured_student_urls(cfg)
     timeout_s, retries = student_request_timeout_s(cfg), cfg.orchestrator.max_retries
     clients = [
         InferenceClient(url, api_key_env=SERVER_KEY_ENV, timeout_s=timeout_s, max_retries=retries) for url in urls
