@@ -4,6 +4,7 @@ rank vLLM does not list is served at the next one it does; a tensor parallelism 
 split over is refused before anything starts; the tool parser names the launcher checks a task against are vLLM's."""
 
 import importlib.util
+import os
 import sys
 import typing
 
@@ -135,9 +136,21 @@ ENGINE_BUILT = [
 ]
 
 
+@pytest.fixture
+def own_environ():
+    """vLLM's CPU platform writes this process's environment while it builds an engine config (LD_PRELOAD gets torch's
+    libgomp, KMP_* and more): restored afterwards, or every process a later test starts here would inherit it."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 @pytest.mark.integration  # building the engine config inspects the model in a subprocess
 @pytest.mark.parametrize("name", ENGINE_BUILT)
-def test_vllm_builds_the_engine_config_of_every_planned_cpu_server_with_its_own_checks(name, vllm_cli, tmp_path):
+def test_vllm_builds_the_engine_config_of_every_planned_cpu_server_with_its_own_checks(
+    name, vllm_cli, tmp_path, own_environ
+):
     """Beyond parsing: vLLM's create_engine_config() runs its own rules on what the plan asks (the scheduler's batch
     against the context, LoRA's ranks, the weight-transfer backend, the platform's), on the models the run serves."""
     from prime_rl.launcher.job import prepared
