@@ -72,13 +72,25 @@ class Mode:
         return 1 if self.scorer == Scorer.teacher else 0
 
 
+class SelfTeacher(str, Enum):
+    live = "live"  # the policy that sampled: the student's server as it is
+    initial = "initial"  # the starting weights (θ0): under LoRA the server's base model, else the served reference
+    lagged = "lagged"  # LoRA: a copy of the adapter, refreshed every `lag` steps, as a second adapter of the server
+
+
 @dataclass
 class OpsdConfig:
     context: str = "The reference answer: {answer}"  # system message of self-scoring: {answer} is the example's
+    teacher: SelfTeacher = SelfTeacher.live  # the weights that score: live | initial (θ0) | lagged (every `lag` steps)
+    lag: int = 0  # teacher=lagged: steps between refreshes of the scoring copy
 
     def __post_init__(self):
         if "{answer}" not in self.context:
             raise ValueError("modes.opsd.context must show the reference answer: put {answer} in it")
+        if (self.teacher == SelfTeacher.lagged) != (self.lag > 0):
+            raise ValueError(
+                "modes.opsd.lag is a lagged teacher's refresh interval: above 0 with teacher=lagged, 0 otherwise"
+            )
 
 
 ALGO, LOSS = "prime_rl.orchestrator.algo", "prime_rl.trainer.loss"
@@ -213,6 +225,12 @@ def mode_config(cfg: Config, mode: Mode):
     except (OmegaConfBaseException, ValueError, TypeError) as e:
         where = "docs/modes.md" if mode.name in MODES else f"{mode.config.__module__}.{mode.config.__qualname__}"
         raise ConfigError([key], first_line(e), f"see the knobs of {mode.name} in {where}") from e
+
+
+def self_teachers(cfg: Config) -> set[SelfTeacher]:
+    """The weights the run's self-scoring modes score with (modes.<name>.teacher)."""
+    knobs = [mode_config(cfg, mode) for mode in run_modes(cfg) if mode.config is not None]
+    return {k.teacher for k in knobs if isinstance(getattr(k, "teacher", None), SelfTeacher)}
 
 
 def context_margin(cfg: Config) -> int:

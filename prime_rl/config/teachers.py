@@ -12,7 +12,7 @@ model dir too), served so the orchestrator can score every sample's tokens with 
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
-from prime_rl.config.modes import Mode, source_modes
+from prime_rl.config.modes import Mode, SelfTeacher, self_teachers, source_modes
 from prime_rl.config.schema import MIX, Config, ReferenceSource, TaskConfig, TeacherConfig, TeacherKind
 from prime_rl.config.sources import mix_sources
 from prime_rl.config.user_error import keys_renamed
@@ -24,14 +24,23 @@ REFERENCE = "reference"  # the served reference policy of trainer.loss.kl_ref_fr
 
 
 def serves_reference(cfg: Config) -> bool:
+    """A server of the starting weights scores every sample for the reference KL."""
     loss = cfg.trainer.loss
     return loss.kl_ref_tau > 0 and loss.kl_ref_from == ReferenceSource.vllm
+
+
+def serves_starting_weights(cfg: Config) -> bool:
+    """The run starts a server of the student's starting weights (REFERENCE): for the reference KL, or as the self-
+    teacher of a mode that scores with the starting weights and cannot take them from the student's server (no LoRA:
+    its base is the policy itself)."""
+    initial = SelfTeacher.initial in self_teachers(cfg)
+    return serves_reference(cfg) or (initial and not cfg.trainer.lora.enabled)
 
 
 def teacher_names(cfg: Config) -> list[str]:
     """The run's teachers: `teacher` where it is set, then every named one, then a served reference."""
     names = ([DEFAULT] if cfg.teacher.kind != TeacherKind.none else []) + list(cfg.teachers)
-    return names + [REFERENCE] if serves_reference(cfg) and REFERENCE not in names else names
+    return names + [REFERENCE] if serves_starting_weights(cfg) and REFERENCE not in names else names
 
 
 def teacher_config(cfg: Config, name: str) -> TeacherConfig:
@@ -81,7 +90,7 @@ def teacher_view(cfg: Config, name: str) -> Config:
     if name == DEFAULT:
         return cfg
     no_gpus = replace(cfg.deployment, num_teacher_gpus=None)
-    if name == REFERENCE and serves_reference(cfg):  # (its settings in `teachers` once a server URL is published)
+    if name == REFERENCE and serves_starting_weights(cfg):  # (its settings in `teachers` once its URL is published)
         return replace(cfg, teacher=teacher_config(cfg, name), deployment=no_gpus)
     taught = [src for src in cfg.task.mix if src.teacher == name] if cfg.task.name == MIX else []
     task = TaskConfig(name=MIX, mix=taught, num_eval=cfg.task.num_eval)

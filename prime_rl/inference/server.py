@@ -13,7 +13,16 @@ from prime_rl.config.layout import (
     student_scores,
     teacher_gpu_share,
 )
-from prime_rl.config.modes import RolloutSource, Scorer, context_margin, distill_top_k, source_modes, uses
+from prime_rl.config.modes import (
+    RolloutSource,
+    Scorer,
+    SelfTeacher,
+    context_margin,
+    distill_top_k,
+    self_teachers,
+    source_modes,
+    uses,
+)
 from prime_rl.config.schema import EPISODIC, VLLM_LORA_RANKS, Config
 from prime_rl.inference import cpu_platform
 from prime_rl.inference.entrypoint import SERVER_MODULE
@@ -105,6 +114,8 @@ def vllm_command(
         argv += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
     if lora_rank:
         argv += ["--enable-lora", "--max-lora-rank", str(max_lora_rank(lora_rank))]
+        if SelfTeacher.lagged in self_teachers(cfg):  # the live adapter and the lagged self-teacher's, both resident
+            argv += ["--max-loras", "2"]
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     return argv + list(inf.extra_args if student else cfg.teacher.extra_args), env
 

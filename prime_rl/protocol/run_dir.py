@@ -84,6 +84,11 @@ class RunDir:
         binds a port of the kernel's choosing, so only the launcher, reading it back, knows which)."""
         return self.root / "servers" / f"{role}.url"
 
+    @property
+    def self_teacher(self) -> Path:
+        """orchestrator -> inference: opsd's lagged self-teacher, a copy of an adapter the trainer exported."""
+        return self.root / "self_teacher"
+
     def server_restarts(self, role: str) -> Path:
         """launcher -> orchestrator: how often a server of this node was restarted in place, and whether its latest
         start serves yet (protocol/servers.py Restarts); absent until its first restart."""

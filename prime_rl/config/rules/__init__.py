@@ -25,6 +25,7 @@ from prime_rl.config.rules.training_modes import (
     run_teacher,
     sampled_policy,
     scorer_term,
+    self_teacher,
     source_mode,
     source_teachers,
     source_weights,
@@ -38,6 +39,7 @@ __all__ = ["check_gpu_count", "check_rules"]
 # in this order: the first broken rule is the one reported
 RULES = (
     mode_knobs,
+    self_teacher,
     ranges,
     pairs,
     batched_tokens,

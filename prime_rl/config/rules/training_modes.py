@@ -1,7 +1,7 @@
 """What each source's mode implies for the rest of the config, stated from the modes' facts (config/modes.py),
 never from their names: a message names the modes that have the fact it needs (`modes_with`)."""
 
-from prime_rl.config.modes import mode_config, mode_named, modes_with, run_modes, source_modes
+from prime_rl.config.modes import SelfTeacher, mode_config, mode_named, modes_with, run_modes, source_modes
 from prime_rl.config.schema import (
     MIX,
     Config,
@@ -31,6 +31,20 @@ def mode_knobs(cfg: Config, _: int) -> None:
     for mode in modes.values():
         if mode.config is not None:
             mode_config(cfg, mode)
+
+
+def self_teacher(cfg: Config, _: int) -> None:
+    """A lagged self-teacher is a second adapter on the student's server: only a LoRA run has one to copy."""
+    for mode in run_modes(cfg):
+        if mode.config is not None and getattr(mode_config(cfg, mode), "teacher", None) == SelfTeacher.lagged:
+            check(
+                cfg.trainer.lora.enabled,
+                [f"modes.{mode.name}.teacher", "lora"],
+                "a lagged self-teacher is a second LoRA adapter on the student's server, and this run trains every "
+                "weight",
+                f"train with lora=on, or set modes.{mode.name}.teacher=initial (a server of the starting weights) or "
+                "live",
+            )
 
 
 def source_mode(cfg: Config, _: int) -> None:

@@ -1,18 +1,28 @@
-"""opsd (on-policy self-distillation): the student samples the rollouts as in rl; then the student's own server, with
-the weights that sampled, scores every sampled token once more with privileged context, a system message showing
-the example's reference answer (modes.opsd.context). The trainer turns that score into the per-token advantage
-teacher_tau * (log p_privileged - log pi), or the top-k KL, exactly as opd's teacher's."""
+"""opsd (on-policy self-distillation): the student samples the rollouts as in rl; then the student itself scores every
+sampled token once more with privileged context, a system message showing the example's reference answer
+(modes.opsd.context). The trainer turns that score into the per-token advantage
+teacher_tau * (log p_privileged - log pi), or the top-k KL, exactly as opd's teacher's.
 
+Which weights score (modes.opsd.teacher): the live policy, on the student's server as it is; the starting weights
+(θ0), under LoRA the same server's base model (the request without the adapter: no second server, no copy), else
+the run's server of the starting weights (config/teachers.py REFERENCE); or, under LoRA, a lagged copy: the adapter
+of every `lag`-th step, copied out of the run's pruned weights and served beside the live one."""
+
+import shutil
 import time
 from dataclasses import replace
 
-from prime_rl.config.modes import Mode, context_margin, distill_top_k, example_mode
+from prime_rl.config.modes import Mode, SelfTeacher, context_margin, distill_top_k, example_mode
+from prime_rl.config.teachers import REFERENCE
+from prime_rl.inference.client import InferenceClient
 from prime_rl.models.chat import prompt_ids
 from prime_rl.orchestrator.algo.rl import RL
 from prime_rl.orchestrator.context import Context, student_sampling
 from prime_rl.orchestrator.rollouts import rewards_of, student_rollouts
 from prime_rl.orchestrator.scoring import keep_scores, scored
+from prime_rl.protocol.atomic import publish_dir
 from prime_rl.protocol.batch import Sample
+from prime_rl.protocol.servers import STUDENT_MODEL_NAME
 from prime_rl.tasks import Example
 
 SCORER = "self"  # what a sample it scored records as its teacher
@@ -22,6 +32,7 @@ class OPSD(RL):
     def __init__(self, mode: Mode, knobs):
         super().__init__(mode, knobs)
         self.contexts: dict[int, list[int]] = {}  # by id() of a sample made this step: its privileged prompt
+        self.steps = 0  # steps scored by this orchestrator: a lagged teacher is refreshed every `lag` of them
 
     async def rollouts(self, ctx: Context, examples: list[Example]) -> tuple[list[list[Sample]], dict[str, float]]:
         groups, metrics = await super().rollouts(ctx, examples)
@@ -40,6 +51,16 @@ class OPSD(RL):
         rewards = await rewards_of(ctx, examples, groups)
         return {"eval/privileged_reward": sum(rewards) / len(rewards)} if rewards else {}
 
+    async def lagged(self, ctx: Context) -> None:
+        """Every `lag` steps the lagged teacher becomes the newest exported adapter, copied into the run dir (the
+        trainer prunes its exports as the run moves on); it is loaded under its own name each step, so that a
+        student server restarted in place serves it again (a small adapter: milliseconds)."""
+        if self.steps % self.knobs.lag == 0:
+            newest = ctx.run_dir.weights(ctx.run_dir.latest_weights())
+            publish_dir(ctx.run_dir.self_teacher, lambda tmp: shutil.copytree(newest, tmp, dirs_exist_ok=True))
+        self.steps += 1
+        await ctx.student.load_lora(lagged_name(ctx), str(ctx.run_dir.self_teacher.resolve()))
+
     async def teacher_signal(self, ctx: Context, samples: list[Sample]) -> dict[str, float]:
         """Each sample scored by the student's server under its privileged prompt; one that would not fit the
         server's context with it is not scored (its tokens train on the rewards' advantage alone)."""
@@ -47,12 +68,31 @@ class OPSD(RL):
         room = ctx.cfg.inference.max_model_len - context_margin(ctx.cfg) - 1  # the server's, and a token to score
         trained = [(s, (self.contexts[id(s)], s.completion_ids)) for s in samples if s.trained_tokens]
         fit = [(s, pair) for s, pair in trained if len(pair[0]) + len(pair[1]) <= room]
-        scores = await scored(ctx, ctx.student, ctx.student_model, [pair for _, pair in fit], k)
+        if self.knobs.teacher == SelfTeacher.lagged:
+            await self.lagged(ctx)
+        client, model = self_scorer(ctx, self.knobs.teacher)
+        scores = await scored(ctx, client, model, [pair for _, pair in fit], k)
         for (s, _), (logprobs, top) in zip(fit, scores):
             keep_scores(s, logprobs, top, k, SCORER)
         self.contexts.clear()
         too_long = 1 - len(fit) / max(len(trained), 1)
         return {"time/self_score": time.monotonic() - start, "self_score/too_long": too_long}
+
+
+def self_scorer(ctx: Context, teacher: SelfTeacher) -> tuple[InferenceClient, str]:
+    """The server and the model name that score with the weights `teacher` names."""
+    if teacher == SelfTeacher.live:
+        return ctx.student, ctx.student_model
+    if teacher == SelfTeacher.lagged:
+        return ctx.student, lagged_name(ctx)
+    if ctx.cfg.trainer.lora.enabled:
+        return ctx.student, STUDENT_MODEL_NAME  # the base model the adapter is trained on: θ0
+    starting = ctx.teachers[REFERENCE]
+    return starting.client, starting.model
+
+
+def lagged_name(ctx: Context) -> str:
+    return f"{ctx.cfg.trainer.lora.name}-lagged"
 
 
 def privileged(ex: Example, context: str) -> Example:
