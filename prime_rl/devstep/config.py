@@ -28,6 +28,12 @@ def check_one_process(cfg: Config) -> None:
         "a devstep starts only the student's server, and kl_ref_from=vllm serves the reference on another",
         f"use trainer.loss.kl_ref_from=trainer (the trainer's frozen copy), {LAUNCH}",
     )
+    check(
+        serves_reference(cfg) or REFERENCE not in local_teachers(cfg),
+        ["modes.opsd.teacher", "lora"],
+        "a devstep starts only the student's server, and an initial self-teacher without LoRA scores on another",
+        f"use lora=on (the server's base model scores) or modes.opsd.teacher=live, {LAUNCH}",
+    )
     served = [teacher_key(name) for name in local_teachers(cfg) if name != REFERENCE]
     check(
         not served,
