@@ -229,8 +229,13 @@ def mode_config(cfg: Config, mode: Mode):
 
 def self_teachers(cfg: Config) -> set[SelfTeacher]:
     """The weights the run's self-scoring modes score with (modes.<name>.teacher)."""
-    knobs = [mode_config(cfg, mode) for mode in run_modes(cfg) if mode.config is not None]
-    return {k.teacher for k in knobs if isinstance(getattr(k, "teacher", None), SelfTeacher)}
+    return {teacher for mode in run_modes(cfg) for teacher in self_teachers_of(cfg, mode)}
+
+
+def self_teachers_of(cfg: Config, mode: Mode) -> set[SelfTeacher]:
+    """The weights `mode` scores with where it scores itself (its knobs' `teacher`); none for another mode."""
+    teacher = getattr(mode_config(cfg, mode), "teacher", None)
+    return {teacher} if isinstance(teacher, SelfTeacher) else set()
 
 
 def context_margin(cfg: Config) -> int:

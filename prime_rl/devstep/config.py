@@ -2,6 +2,7 @@
 step needs more than the student's one server and one trainer process in this one."""
 
 from prime_rl.config.layout import pushes_weights
+from prime_rl.config.modes import SelfTeacher, run_modes, self_teachers_of
 from prime_rl.config.schema import Config, num_nodes
 from prime_rl.config.teachers import REFERENCE, local_teachers, serves_reference, teacher_key
 from prime_rl.config.user_error import check
@@ -28,12 +29,14 @@ def check_one_process(cfg: Config) -> None:
         "a devstep starts only the student's server, and kl_ref_from=vllm serves the reference on another",
         f"use trainer.loss.kl_ref_from=trainer (the trainer's frozen copy), {LAUNCH}",
     )
-    check(
-        serves_reference(cfg) or REFERENCE not in local_teachers(cfg),
-        ["modes.opsd.teacher", "lora"],
-        "a devstep starts only the student's server, and an initial self-teacher without LoRA scores on another",
-        f"use lora=on (the server's base model scores) or modes.opsd.teacher=live, {LAUNCH}",
-    )
+    if REFERENCE in local_teachers(cfg) and not serves_reference(cfg):  # a server of the starting weights: θ0's
+        [key] = [f"modes.{m.name}.teacher" for m in run_modes(cfg) if SelfTeacher.initial in self_teachers_of(cfg, m)]
+        check(
+            False,
+            [key, "lora"],
+            "a devstep starts only the student's server, and an initial self-teacher without LoRA scores on another",
+            f"use lora=on (the server's base model scores) or {key}=live, {LAUNCH}",
+        )
     served = [teacher_key(name) for name in local_teachers(cfg) if name != REFERENCE]
     check(
         not served,

@@ -86,7 +86,7 @@ class RunDir:
 
     @property
     def self_teacher(self) -> Path:
-        """orchestrator -> inference: opsd's lagged self-teacher, a copy of an adapter the trainer exported."""
+        """orchestrator -> inference: a lagged self-teacher (modes.<name>.teacher=lagged), a copied adapter."""
         return self.root / "self_teacher"
 
     def server_restarts(self, role: str) -> Path:

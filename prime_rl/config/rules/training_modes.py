@@ -1,7 +1,15 @@
 """What each source's mode implies for the rest of the config, stated from the modes' facts (config/modes.py),
 never from their names: a message names the modes that have the fact it needs (`modes_with`)."""
 
-from prime_rl.config.modes import SelfTeacher, mode_config, mode_named, modes_with, run_modes, source_modes
+from prime_rl.config.modes import (
+    SelfTeacher,
+    mode_config,
+    mode_named,
+    modes_with,
+    run_modes,
+    self_teachers_of,
+    source_modes,
+)
 from prime_rl.config.schema import (
     MIX,
     Config,
@@ -36,7 +44,7 @@ def mode_knobs(cfg: Config, _: int) -> None:
 def self_teacher(cfg: Config, _: int) -> None:
     """A lagged self-teacher is a second adapter on the student's server: only a LoRA run has one to copy."""
     for mode in run_modes(cfg):
-        if mode.config is not None and getattr(mode_config(cfg, mode), "teacher", None) == SelfTeacher.lagged:
+        if SelfTeacher.lagged in self_teachers_of(cfg, mode):
             check(
                 cfg.trainer.lora.enabled,
                 [f"modes.{mode.name}.teacher", "lora"],
