@@ -10,6 +10,7 @@ from prime_rl.config.teachers import local_teachers, server_role, teacher_config
 from prime_rl.inference.client import InferenceError
 from prime_rl.protocol.polling import wait_until_async
 from prime_rl.protocol.run_dir import RunDir
+from prime_rl.protocol.servers import STUDENT_ROLE
 
 POLL_S = 0.5
 
@@ -29,7 +30,7 @@ async def locate_servers(cfg: Config) -> Config:
 async def student_urls(cfg: Config) -> list[str]:
     """The student servers' API URLs: those the config names, or the one the launcher publishes once it serves."""
     return configured_student_urls(cfg) or [
-        await published_url(RunDir(cfg.run_dir), "inference", cfg.launcher.ready_timeout_s)
+        await published_url(RunDir(cfg.run_dir), STUDENT_ROLE, cfg.launcher.ready_timeout_s)
     ]
 
 

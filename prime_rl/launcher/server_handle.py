@@ -26,9 +26,9 @@ from prime_rl.launcher.standing_server import standing_key
 from prime_rl.launcher.supervisor import RoleFailed, Supervisor
 from prime_rl.models import student_dir
 from prime_rl.protocol.run_dir import RunDir
-from prime_rl.protocol.servers import SERVER_KEY_ENV, STUDENT_MODEL_NAME
+from prime_rl.protocol.servers import SERVER_KEY_ENV, STUDENT_MODEL_NAME, STUDENT_ROLE
 
-ROLE = "inference"  # the student's server; this process is the plan's orchestrator and trainer
+ROLE = STUDENT_ROLE  # the student's server; this process is the plan's orchestrator and trainer
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # as Ctrl-C: the server is stopped on the way out
 
 

@@ -17,9 +17,7 @@ from prime_rl.launcher.health_watch import PROBE_S, HealthWatch
 from prime_rl.launcher.plan import Plan, Role
 from prime_rl.launcher.processes import Child, stop_children
 from prime_rl.protocol.run_dir import RunDir
-from prime_rl.protocol.servers import Restarts, serves, write_restarts
-
-STUDENT = "inference"
+from prime_rl.protocol.servers import STUDENT_ROLE, Restarts, serves, write_restarts
 
 
 class ServerRestarts:
@@ -48,7 +46,7 @@ class ServerRestarts:
     def may_restart(self, role: Role) -> bool:
         """Whether the server is one to restart in place, has served (one that never did would fail again), and has
         restarts left."""
-        ours = restarts_in_place(self.plan.config, student=role.name == STUDENT)
+        ours = restarts_in_place(self.plan.config, student=role.name == STUDENT_ROLE)
         return ours and role.name in self.roots and self.counts.get(role.name, 0) < self.budget
 
     def restart(self, child: Child, why: str, spawn: Callable[[Role], Child]) -> Child:

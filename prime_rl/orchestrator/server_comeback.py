@@ -15,9 +15,8 @@ from prime_rl.config.layout import restarts_in_place
 from prime_rl.config.teachers import server_role
 from prime_rl.inference.client import InferenceError
 from prime_rl.orchestrator.context import Context
-from prime_rl.protocol.servers import read_restarts
+from prime_rl.protocol.servers import STUDENT_ROLE, read_restarts
 
-STUDENT = "inference"
 POLL_S = 0.2
 # a request that failed waits this long for the launcher to find its server down (it looks every 0.5 s; a hang is
 # found from /health, launcher.server_hang_s)
@@ -78,7 +77,9 @@ def watch_restarts(ctx: Context, restore_student: Callable[[], Awaitable[str]]) 
     """Give the clients of the run's servers that the launcher restarts in place their comeback."""
     cfg, wait = ctx.cfg, ctx.cfg.launcher.ready_timeout_s
     if restarts_in_place(cfg, student=True):
-        ctx.student.comeback = ServerComeback(ctx.run_dir.server_restarts(STUDENT), STUDENT, wait, restore_student)
+        ctx.student.comeback = ServerComeback(
+            ctx.run_dir.server_restarts(STUDENT_ROLE), STUDENT_ROLE, wait, restore_student
+        )
     for name, t in ctx.teachers.items():
         if t.local and restarts_in_place(cfg, student=False):
             role = server_role(name)
@@ -87,6 +88,6 @@ def watch_restarts(ctx: Context, restore_student: Callable[[], Awaitable[str]]) 
 
 def restart_metrics(ctx: Context) -> dict[str, int]:
     """restarts/<role>: how often each of the run's servers was restarted in place so far (once it was)."""
-    clients = {STUDENT: ctx.student} | {server_role(name): t.client for name, t in ctx.teachers.items()}
+    clients = {STUDENT_ROLE: ctx.student} | {server_role(name): t.client for name, t in ctx.teachers.items()}
     counts = {role: read_restarts(c.comeback.restarts).count for role, c in clients.items() if c.comeback}
     return {f"restarts/{role}": count for role, count in counts.items() if count}

@@ -8,6 +8,7 @@ import httpx
 
 from prime_rl.protocol.atomic import write_text
 
+STUDENT_ROLE = "inference"  # the launcher's role of the student's server: its log, its run-dir files
 STUDENT_MODEL_NAME = "student"  # served name of the student's base weights
 TEACHER_MODEL_NAME = "teacher"  # served name of the local teacher
 # The env var through which the launcher hands its children the run's server key: vLLM requires it on /v1/*,
