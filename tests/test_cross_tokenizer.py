@@ -5,11 +5,12 @@ real vLLM servers with a teacher of another tokenizer and chat template."""
 import json
 import math
 import random
+import re
 
 import pytest
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from prime_rl.config import compose_config
 from prime_rl.config.schema import DistillSignal, LossConfig
@@ -26,7 +27,9 @@ from prime_rl.teacher.alignment import Chunks, TextAlignment, align, char_ends, 
 from prime_rl.teacher.shared_tokens import UNLISTED, SharedTokens, token_bytes
 from prime_rl.trainer.data import collate_rows
 from prime_rl.trainer.loss import distill_center, rl_loss, top_k_distill
+from tests.http_stub import RecordingProxy
 from tests.test_e2e_rl import launch, rows
+from tests.test_e2e_teachers import HINT
 from tests.vllm_server import serve
 
 ALPHABET = "abc xyz,.é🦊ü\n"  # one-byte, two-byte and four-byte characters, spaces, a newline
@@ -388,10 +391,16 @@ def test_opd_from_teachers_with_another_tokenizer_scores_chunks_of_text(tmp_path
     of the retry environment taught by the local teacher (each reply aligned within its own turn). The plan
     says each scores on text and why; every step scores the samples in chunks (the BPE teacher's tokens span
     several of the student's) at the right teacher, and the teacher term is in the loss. Then a run distilling
-    from the external teacher's top k (trainer.loss.distill=topk) over the tokens both vocabularies have."""
+    from the external teacher's top k (trainer.loss.distill=topk) over the tokens both vocabularies have. The
+    external teacher of the mix has a system prompt that shows it the answer (teacher.system_prompt): it is in each
+    prompt that teacher scores after, in its own tokens, and in none of the student's."""
     run_dir = tmp_path / "run"
     with serve(bpe_teacher, tmp_path, served_name="foreign", student=False) as url:
-        remote = f"++teachers={{remote:{{kind:external,model:foreign,base_url:'{url}/v1',tokenizer:'{bpe_teacher}'}}}}"
+        proxy = RecordingProxy(url)
+        remote = (
+            f"++teachers={{remote:{{kind:external,model:foreign,base_url:'{proxy.url}/v1',tokenizer:'{bpe_teacher}',"
+            f"system_prompt:'{HINT}'}}}}"
+        )
         run = launch(
             run_dir,
             "training_mode=opd",
@@ -420,6 +429,7 @@ def test_opd_from_teachers_with_another_tokenizer_scores_chunks_of_text(tmp_path
             standing=standing_servers,
         )
         endpoint_log = next(tmp_path.glob("vllm-foreign-*.log")).read_text()
+        proxy.close()
     assert top_k.returncode == 0, top_k.stderr[-3000:]
     train = [r for r in rows(top_k_dir) if "loss" in r]
     assert [r["step"] for r in train] == [0, 1, 2]
@@ -446,3 +456,9 @@ def test_opd_from_teachers_with_another_tokenizer_scores_chunks_of_text(tmp_path
     # episodes of more than one reply were scored too: each reply aligned in its own turn
     assert any(r.get("env/retry/turns", 0) > 1 for r in train), train
     assert "POST /tokenize" in endpoint_log and "POST /v1/completions" in endpoint_log, endpoint_log[-2000:]
+    foreign = AutoTokenizer.from_pretrained(bpe_teacher)
+    asked = [foreign.decode(p) for path, body in proxy.posts if path == "/v1/completions" for p in body["prompt"]]
+    hinted = [(text, re.search(r"reverse: ([a-z]+)", text)) for text in asked if "Hint" in text]
+    assert len(hinted) >= 3, asked[:3]  # every step's requests of the remote source (the probe has no answer)
+    assert all(HINT.format(answer=found.group(1)[::-1]) in text for text, found in hinted), hinted[:2]
+    assert not any("Hint" in s["prompt"] for s in samples)

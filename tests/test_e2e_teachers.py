@@ -7,14 +7,18 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prime_rl.config import compose_config
 from prime_rl.config.schema import Config
+from prime_rl.config.teachers import teacher_view
+from prime_rl.models.chat import prompt_ids
 from prime_rl.prepare import prepare_teacher
 from tests.hosted_api import HostedApi, Rules
 from tests.http_stub import StubHandler, serve_stub, stub_url
 from tests.test_e2e_rl import eval_gain_in_standard_errors, launch, rows, summary
 from tests.test_episodes import ON_POLICY
+from tests.test_inference_vllm import hf_scores
 
 KEY_ENV = "PRIME_RL_TEST_TEACHER_KEY"
 QWEN3_TEACHER = "teacher.warm_start.steps=40"
@@ -49,8 +53,6 @@ def test_opd_distills_the_teacher(tmp_path, teacher_dir, standing_servers):
 
 def test_a_cut_off_teacher_answer_gets_no_end_of_turn_token(teacher_dir):
     from types import SimpleNamespace
-
-    from transformers import AutoTokenizer
 
     from prime_rl.inference.client import ChatAnswer
     from prime_rl.models.chat import end_of_turn_id
@@ -96,6 +98,12 @@ MIXED_MODES = (
     "{name:reverse,label:opsd_part,mode:opsd,teacher_tau:0.5}]"
 )
 API_KEY_ENV, API_KEY = "PRIME_RL_TEST_NAMED_TEACHER_KEY", "sk-named-teacher-test"
+HINT = "Hint: {answer}"  # a teacher's system prompt (teacher.system_prompt)
+
+
+def hinted(prompt: str) -> str:
+    """The system prompt HINT of a reverse prompt."""
+    return HINT.format(answer=prompt.removeprefix("reverse: ")[::-1])
 
 
 @pytest.mark.vllm
@@ -106,12 +114,13 @@ def test_a_mix_trains_each_source_with_its_own_mode_and_teacher_in_the_same_step
     key; the trainer takes the policy loss on the student's
     samples at their sampling temperature (on policy at 0.8: mismatch_kl ~0, which the sft samples, with no sampler
     logprobs, would ruin) and the NLL on the teacher's. With LoRA and the reference KL (the adapter off) on every
-    mode's samples: the LoRA reference experiment of rl."""
+    mode's samples: the LoRA reference experiment of rl. Each teacher has a system prompt of its own that shows it
+    the answer (teacher.system_prompt): it is in every request to it, and in no prompt of the student's."""
     api = HostedApi(Rules(key=API_KEY))
     monkeypatch.setenv(API_KEY_ENV, API_KEY)
     teachers = (
-        "++teachers={scorer:{kind:local_vllm,model:tiny,warm_start:{steps:40}},"
-        f"api:{{kind:external,model:hosted,base_url:'{api.url}',api_key_env:{API_KEY_ENV}}}}}"
+        f"++teachers={{scorer:{{kind:local_vllm,model:tiny,warm_start:{{steps:40}},system_prompt:'{HINT}'}},"
+        f"api:{{kind:external,model:hosted,base_url:'{api.url}',api_key_env:{API_KEY_ENV},system_prompt:'{HINT}'}}}}"
     )
     run_dir = tmp_path / "run"
     try:
@@ -171,9 +180,28 @@ def test_a_mix_trains_each_source_with_its_own_mode_and_teacher_in_the_same_step
     # the evaluation of the sft source) at the hosted one, one request per prompt of the source
     scorer = (run_dir / "logs" / "teacher_inference_scorer.log").read_text()
     assert "POST /v1/completions" in scorer, scorer[-2000:]
-    asked = {body["messages"][-1]["content"] for body, status, _ in api.run_requests() if status == 200}
+    asked = [body["messages"] for body, status, _ in api.run_requests() if status == 200]
     sft_prompts = {re.search(r"reverse: [a-z]+", s["prompt"]).group() for s in samples if s["source"] == "sft_part"}
-    assert sft_prompts and sft_prompts <= asked, (sft_prompts - asked, len(asked))
+    assert sft_prompts and sft_prompts <= {m[-1]["content"] for m in asked}, len(asked)
+    # the hosted teacher is shown each prompt's answer, the student never
+    assert all(m[0] == {"role": "system", "content": hinted(m[-1]["content"])} for m in asked), asked[:2]
+    assert not any("Hint" in s["prompt"] for s in samples)
+    # the local one scored the student's tokens after the same prompt shown the answer, as transformers does
+    cfg = compose_config(["task=mix", MIXED_MODES, teachers, "trainer.loss.teacher_tau=1.0"])
+    scorer_dir = prepare_teacher(teacher_view(cfg, "scorer"))
+    scorer_tokenizer = AutoTokenizer.from_pretrained(scorer_dir)  # the student's: the same built-in characters
+    opd = [s for s in samples if s["source"] == "opd_part"]
+    users = [re.search(r"reverse: [a-z]+", s["prompt"]).group() for s in opd]
+    chats = [[{"role": "system", "content": hinted(u)}, {"role": "user", "content": u}] for u in users]
+    shown = [prompt_ids(scorer_tokenizer, chat) for chat in chats]
+    scorer_model = AutoModelForCausalLM.from_pretrained(scorer_dir)
+    expected = hf_scores(scorer_model, shown, [s["completion_ids"] for s in opd])
+    for s, want, p in zip(opd, expected, shown):
+        assert s["teacher_logprobs"] == pytest.approx(want[len(p) - 1 :], abs=1e-3), s["prompt"]
+    unshown = hf_scores(scorer_model, [s["prompt_ids"] for s in opd], [s["completion_ids"] for s in opd])
+    assert any(
+        s["teacher_logprobs"] != pytest.approx(u[len(s["prompt_ids"]) - 1 :], abs=1e-3) for s, u in zip(opd, unshown)
+    )
     assert not [p for p in run_dir.rglob("*") if p.is_file() and API_KEY.encode() in p.read_bytes()]
 
 
@@ -233,8 +261,6 @@ class NoPromptLogprobsTeacher:
 
 @pytest.mark.integration
 def test_opd_against_an_endpoint_without_prompt_logprobs_fails_before_anything_starts(tmp_path, monkeypatch):
-    from transformers import AutoTokenizer
-
     from prime_rl.prepare import prepare_student
 
     monkeypatch.setenv(KEY_ENV, "unused")

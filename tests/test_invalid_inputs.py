@@ -174,6 +174,31 @@ CASES = [
         "[modes.opsd]",
     ),
     Case("mode conflict", "a mode's knobs in a run without it", ("+modes.opsd.context='{answer}'",), "[modes.opsd]"),
+    Case(
+        "mode conflict",
+        "a lagged self-teacher without LoRA, its weights pushed (no files to load it from)",
+        ("training_mode=opsd", "modes.opsd.teacher=lagged", "modes.opsd.lag=2", "inference.weight_transfer=gloo"),
+        "[modes.opsd.teacher, inference.weight_transfer]",
+    ),
+    Case(
+        "wrong type",
+        "a teacher's system prompt with a field other than {answer}",
+        ("training_mode=opd", "teacher=local_vllm", "teacher.system_prompt='Hint: {solution}'"),
+        "[teacher.system_prompt]",
+    ),
+    Case(
+        "mode conflict",
+        "a teacher's system prompt on episodes",
+        (
+            "training_mode=sft",
+            "teacher=local_vllm",
+            "task=gym",
+            "task.env=prime_rl.tasks.retry_env:ReverseRetry",
+            "model.warm_start.task=reverse",
+            "teacher.system_prompt='Hint: {answer}'",
+        ),
+        "[teacher.system_prompt]",
+    ),
     Case("unknown key", "a mode's knob misspelt", ("training_mode=opsd", "modes.opsd.contxt=x"), "[modes.opsd.contxt]"),
     Case(
         "unknown choice",

@@ -18,7 +18,6 @@ from prime_rl.config.rules import check_rules
 from prime_rl.config.schema import scorer_knobs
 from prime_rl.inference.server import vllm_command
 from prime_rl.orchestrator.algo import part
-from prime_rl.orchestrator.algo.opsd import privileged
 from prime_rl.tasks import Example
 from prime_rl.trainer.loss import Objective
 from tests.conftest import ROOT
@@ -47,13 +46,13 @@ def test_the_server_that_scores_is_asked_for_the_top_k_and_a_teacher_scoring_kee
     assert teacher[teacher.index("--max-logprobs") + 1] == "8"
 
 
-def test_opsd_shows_the_reference_answer_after_the_prompts_own_system_message():
+def test_a_scorer_is_shown_the_reference_answer_after_the_prompts_own_system_message():
     ex = Example("reverse: abc", "cba", system="Be brief.")
-    assert privileged(ex, "Answer: {answer}").messages == [
+    assert ex.shown("Answer: {answer}").messages == [
         {"role": "system", "content": "Be brief.\n\nAnswer: cba"},
         {"role": "user", "content": "reverse: abc"},
     ]
-    assert privileged(Example("q", "a"), "{answer}!").messages[0] == {"role": "system", "content": "a!"}
+    assert Example("q", "a").shown("{answer}!").messages[0] == {"role": "system", "content": "a!"}
 
 
 def test_a_mode_is_named_by_import_path_and_its_knobs_are_typed():

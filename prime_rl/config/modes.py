@@ -72,15 +72,18 @@ class Mode:
         return 1 if self.scorer == Scorer.teacher else 0
 
 
+SHOWN_ANSWER = "The reference answer: {answer}"  # opsd's context; a context-reading tiny model learns to read it
+
+
 class SelfTeacher(str, Enum):
     live = "live"  # the policy that sampled: the student's server as it is
     initial = "initial"  # the starting weights (θ0): under LoRA the server's base model, else the served reference
-    lagged = "lagged"  # LoRA: a copy of the adapter, refreshed every `lag` steps, as a second adapter of the server
+    lagged = "lagged"  # the policy every `lag` steps: under LoRA a second adapter, else in the starting weights' server
 
 
 @dataclass
 class OpsdConfig:
-    context: str = "The reference answer: {answer}"  # system message of self-scoring: {answer} is the example's
+    context: str = SHOWN_ANSWER  # system message of self-scoring: {answer} is the example's reference answer
     teacher: SelfTeacher = SelfTeacher.live  # the weights that score: live | initial (θ0) | lagged (every `lag` steps)
     lag: int = 0  # teacher=lagged: steps between refreshes of the scoring copy
 

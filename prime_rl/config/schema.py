@@ -145,6 +145,8 @@ class WarmStartConfig:
     schedule: LrSchedule = LrSchedule.constant  # lr after warmup: constant | cosine (to 0 at the last step)
     seed: int = 0  # data order seed
     task: str | None = None  # a built-in task (reverse, sort, lookup) to learn instead of the run's (episodes')
+    context_steps: NonNegInt = 0  # steps first on prompts shown another's answer in a system message: reads context
+    context_share: Fraction = 0.0  # of the `steps`' examples, the share shown another's answer so (keeps the reading)
 
 
 @dataclass
@@ -265,7 +267,7 @@ class OrchestratorConfig:
     requests_per_step: Count = 8  # concurrent requests a step's rollouts (and opd's teacher scoring) are split into
     request_timeout_s: NonNeg = 0.0  # per request to a student server; 0 = auto: 120 s + max_tokens / 10 tokens/s
     max_retries: NonNegInt = 3  # retries (with backoff) of a failed request (each request alone) before the run fails
-    log_samples: NonNegInt = 2  # each step's first N samples (text, ids, loss mask, reward, mode, ...) to samples.jsonl
+    log_samples: NonNegInt = 2  # each step's first N samples (text, ids, reward, teacher logprobs, ...) to samples.jsonl
 
 
 @dataclass
@@ -399,6 +401,7 @@ class TeacherConfig:
     price_per_mtok_in: float = 0.0  # USD per million prompt tokens (with _out: logs teacher/cost_usd)
     price_per_mtok_out: float = 0.0  # USD per million completion tokens, reasoning tokens included
     cache_dir: str | None = None  # store teacher answers here and reuse them across runs (None: no cache)
+    system_prompt: str | None = None  # opd, sft: a system message only it is shown, {answer}: the reference answer
 
 
 @dataclass

@@ -30,11 +30,11 @@ def serves_reference(cfg: Config) -> bool:
 
 
 def serves_starting_weights(cfg: Config) -> bool:
-    """The run starts a server of the student's starting weights (REFERENCE): for the reference KL, or as the self-
-    teacher of a mode that scores with the starting weights and cannot take them from the student's server (no LoRA:
-    its base is the policy itself)."""
-    initial = SelfTeacher.initial in self_teachers(cfg)
-    return serves_reference(cfg) or (initial and not cfg.trainer.lora.enabled)
+    """The run starts a server of the student's starting weights (REFERENCE): for the reference KL, or for the self-
+    teacher of a mode that scores with the starting weights or a lagged copy and cannot take them from the student's
+    server (no LoRA: its base is the policy itself); a lagged copy is loaded into it."""
+    apart = self_teachers(cfg) & {SelfTeacher.initial, SelfTeacher.lagged}
+    return serves_reference(cfg) or (bool(apart) and not cfg.trainer.lora.enabled)
 
 
 def teacher_names(cfg: Config) -> list[str]:

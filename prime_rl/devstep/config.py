@@ -20,9 +20,10 @@ def validated(overrides: list[str]) -> Config:
 
 
 def check_one_process(cfg: Config) -> None:
-    """What a devstep cannot run: another server than the student's (a local teacher, a served reference), a trainer
-    of several processes, or a weight push (the trainer's push waits for the orchestrator's request, and here both
-    are this one thread). An external teacher needs no server of ours: it is asked as the orchestrator asks it."""
+    """What a devstep cannot run: another server than the student's (a local teacher, a served reference or self-
+    teacher), a trainer of several processes, or a weight push (the trainer's push waits for the orchestrator's
+    request, and here both are this one thread). An external teacher needs no server of ours: it is asked as the
+    orchestrator asks it."""
     check(
         not serves_reference(cfg),
         ["trainer.loss.kl_ref_from"],
@@ -30,11 +31,12 @@ def check_one_process(cfg: Config) -> None:
         f"use trainer.loss.kl_ref_from=trainer (the trainer's frozen copy), {LAUNCH}",
     )
     if REFERENCE in local_teachers(cfg) and not serves_reference(cfg):  # a server of the starting weights: θ0's
-        [key] = [f"modes.{m.name}.teacher" for m in run_modes(cfg) if SelfTeacher.initial in self_teachers_of(cfg, m)]
+        apart = {SelfTeacher.initial, SelfTeacher.lagged}
+        [key] = [f"modes.{m.name}.teacher" for m in run_modes(cfg) if apart & self_teachers_of(cfg, m)]
         check(
             False,
             [key, "lora"],
-            "a devstep starts only the student's server, and an initial self-teacher without LoRA scores on another",
+            "a devstep starts only the student's server, and a self-teacher not live without LoRA scores on another",
             f"use lora=on (the server's base model scores) or {key}=live, {LAUNCH}",
         )
     served = [teacher_key(name) for name in local_teachers(cfg) if name != REFERENCE]

@@ -12,7 +12,7 @@ from prime_rl.orchestrator.students import StudentServers, student_client
 from prime_rl.orchestrator.tool_calls import ToolReader
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.protocol.servers import STUDENT_MODEL_NAME
-from prime_rl.tasks import Task, load_task
+from prime_rl.tasks import Example, Task, load_task
 from prime_rl.tasks.reward_workers import Verification
 from prime_rl.teacher.answers import TeacherAnswers
 from prime_rl.teacher.client import teacher_client
@@ -36,6 +36,11 @@ class Teacher:
     @property
     def local(self) -> bool:
         return self.cfg.teacher.kind == TeacherKind.local_vllm
+
+    def sees(self, ex: Example) -> Example:
+        """The example as this teacher is asked about it: with its system_prompt, which the student is never shown."""
+        shown = self.cfg.teacher.system_prompt
+        return ex.shown(shown) if shown is not None else ex
 
 
 @dataclass

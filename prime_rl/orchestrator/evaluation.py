@@ -96,7 +96,9 @@ def eval_metrics(rewards: list[float], k: int, prefix: str = "eval") -> dict[str
 
 async def teacher_answer(ctx: Context, ex: Example, temperature: float) -> ChatAnswer:
     teacher = ctx.teacher_of(ex.source)
-    [answer] = await teacher.answers.answers_at(ex.messages, [0], teacher_sampling(teacher.cfg, temperature))
+    [answer] = await teacher.answers.answers_at(
+        teacher.sees(ex).messages, [0], teacher_sampling(teacher.cfg, temperature)
+    )
     return answer
 
 

@@ -137,12 +137,13 @@ def named_metric(name: str, key: str) -> str:
 
 def log_samples(ctx: Context, batch: Batch) -> None:
     """The step's first orchestrator.log_samples samples, to read what the policy does (an episode's whole
-    transcript: its loss mask tells the student's tokens from the environment's)."""
+    transcript: its loss mask tells the student's tokens from the environment's) and what scored it (its per-token
+    streams: the teacher's logprobs, the reference's)."""
     for s in batch.samples[: ctx.cfg.orchestrator.log_samples]:
         facts = {k: getattr(s, k) for k in ("mode", "source", "teacher", "reward", "advantage", "failed")}
         text = {"prompt": ctx.tokenizer.decode(s.prompt_ids), "completion": ctx.tokenizer.decode(s.completion_ids)}
         tokens = {k: getattr(s, k) for k in ("prompt_ids", "completion_ids", "loss_mask")}
-        append_row(ctx.run_dir.samples, {"step": batch.step, **facts, **text, **tokens})
+        append_row(ctx.run_dir.samples, {"step": batch.step, **facts, **text, **tokens, **s.streams})
 
 
 def resume_counts(ctx: Context, algo: Algorithm, start: int) -> None:

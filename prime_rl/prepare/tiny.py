@@ -7,14 +7,18 @@ complete, and two launchers building the same recipe at once build it once (the 
 import json
 import logging
 import os
+import random
 import time
+from dataclasses import replace
 from pathlib import Path
 
+from prime_rl.config.modes import SHOWN_ANSWER
 from prime_rl.config.schema import TaskConfig, TinyModelConfig, TinyTokenizer, WarmStartConfig
 from prime_rl.models.recipe import RECIPE_FILE, model_dir, recipe, trained_on
 from prime_rl.models.tokenizer_class import RECORD_KEY, tokenizer_record
 from prime_rl.protocol.atomic import is_complete, publish_dir
 from prime_rl.protocol.file_lock import FileLock
+from prime_rl.tasks import Example
 from prime_rl.tasks.gym_env import demonstrated
 
 log = logging.getLogger(__name__)
@@ -56,14 +60,32 @@ def _build(out: Path, tiny: TinyModelConfig, warm_start: WarmStartConfig, task_c
         if tiny.tokenizer == TinyTokenizer.char
         else build_bpe_tokenizer(conversations(task), tiny.vocab_size)
     )
-    model = sft_train(build_tiny_model(tiny, tokenizer), tokenizer, task.train, warm_start)
+    model = build_tiny_model(tiny, tokenizer)
+    rng = random.Random(warm_start.seed)
+    if warm_start.context_steps:
+        reading = [shown_another(ex, task.train, rng) for ex in task.train]
+        model = sft_train(model, tokenizer, reading, replace(warm_start, steps=warm_start.context_steps))
+    share = warm_start.context_share
+    examples = [shown_another(ex, task.train, rng) if rng.random() < share else ex for ex in task.train]
+    model = sft_train(model, tokenizer, examples, warm_start)
     save_model(model, tokenizer, out)
     info = {**recipe(tiny, warm_start, task_cfg), "build_s": round(time.time() - start, 1)}
     greedy = eval_reward(model, tokenizer, task)
     info["eval_greedy_reward"] = None if greedy is None else round(greedy, 4)
+    if warm_start.context_steps or share:  # the same prompts shown their answer: what the model reads from it
+        shown = eval_reward(model, tokenizer, replace(task, eval=[ex.shown(SHOWN_ANSWER) for ex in task.eval]))
+        info["eval_greedy_shown_reward"] = None if shown is None else round(shown, 4)
     info[RECORD_KEY] = tokenizer_record(out)
     (out / RECIPE_FILE).write_text(json.dumps(info, indent=2) + "\n")
     log.info("built in %.1f s, greedy eval reward %s", info["build_s"], info["eval_greedy_reward"])
+
+
+def shown_another(ex: Example, examples: list[Example], rng: random.Random) -> Example:
+    """`ex` shown another example's answer in the self-teacher's context, which becomes its target: the answer is in the context
+    alone (an episode is played as it is)."""
+    if ex.env:
+        return ex
+    return replace(ex, answer=rng.choice(examples).answer).shown(SHOWN_ANSWER)
 
 
 def conversations(task) -> list[list[dict]]:

@@ -4,7 +4,7 @@ of task=gym is played as an episode against its environment instead, which gives
 import random
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,12 @@ class Example:
     def messages(self) -> list[dict]:
         system = [{"role": "system", "content": self.system}] if self.system is not None else []
         return system + [{"role": "user", "content": self.prompt}]
+
+    def shown(self, template: str) -> "Example":
+        """The example with `template` as a system message after its own (if any), `{answer}` in it the reference
+        answer: what a scorer is shown that the student is not (a self-teacher's context, a teacher's system_prompt)."""
+        text = template.format(answer=self.answer)
+        return replace(self, system=text if self.system is None else f"{self.system}\n\n{text}")
 
 
 @dataclass

@@ -118,6 +118,7 @@ def teacher_settings(cfg: Config, _: int) -> None:
         )
         teacher_secrets(cfg)
     teacher_requests(cfg)
+    teacher_prompt(cfg)
     check(
         t.tokenizer is None or kind == TeacherKind.external,
         ["teacher.tokenizer", "teacher"],
@@ -130,6 +131,34 @@ def teacher_settings(cfg: Config, _: int) -> None:
         [f"teacher.headers.{h}" for h in leaked],
         "a credential in teacher.headers would be written to config dumps",
         f"put its value in an env var and set +teacher.header_envs.{leaked[0] if leaked else '<name>'}=<VAR>",
+    )
+
+
+def teacher_prompt(cfg: Config) -> None:
+    """A teacher's system_prompt is a template of the reference answer alone, shown before a prompt: a source of
+    episodes (whose prompts come from its environment) is not taught with one."""
+    shown = cfg.teacher.system_prompt
+    if shown is None:
+        return
+    try:
+        fields = shown.format(answer="") is not None
+    except (KeyError, IndexError, ValueError):
+        fields = False
+    check(
+        fields,
+        ["teacher.system_prompt"],
+        f"{shown!r} names a field other than {{answer}}, or has a lone brace",
+        "write {answer} where the reference answer goes, and {{ or }} for a brace of the text",
+    )
+    taught = [src for _, src, mode in source_modes(cfg) if mode.teacher]
+    # in a named teacher's view (config/teachers.py teacher_view) its sources name it, and `teacher` is its settings
+    mine = [src for src in taught if src.teacher is None or cfg.teachers.get(src.teacher) == cfg.teacher]
+    played = [src.label or src.name for src in mine if src.name in EPISODIC]
+    check(
+        not played,
+        ["teacher.system_prompt"],
+        f"a teacher's system_prompt is shown before a prompt, and {', '.join(played)} plays episodes",
+        "drop it, or teach the episodes with another teacher (teachers.<name>, task.mix[i].teacher)",
     )
 
 

@@ -1,6 +1,7 @@
 """What each source's mode implies for the rest of the config, stated from the modes' facts (config/modes.py),
 never from their names: a message names the modes that have the fact it needs (`modes_with`)."""
 
+from prime_rl.config.layout import pushes_weights
 from prime_rl.config.modes import (
     SelfTeacher,
     mode_config,
@@ -42,16 +43,16 @@ def mode_knobs(cfg: Config, _: int) -> None:
 
 
 def self_teacher(cfg: Config, _: int) -> None:
-    """A lagged self-teacher is a second adapter on the student's server: only a LoRA run has one to copy."""
+    """A lagged self-teacher without LoRA is loaded from the trainer's exported files, which a weight push leaves
+    empty."""
     for mode in run_modes(cfg):
-        if SelfTeacher.lagged in self_teachers_of(cfg, mode):
+        if SelfTeacher.lagged in self_teachers_of(cfg, mode) and not cfg.trainer.lora.enabled:
             check(
-                cfg.trainer.lora.enabled,
-                [f"modes.{mode.name}.teacher", "lora"],
-                "a lagged self-teacher is a second LoRA adapter on the student's server, and this run trains every "
-                "weight",
-                f"train with lora=on, or set modes.{mode.name}.teacher=initial (a server of the starting weights) or "
-                "live",
+                not pushes_weights(cfg),
+                [f"modes.{mode.name}.teacher", "inference.weight_transfer"],
+                "a lagged self-teacher without LoRA is loaded from the trainer's exported weights, and "
+                f"inference.weight_transfer={cfg.inference.weight_transfer.value} pushes them instead of exporting",
+                f"set inference.weight_transfer=files, train with lora=on, or set modes.{mode.name}.teacher=initial",
             )
 
 

@@ -9,6 +9,7 @@ import time
 from prime_rl.config.modes import Mode, Scorer, distill_top_k
 from prime_rl.config.schema import TeacherAlignment
 from prime_rl.config.teachers import teaches
+from prime_rl.models.chat import prompt_ids
 from prime_rl.orchestrator.algo.rl import RL
 from prime_rl.orchestrator.context import Context, Teacher
 from prime_rl.orchestrator.scoring import keep_scores, scored
@@ -24,7 +25,9 @@ class OPD(RL):
         super().__init__(mode, knobs)
         self.aligners: dict[str, TextAlignment] = {}  # by teacher name: those with another tokenizer
         self.shared: dict[str, SharedTokens] = {}  # by teacher name, where the run distils from their top k
-        self.prompts: dict[int, list[dict]] = {}  # by id() of a sample made this step: its prompt's messages
+        self.prompts: dict[int, list[dict]] = {}  # by id() of a sample made this step: its teacher's prompt messages
+        self.shown: dict[int, list[int]] = {}  # by id() of such a sample, where its teacher has a system_prompt: the
+        # teacher's prompt in the student's tokens
 
     async def preflight(self, ctx: Context) -> None:
         """Each teacher of an opd source scores the student's tokens, or its text where their tokenizers differ, and
@@ -43,9 +46,14 @@ class OPD(RL):
 
     async def rollouts(self, ctx: Context, examples: list[Example]) -> tuple[list[list[Sample]], dict[str, float]]:
         groups, metrics = await super().rollouts(ctx, examples)
+        for ex, group in zip(examples, groups):
+            teacher = ctx.teacher_of(ex.source)
+            if teacher.cfg.teacher.system_prompt is not None and teacher.name not in self.aligners:
+                ids = prompt_ids(ctx.tokenizer, teacher.sees(ex).messages)
+                self.shown.update((id(s), ids) for s in group)
         if self.aligners:  # a teacher with another tokenizer renders the prompt in its own chat template
             for ex, group in zip(examples, groups):
-                self.prompts.update((id(s), ex.messages) for s in group)
+                self.prompts.update((id(s), ctx.teacher_of(ex.source).sees(ex).messages) for s in group)
                 if ex.env is None:  # a reply: an id a dropped episode's sample had must not read as its episode
                     for s in group:
                         ctx.conversations.pop(id(s), None)
@@ -61,10 +69,11 @@ class OPD(RL):
             by_teacher.setdefault(ctx.teacher_of(s.source).name, []).append(s)
         on_text = {name: mine for name, mine in by_teacher.items() if name in self.aligners}
         done = await asyncio.gather(
-            *(score(ctx, ctx.teachers[name], mine) for name, mine in by_teacher.items() if name not in on_text),
+            *(self.score(ctx, ctx.teachers[name], mine) for name, mine in by_teacher.items() if name not in on_text),
             *(self.score_text(ctx, ctx.teachers[name], mine) for name, mine in on_text.items()),
         )
         self.prompts.clear()
+        self.shown.clear()
         if ctx.conversations:
             ctx.conversations.clear()
         chunks = [c for found in done if found for c in found[0]]  # the text-aligned teachers' chunks
@@ -94,6 +103,17 @@ class OPD(RL):
             s.streams[TEACHER_CHUNKS] = chunks.starts()
         return [chunks for _, (_, _, chunks) in fit], shared
 
+    async def score(self, ctx: Context, teacher: Teacher, samples: list[Sample]) -> None:
+        """The teacher's logprobs of each sample's tokens (and its top k where the run distils from them), after
+        the prompt as it is shown the teacher; a sample that would not fit its context so is not scored."""
+        k, room = distill_top_k(ctx.cfg), ctx.cfg.inference.max_model_len - 1  # and a token to score
+        pairs = [(s, (self.shown.get(id(s), s.prompt_ids), s.completion_ids)) for s in samples]
+        fit = [(s, pair) for s, pair in pairs if len(pair[0]) + len(pair[1]) <= room]
+        for (s, _), (logprobs, top) in zip(
+            fit, await scored(ctx, teacher.client, teacher.model, [p for _, p in fit], k)
+        ):
+            keep_scores(s, logprobs, top, k, teacher.label)
+
     def teacher_view(self, ctx: Context, aligner: TextAlignment, s: Sample) -> tuple | None:
         """A sample as a teacher of another tokenizer reads it: a reply after its prompt, or an episode's turns."""
         if id(s) in ctx.conversations:
@@ -101,14 +121,6 @@ class OPD(RL):
             mask = s.loss_mask or [True] * len(s.completion_ids)
             return aligner.teacher_episode(messages, tools, s.completion_ids, mask)
         return aligner.teacher_pair(self.prompts[id(s)], s.completion_ids, s.truncated)
-
-
-async def score(ctx: Context, teacher: Teacher, samples: list[Sample]) -> None:
-    """The teacher's logprobs of each sample's tokens (and its top k where the run distils from them)."""
-    k = distill_top_k(ctx.cfg)
-    pairs = [(s.prompt_ids, s.completion_ids) for s in samples]
-    for s, (logprobs, top) in zip(samples, await scored(ctx, teacher.client, teacher.model, pairs, k)):
-        keep_scores(s, logprobs, top, k, teacher.label)
 
 
 def chunk_metrics(chunks: list[Chunks], samples: int) -> dict[str, float]:

@@ -5,12 +5,14 @@ teacher_tau * (log p_privileged - log pi), or the top-k KL, exactly as opd's tea
 
 Which weights score (modes.opsd.teacher): the live policy, on the student's server as it is; the starting weights
 (θ0), under LoRA the same server's base model (the request without the adapter: no second server, no copy), else
-the run's server of the starting weights (config/teachers.py REFERENCE); or, under LoRA, a lagged copy: the adapter
-of every `lag`-th step, copied out of the run's pruned weights and served beside the live one."""
+the run's server of the starting weights (config/teachers.py REFERENCE); or a lagged copy: the policy of every
+`lag`-th step, kept out of the run's pruned weights, under LoRA an adapter served beside the live one, else loaded
+into the server of the starting weights (a reload of the whole model every `lag` steps, and no second copy kept)."""
 
+import os
 import shutil
 import time
-from dataclasses import replace
+from pathlib import Path
 
 from prime_rl.config.modes import Mode, SelfTeacher, context_margin, distill_top_k, example_mode
 from prime_rl.config.teachers import REFERENCE
@@ -37,7 +39,7 @@ class OPSD(RL):
     async def rollouts(self, ctx: Context, examples: list[Example]) -> tuple[list[list[Sample]], dict[str, float]]:
         groups, metrics = await super().rollouts(ctx, examples)
         for ex, group in zip(examples, groups):
-            ids = prompt_ids(ctx.tokenizer, privileged(ex, self.knobs.context).messages)
+            ids = prompt_ids(ctx.tokenizer, ex.shown(self.knobs.context).messages)
             self.contexts.update((id(s), ids) for s in group)
         return groups, metrics
 
@@ -46,20 +48,34 @@ class OPSD(RL):
         temperature: the level self-distillation pulls toward; no higher than the plain eval's, nothing to learn."""
         e = ctx.cfg.orchestrator.eval
         examples = [ex for ex in ctx.task.eval[: e.num_examples] if example_mode(ctx.cfg, ex) == self.mode]
-        shown = [privileged(ex, self.knobs.context) for ex in examples]
+        shown = [ex.shown(self.knobs.context) for ex in examples]
         groups, _ = await student_rollouts(ctx, shown, 1, student_sampling(ctx, temperature=e.temperature))
         rewards = await rewards_of(ctx, examples, groups)
         return {"eval/privileged_reward": sum(rewards) / len(rewards)} if rewards else {}
 
     async def lagged(self, ctx: Context) -> None:
-        """Every `lag` steps the lagged teacher becomes the newest exported adapter, copied into the run dir (the
-        trainer prunes its exports as the run moves on); it is loaded under its own name each step, so that a
-        student server restarted in place serves it again (a small adapter: milliseconds)."""
+        """Every `lag` steps the lagged teacher becomes the newest exported weights, linked into the run dir (the
+        trainer prunes its exports as the run moves on).
+        An adapter is loaded under its own name each step, so that a student server restarted in place serves it
+        again (milliseconds); full weights are loaded into the server of the starting weights at each refresh, and
+        again when that server was restarted in place."""
+        lora = ctx.cfg.trainer.lora.enabled
         if self.steps % self.knobs.lag == 0:
             newest = ctx.run_dir.weights(ctx.run_dir.latest_weights())
-            publish_dir(ctx.run_dir.self_teacher, lambda tmp: shutil.copytree(newest, tmp, dirs_exist_ok=True))
+            publish_dir(ctx.run_dir.self_teacher, lambda tmp: linked_copy(newest, tmp))
+            if not lora:
+                await self.reload_lagged(ctx)
         self.steps += 1
-        await ctx.student.load_lora(lagged_name(ctx), str(ctx.run_dir.self_teacher.resolve()))
+        if lora:
+            await ctx.student.load_lora(lagged_name(ctx), str(ctx.run_dir.self_teacher.resolve()))
+
+    async def reload_lagged(self, ctx: Context) -> str:
+        """The server of the starting weights serves the lagged copy (and serves it again after a restart)."""
+        starting = ctx.teachers[REFERENCE].client
+        if starting.comeback:
+            starting.comeback.restore = lambda: self.reload_lagged(ctx)
+        await starting.reload_weights(str(ctx.run_dir.self_teacher.resolve()))
+        return f"the lagged self-teacher, {ctx.run_dir.self_teacher}"
 
     async def teacher_signal(self, ctx: Context, samples: list[Sample]) -> dict[str, float]:
         """Each sample scored by the student's server under its privileged prompt; one that would not fit the
@@ -83,19 +99,20 @@ def self_scorer(ctx: Context, teacher: SelfTeacher) -> tuple[InferenceClient, st
     """The server and the model name that score with the weights `teacher` names."""
     if teacher == SelfTeacher.live:
         return ctx.student, ctx.student_model
-    if teacher == SelfTeacher.lagged:
+    lora = ctx.cfg.trainer.lora.enabled
+    if teacher == SelfTeacher.lagged and lora:
         return ctx.student, lagged_name(ctx)
-    if ctx.cfg.trainer.lora.enabled:
+    if teacher == SelfTeacher.initial and lora:
         return ctx.student, STUDENT_MODEL_NAME  # the base model the adapter is trained on: θ0
     starting = ctx.teachers[REFERENCE]
     return starting.client, starting.model
 
 
+def linked_copy(export: Path, to: Path) -> None:
+    """A copy of an export that takes no space and outlives its pruning: hard links (an export is never written
+    again)."""
+    shutil.copytree(export, to, copy_function=os.link, dirs_exist_ok=True)
+
+
 def lagged_name(ctx: Context) -> str:
     return f"{ctx.cfg.trainer.lora.name}-lagged"
-
-
-def privileged(ex: Example, context: str) -> Example:
-    """The example with the reference answer shown in a system message (after its own system message, if any)."""
-    shown = context.format(answer=ex.answer)
-    return replace(ex, system=shown if ex.system is None else f"{ex.system}\n\n{shown}")

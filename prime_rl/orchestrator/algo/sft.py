@@ -38,7 +38,8 @@ class SFT(Algorithm):
         for step in range(start):
             for ex in step_prompts(ctx.cfg, ctx.task, step):
                 if ex.env is None and example_mode(ctx.cfg, ex).rollouts == RolloutSource.teacher:
-                    ctx.teacher_of(ex.source).answers.skip(ex.messages, per_source[ex.source])
+                    teacher = ctx.teacher_of(ex.source)
+                    teacher.answers.skip(teacher.sees(ex).messages, per_source[ex.source])
 
 
 async def teacher_replies(ctx: Context, examples: list[Example], n: int) -> tuple[list[list[Sample]], dict]:
@@ -47,7 +48,7 @@ async def teacher_replies(ctx: Context, examples: list[Example], n: int) -> tupl
         return [], {}
     teachers = [ctx.teacher_of(ex.source) for ex in examples]
     answers = await asyncio.gather(
-        *(t.answers.sample(ex.messages, n, teacher_sampling(t.cfg)) for t, ex in zip(teachers, examples))
+        *(t.answers.sample(t.sees(ex).messages, n, teacher_sampling(t.cfg)) for t, ex in zip(teachers, examples))
     )
     groups = [[teacher_sample(ctx, t, ex, a) for a in group] for t, ex, group in zip(teachers, examples, answers)]
     cut = [a.finish_reason == "length" for group in answers for a in group]
