@@ -14,7 +14,7 @@ from prime_rl.orchestrator.advantages import grpo_advantages
 from prime_rl.protocol.batch import FORMAT, TEACHER_LOGPROBS, Batch, BatchFormatError, Sample, read_batch, write_batch
 from prime_rl.trainer.data import TokenBatch, collate, collate_rows
 from prime_rl.trainer.logprobs import token_logprobs
-from prime_rl.trainer.loss import distill_center, rl_loss, sft_loss, top_k_distill, top_k_kl, with_tail
+from prime_rl.trainer.loss import distill_center, rl_loss, sft_loss, top_k_distill, top_k_divergence, with_tail
 from prime_rl.trainer.step_metrics import metric_means
 
 
@@ -359,14 +359,57 @@ def test_the_top_k_kl_is_a_kl_over_the_top_ids_and_one_tail_bucket():
     Top 3 is the whole vocabulary: the exact KL, no tail."""
     p, q = [0.5, 0.3, 0.2], [0.2, 0.3, 0.5]
     log = lambda xs: with_tail(torch.tensor([[xs]]).log())  # noqa: E731  [1, 1, k + 1]
-    reverse = top_k_kl(log(q[:1]), log(p[:1]), KlDirection.reverse).item()
-    forward = top_k_kl(log(q[:1]), log(p[:1]), KlDirection.forward).item()
+    reverse = top_k_divergence(log(q[:1]), log(p[:1]), KlDirection.reverse, 0.5).item()
+    forward = top_k_divergence(log(q[:1]), log(p[:1]), KlDirection.forward, 0.5).item()
     assert reverse == pytest.approx(0.2 * math.log(0.2 / 0.5) + 0.8 * math.log(0.8 / 0.5), rel=1e-5)
     assert forward == pytest.approx(0.5 * math.log(0.5 / 0.2) + 0.5 * math.log(0.5 / 0.8), rel=1e-5)
-    exact = top_k_kl(log(q), log(p), KlDirection.reverse).item()
+    exact = top_k_divergence(log(q), log(p), KlDirection.reverse, 0.5).item()
     assert exact == pytest.approx(sum(b * math.log(b / a) for a, b in zip(p, q)), rel=1e-5)
     # merging outcomes never raises a KL: the top-1 value is a lower bound of the exact one
     assert 0 < reverse < exact
+
+
+def by_hand(kind: str, s: list[float], t: list[float], beta: float) -> float:
+    """The divergences from their definitions, in Python floats over probabilities."""
+    kl = lambda p, q: sum(a * math.log(a / b) for a, b in zip(p, q))  # noqa: E731
+    mix = lambda p, q, w: [w * a + (1 - w) * b for a, b in zip(p, q)]  # noqa: E731
+    return {
+        "jsd": beta * kl(t, mix(t, s, beta)) + (1 - beta) * kl(s, mix(t, s, beta)),
+        "skew_forward": kl(t, mix(t, s, beta)),
+        "skew_reverse": kl(s, mix(s, t, beta)),
+    }[kind]
+
+
+@pytest.mark.parametrize("kind", ["jsd", "skew_forward", "skew_reverse"])
+def test_the_jsd_and_skew_divergences_and_their_gradients_are_their_definitions(kind):
+    """Over a whole (small) vocabulary: each value is its definition's, for beta inside (0, 1); its gradient w.r.t. the
+    student's logits is the definition's, by central differences in float64; the ends are the KLs (jsd: 0 is the
+    forward KL and 1 the reverse, GKD's convention; a skew of 0 is the plain KL); the JSD is bounded by log 2."""
+    teacher = torch.tensor([0.6, 0.25, 0.1, 0.05], dtype=torch.float64)
+    logits = torch.tensor([0.3, -0.2, 0.9, 0.1], dtype=torch.float64, requires_grad=True)
+    for beta in (0.1, 0.5, 0.9):
+        value = top_k_divergence(logits.log_softmax(-1), teacher.log(), KlDirection(kind), beta)
+        student = logits.softmax(-1).tolist()
+        assert value.item() == pytest.approx(by_hand(kind, student, teacher.tolist(), beta), rel=1e-9)
+        (grad,) = torch.autograd.grad(value, logits)
+        for i in range(4):
+            step = torch.zeros(4, dtype=torch.float64)
+            step[i] = 1e-6
+            up, down = ((logits + d).softmax(-1).tolist() for d in (step, -step))
+            numeric = (by_hand(kind, up, teacher.tolist(), beta) - by_hand(kind, down, teacher.tolist(), beta)) / 2e-6
+            assert grad[i].item() == pytest.approx(numeric, abs=1e-7), (beta, i)
+        if kind == "jsd":
+            assert 0 < value.item() <= math.log(2)
+    s, t = logits.log_softmax(-1).detach(), teacher.log()
+    ends = {"jsd": (0, KlDirection.forward), "skew_forward": (0, KlDirection.forward)}
+    beta, plain = ends.get(kind, (0, KlDirection.reverse))
+    assert top_k_divergence(s, t, KlDirection(kind), beta).item() == pytest.approx(
+        top_k_divergence(s, t, plain, 0.5).item(), rel=1e-12
+    )
+    if kind == "jsd":
+        assert top_k_divergence(s, t, KlDirection.jsd, 1).item() == pytest.approx(
+            top_k_divergence(s, t, KlDirection.reverse, 0.5).item(), rel=1e-12
+        )
 
 
 def test_top_k_distillation_at_the_whole_vocabulary_is_the_exact_kl_with_its_gradient():

@@ -17,6 +17,7 @@ NonNeg = Annotated[float, Ge(0)]  # >= 0
 Positive = Annotated[float, Gt(0)]  # > 0
 Share = Annotated[float, Interval(gt=0, le=1)]  # (0, 1]
 Fraction = Annotated[float, Interval(ge=0, lt=1)]  # [0, 1)
+Unit = Annotated[float, Interval(ge=0, le=1)]  # [0, 1]
 Port = Annotated[int, Interval(ge=0, le=65535)]  # a TCP port (0: the kernel picks one)
 # vLLM's --max-lora-rank choices (MaxLoRARanks in vllm/config/lora.py; tests/test_vllm_args.py keeps them in step):
 # written here because the launcher plans without importing vLLM
@@ -84,6 +85,9 @@ class DistillSignal(str, Enum):
 class KlDirection(str, Enum):
     reverse = "reverse"  # KL(student || teacher): mode-seeking
     forward = "forward"  # KL(teacher || student): mass-covering
+    jsd = "jsd"  # generalized Jensen-Shannon (GKD's), weight distill_beta: 0 = forward, 1 = reverse, between bounded
+    skew_forward = "skew_forward"  # KL(teacher || a mix of distill_beta teacher and the rest student)
+    skew_reverse = "skew_reverse"  # KL(student || a mix of distill_beta student and the rest teacher)
 
 
 class TokenLimitField(str, Enum):
@@ -267,7 +271,7 @@ class OrchestratorConfig:
     requests_per_step: Count = 8  # concurrent requests a step's rollouts (and opd's teacher scoring) are split into
     request_timeout_s: NonNeg = 0.0  # per request to a student server; 0 = auto: 120 s + max_tokens / 10 tokens/s
     max_retries: NonNegInt = 3  # retries (with backoff) of a failed request (each request alone) before the run fails
-    log_samples: NonNegInt = 2  # each step's first N samples (text, ids, reward, teacher logprobs, ...) to samples.jsonl
+    log_samples: NonNegInt = 2  # each step's first N samples (text, ids, reward, teacher logprobs…) to samples.jsonl
 
 
 @dataclass
@@ -299,7 +303,8 @@ class LossConfig:
     teacher_adv_center: bool = scorer_knob(True)  # subtract the batch mean of the distillation advantage
     distill: DistillSignal = scorer_knob(DistillSignal.sampled)  # the scorer's signal: sampled (one token) | topk
     distill_top_k: Count = scorer_knob(32)  # distill=topk: scorer logprobs per position (the vocabulary: the exact KL)
-    distill_kl: KlDirection = scorer_knob(KlDirection.reverse)  # distill=topk: reverse KL(pi||p_T) | forward (p_T||pi)
+    distill_kl: KlDirection = scorer_knob(KlDirection.reverse)  # distill=topk: reverse | forward | jsd | skew_*
+    distill_beta: Unit = scorer_knob(0.5)  # distill_kl=jsd: its beta; skew_forward, skew_reverse: the skew (0: the KL)
 
 
 def scorer_knobs() -> list[str]:

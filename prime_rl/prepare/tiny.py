@@ -81,8 +81,8 @@ def _build(out: Path, tiny: TinyModelConfig, warm_start: WarmStartConfig, task_c
 
 
 def shown_another(ex: Example, examples: list[Example], rng: random.Random) -> Example:
-    """`ex` shown another example's answer in the self-teacher's context, which becomes its target: the answer is in the context
-    alone (an episode is played as it is)."""
+    """`ex` shown another example's answer in the self-teacher's context, which becomes its target: the answer is in
+    the context alone (an episode is played as it is)."""
     if ex.env:
         return ex
     return replace(ex, answer=rng.choice(examples).answer).shown(SHOWN_ANSWER)

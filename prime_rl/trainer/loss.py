@@ -167,7 +167,8 @@ def top_k_distill(
     # an id the teacher could not list (another tokenizer's): nothing on either side, its mass in the tails
     listed = batch.teacher_top_logprobs.isfinite()
     teacher = with_tail(batch.teacher_top_logprobs.where(listed, LOGPROB_FLOOR))
-    kl = top_k_kl(with_tail(top.where(listed, LOGPROB_FLOOR)), teacher, cfg.distill_kl) * scored
+    kl = top_k_divergence(with_tail(top.where(listed, LOGPROB_FLOOR)), teacher, cfg.distill_kl, cfg.distill_beta)
+    kl = kl * scored
     values = (
         sampled_teacher_kl(logprobs, batch),
         kl.detach().sum().item(),
@@ -178,13 +179,33 @@ def top_k_distill(
     return cfg.teacher_tau * kl.sum() / total_tokens, dict(zip(names, values))
 
 
-def top_k_kl(student: torch.Tensor, teacher: torch.Tensor, direction: KlDirection) -> torch.Tensor:
-    """[B, T] KL between two distributions over k + 1 outcomes ([B, T, k + 1] logprobs of the top k ids and of the
-    tail bucket of everything else, `with_tail`): a lower bound of the full KL (merging outcomes never raises a KL),
-    equal to it when k is the vocabulary."""
-    if direction == KlDirection.reverse:
-        return (student.exp() * (student - teacher)).sum(-1)
-    return (teacher.exp() * (teacher - student)).sum(-1)
+def top_k_divergence(student: torch.Tensor, teacher: torch.Tensor, kind: KlDirection, beta: float) -> torch.Tensor:
+    """[B, T] divergence between two distributions over k + 1 outcomes ([B, T, k + 1] logprobs of the top k ids and
+    of the tail bucket of everything else, `with_tail`): a lower bound of the full one (merging outcomes never
+    raises an f-divergence), equal to it when k is the vocabulary. jsd is GKD's generalized Jensen-Shannon,
+    beta KL(T || M) + (1 - beta) KL(S || M) with M = beta T + (1 - beta) S, whose ends (which tend to 0) are taken
+    as the two KLs, forward at 0 and reverse at 1, as GKD does; a skew KL measures against a mix of both."""
+    if kind == KlDirection.reverse or (kind == KlDirection.jsd and beta == 1):
+        return kl(student, teacher)
+    if kind == KlDirection.forward or (kind == KlDirection.jsd and beta == 0):
+        return kl(teacher, student)
+    if kind == KlDirection.jsd:
+        mixed = mixture(teacher, student, beta)
+        return beta * kl(teacher, mixed) + (1 - beta) * kl(student, mixed)
+    if kind == KlDirection.skew_forward:
+        return kl(teacher, mixture(teacher, student, beta))
+    return kl(student, mixture(student, teacher, beta))
+
+
+def kl(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """KL(P || Q) over the last dim, from logprobs."""
+    return (p.exp() * (p - q)).sum(-1)
+
+
+def mixture(p: torch.Tensor, q: torch.Tensor, weight: float) -> torch.Tensor:
+    """The logprobs of weight P + (1 - weight) Q (a weight of 0 or 1 is Q or P itself)."""
+    weights = torch.tensor([weight, 1 - weight], dtype=p.dtype, device=p.device).log()
+    return torch.logsumexp(torch.stack([p + weights[0], q + weights[1]]), dim=0)
 
 
 def with_tail(top: torch.Tensor) -> torch.Tensor:
