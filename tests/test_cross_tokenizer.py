@@ -384,6 +384,17 @@ def bpe_teacher():
     return prepare_teacher(compose_config(overrides))
 
 
+def scored_sequences(posts: list[tuple[str, dict]]) -> list[tuple[int, ...]]:
+    """The sequences the top-k runs had scored, in order: not the probes (prompt logprobs alone, or [0, 1])."""
+    return [
+        tuple(ids)
+        for path, body in posts
+        if path == "/v1/completions" and body.get("prompt_logprobs") == 8
+        for ids in body["prompt"]
+        if ids != [0, 1]
+    ]
+
+
 @pytest.mark.vllm
 def test_opd_from_teachers_with_another_tokenizer_scores_chunks_of_text(tmp_path, bpe_teacher, standing_servers):
     """A real run, a mix of three opd sources: one taught by a local teacher of another tokenizer and chat template,
@@ -414,28 +425,43 @@ def test_opd_from_teachers_with_another_tokenizer_scores_chunks_of_text(tmp_path
             "debug=smoke",
             standing=standing_servers,
         )
-        top_k_dir = tmp_path / "top_k"
-        top_k = launch(
-            top_k_dir,
+        stored = RecordingProxy(url)  # what the top-k runs ask the endpoint
+        top_k_run = [
             "training_mode=opd",
             "teacher=external",
-            f"teacher.base_url={url}/v1",
+            f"teacher.base_url={stored.url}/v1",
             "teacher.model=foreign",
             "teacher.api_key_env=null",  # a local endpoint with no key
             f"teacher.tokenizer={bpe_teacher}",
             "trainer.loss.distill=topk",
             "trainer.loss.distill_top_k=8",
+            f"teacher.cache_dir={tmp_path / 'store'}",  # its scores kept, and read again
+            "task.num_train=16",  # every step's 16 prompts the same: the student's replies repeat
             "debug=smoke",
-            standing=standing_servers,
-        )
+        ]
+        top_k_dir = tmp_path / "top_k"
+        top_k = launch(top_k_dir, *top_k_run, standing=standing_servers)
+        first_run = scored_sequences(stored.posts)
+        again = launch(tmp_path / "again", *top_k_run, "max_steps=1", standing=standing_servers)
+        second_run = scored_sequences(stored.posts)[len(first_run) :]
         endpoint_log = next(tmp_path.glob("vllm-foreign-*.log")).read_text()
         proxy.close()
+        stored.close()
     assert top_k.returncode == 0, top_k.stderr[-3000:]
     train = [r for r in rows(top_k_dir) if "loss" in r]
     assert [r["step"] for r in train] == [0, 1, 2]
     for r in train:  # the foreign teacher's top 8 over the tokens the student has: most of its mass
         assert 0.5 < r["distill/topk_shared_mass"] <= 1 and 0 < r["distill/teacher_tail"], r
         assert r["distill/topk_kl"] > 0 and math.isfinite(r["teacher_kl"]) and r["distill/unscored"] < 0.05, r
+    # the store: the endpoint was asked for each sequence once over both runs, what it held was read instead (the
+    # same reply sampled twice in a step, again in later steps, again by the second run)
+    assert again.returncode == 0, again.stderr[-3000:]
+    [again_row] = [r for r in rows(tmp_path / "again") if "loss" in r]
+    assert sum(r["teacher/store_misses"] for r in train) == len(first_run) and all(
+        r["teacher/store_hits"] > 0 for r in train
+    ), train
+    assert again_row["teacher/store_misses"] == len(second_run) and again_row["teacher/store_hits"] > 0, again_row
+    assert len(set(first_run + second_run)) == len(first_run + second_run) > 0
     assert run.returncode == 0, run.stderr[-3000:]
     plan = json.loads((run_dir / "configs" / "plan.json").read_text())
     assert plan["teacher_alignment"] == {

@@ -405,7 +405,8 @@ class TeacherConfig:
     max_tokens: Count | None = None  # length cap of the teacher's chat answers, thinking included (None: sampling's)
     price_per_mtok_in: float = 0.0  # USD per million prompt tokens (with _out: logs teacher/cost_usd)
     price_per_mtok_out: float = 0.0  # USD per million completion tokens, reasoning tokens included
-    cache_dir: str | None = None  # store teacher answers here and reuse them across runs (None: no cache)
+    cache_dir: str | None = None  # its answers and its scores of token sequences, reused across runs (None: none)
+    cache_max_gib: NonNeg = 0.0  # bound of the scores in cache_dir: the least recently read go first (0: none)
     system_prompt: str | None = None  # opd, sft: a system message only it is shown, {answer}: the reference answer
 
 

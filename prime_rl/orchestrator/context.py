@@ -16,6 +16,7 @@ from prime_rl.tasks import Example, Task, load_task
 from prime_rl.tasks.reward_workers import Verification
 from prime_rl.teacher.answers import TeacherAnswers
 from prime_rl.teacher.client import teacher_client
+from prime_rl.teacher.score_store import ScoreStore
 
 
 @dataclass
@@ -27,6 +28,7 @@ class Teacher:
     client: InferenceClient
     model: str  # the model name it is asked for
     answers: TeacherAnswers | None = None  # its chat answers (sft rollouts, its eval), cached and counted
+    scores: ScoreStore | None = None  # what it said about token sequences, kept in its cache dir (opd)
 
     @property
     def label(self) -> str:
@@ -89,7 +91,7 @@ def make_context(cfg: Config) -> Context:
 
 def make_teacher(cfg: Config, name: str) -> Teacher:
     view = teacher_view(cfg, name)
-    return Teacher(name, view, *teacher_client(view))
+    return Teacher(name, view, *teacher_client(view), scores=ScoreStore.of(view))
 
 
 def sampling(cfg: Config, temperature: float | None = None) -> Sampling:

@@ -126,6 +126,8 @@ async def add_step_metrics(s: Session, batch: Batch, step: int, start: int) -> N
             batch.metrics.update(await evaluate_teacher(ctx))
     for t in ctx.teachers.values():
         batch.metrics.update({named_metric(t.name, k): v for k, v in t.answers.step_metrics().items()})
+        if t.scores:
+            batch.metrics.update({named_metric(t.name, k): v for k, v in t.scores.take_metrics().items()})
     batch.metrics.update(ctx.verification.metrics())
     batch.metrics.update(restart_metrics(ctx))
 

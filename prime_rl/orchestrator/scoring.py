@@ -9,15 +9,38 @@ import torch
 from prime_rl.orchestrator.context import Context
 from prime_rl.orchestrator.students import even_shares
 from prime_rl.protocol.batch import TEACHER_LOGPROBS, Sample
+from prime_rl.teacher.score_store import ScoreStore
 from prime_rl.teacher.scoring import teacher_logprobs
 
+Pair = tuple[list[int], list[int]]  # a context's token ids and a completion's
 
-async def scored(ctx: Context, client, model: str, pairs: list[tuple[list[int], list[int]]], k: int = 0) -> list:
+
+async def scored(
+    ctx: Context, client, model: str, pairs: list[Pair], k: int = 0, store: ScoreStore | None = None
+) -> list:
     """(logprobs, top k or None) of each (context, completion)'s completion tokens under the server `client` serves
-    `model` on, in orchestrator.requests_per_step concurrent requests."""
+    `model` on, in orchestrator.requests_per_step concurrent requests; with a teacher's `store`, only what it does
+    not hold is asked for, each sequence once (the same reply sampled twice), and the answers are kept in it."""
+    if store is None:
+        return await asked(ctx, client, model, pairs, k)
+    found = [store.get(model, pair, k) for pair in pairs]
+    missing = {sequence_key(pair): pair for pair, score in zip(pairs, found) if score is None}
+    answers = dict(zip(missing, await asked(ctx, client, model, list(missing.values()), k)))
+    for key, score in answers.items():
+        store.put(model, missing[key], k, score)
+    store.counts.hits += len(pairs) - len(missing)
+    store.counts.misses += len(missing)
+    return [score if score is not None else answers[sequence_key(pair)] for pair, score in zip(pairs, found)]
+
+
+async def asked(ctx: Context, client, model: str, pairs: list[Pair], k: int) -> list:
     shares = even_shares(pairs, ctx.cfg.orchestrator.requests_per_step)
     replies = await asyncio.gather(*(teacher_logprobs(client, model, share, k) for share in shares))
     return [one for reply in replies for one in reply]
+
+
+def sequence_key(pair: Pair) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    return tuple(pair[0]), tuple(pair[1])
 
 
 def keep_scores(s: Sample, logprobs: list[float], top, k: int, scorer: str) -> None:

@@ -43,6 +43,9 @@ class TeacherCache:
             return None
         return entry.get("answer")
 
-    def put(self, kind: str, question: dict, answer: dict) -> None:
+    def put(self, kind: str, question: dict, answer: dict) -> int:
+        """Store the answer; returns the entry's bytes."""
         entry = {"question": json.loads(self.canonical(question)), "answer": answer}
-        write_text(self.path(kind, question), json.dumps(entry, ensure_ascii=False) + "\n")
+        text = json.dumps(entry, ensure_ascii=False) + "\n"
+        write_text(self.path(kind, question), text)
+        return len(text.encode())

@@ -1,7 +1,11 @@
 """Where the teacher is: the client of the configured teacher, and what names it in a cache key."""
 
+import hashlib
+import json
 import os
+from pathlib import Path
 
+from prime_rl.config.layout import server_dtype
 from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.config.timeouts import teacher_request_timeout_s
 from prime_rl.config.user_error import UserError
@@ -36,11 +40,23 @@ def teacher_client(cfg: Config) -> tuple[InferenceClient, str]:
 
 
 def teacher_identity(cfg: Config) -> str:
-    """What the teacher's answers depend on besides the request: an external endpoint's URL and model; a local
-    teacher's model dir (a built-in model's dir names its recipe, a Hub snapshot its commit), not its port."""
+    """What the teacher's answers and scores depend on besides the request: an external endpoint's URL and model
+    (name another model when its weights change); a local teacher's model dir (a built-in model's dir names its
+    recipe, a Hub snapshot its commit) with its files' names, sizes and times (weights rewritten in place), the
+    dtype its server computes in and its extra vLLM arguments; not its port."""
     t = cfg.teacher
     if t.kind == TeacherKind.local_vllm:
         from prime_rl.models import teacher_dir
 
-        return str(teacher_dir(cfg))
+        model = teacher_dir(cfg)
+        dtype = server_dtype(cfg, on_gpu=bool(cfg.deployment.num_teacher_gpus))
+        return json.dumps([str(model), files_fingerprint(model), dtype, t.extra_args])
     return f"{t.base_url.rstrip('/')}#{t.model}"
+
+
+def files_fingerprint(model_dir: Path) -> str:
+    """A digest of the names, sizes and modification times of a model dir's files (a Hub snapshot's links: their
+    blobs'); empty for a dir not there yet."""
+    files = sorted(p for p in model_dir.iterdir() if p.is_file()) if model_dir.is_dir() else []
+    stats = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    return hashlib.sha256(json.dumps(stats).encode()).hexdigest()[:16] if stats else ""

@@ -120,6 +120,12 @@ def teacher_settings(cfg: Config, _: int) -> None:
     teacher_requests(cfg)
     teacher_prompt(cfg)
     check(
+        t.cache_max_gib == 0 or t.cache_dir is not None,
+        ["teacher.cache_max_gib", "teacher.cache_dir"],
+        "teacher.cache_max_gib bounds the scores kept in teacher.cache_dir, which is not set",
+        "set teacher.cache_dir=<a dir>, or drop teacher.cache_max_gib",
+    )
+    check(
         t.tokenizer is None or kind == TeacherKind.external,
         ["teacher.tokenizer", "teacher"],
         "a local teacher's tokenizer is its model's",

@@ -94,7 +94,8 @@ class OPD(RL):
         k, shared = distill_top_k(ctx.cfg), []
         pairs = [(s, self.teacher_view(ctx, aligner, s)) for s in samples]
         fit = [(s, pair) for s, pair in pairs if pair and len(pair[0]) + len(pair[1]) <= room]
-        replies = await scored(ctx, teacher.client, teacher.model, [(p, c) for _, (p, c, _) in fit], k)
+        pairs = [(p, c) for _, (p, c, _) in fit]
+        replies = await scored(ctx, teacher.client, teacher.model, pairs, k, teacher.scores)
         for (s, (_, _, chunks)), (logprobs, top) in zip(fit, replies):
             if k:
                 top, mass = self.shared[teacher.name].student_top(top, chunks, k)
@@ -110,7 +111,7 @@ class OPD(RL):
         pairs = [(s, (self.shown.get(id(s), s.prompt_ids), s.completion_ids)) for s in samples]
         fit = [(s, pair) for s, pair in pairs if len(pair[0]) + len(pair[1]) <= room]
         for (s, _), (logprobs, top) in zip(
-            fit, await scored(ctx, teacher.client, teacher.model, [p for _, p in fit], k)
+            fit, await scored(ctx, teacher.client, teacher.model, [p for _, p in fit], k, teacher.scores)
         ):
             keep_scores(s, logprobs, top, k, teacher.label)
 
