@@ -94,8 +94,8 @@ class OPD(RL):
         k, shared = distill_top_k(ctx.cfg), []
         pairs = [(s, self.teacher_view(ctx, aligner, s)) for s in samples]
         fit = [(s, pair) for s, pair in pairs if pair and len(pair[0]) + len(pair[1]) <= room]
-        pairs = [(p, c) for _, (p, c, _) in fit]
-        replies = await scored(ctx, teacher.client, teacher.model, pairs, k, teacher.scores)
+        asked = [(p, c) for _, (p, c, _) in fit]
+        replies = await scored(ctx, teacher.client, teacher.model, asked, k, teacher.scores)
         for (s, (_, _, chunks)), (logprobs, top) in zip(fit, replies):
             if k:
                 top, mass = self.shared[teacher.name].student_top(top, chunks, k)
@@ -110,9 +110,8 @@ class OPD(RL):
         k, room = distill_top_k(ctx.cfg), ctx.cfg.inference.max_model_len - 1  # and a token to score
         pairs = [(s, (self.shown.get(id(s), s.prompt_ids), s.completion_ids)) for s in samples]
         fit = [(s, pair) for s, pair in pairs if len(pair[0]) + len(pair[1]) <= room]
-        for (s, _), (logprobs, top) in zip(
-            fit, await scored(ctx, teacher.client, teacher.model, [p for _, p in fit], k, teacher.scores)
-        ):
+        replies = await scored(ctx, teacher.client, teacher.model, [pair for _, pair in fit], k, teacher.scores)
+        for (s, _), (logprobs, top) in zip(fit, replies):
             keep_scores(s, logprobs, top, k, teacher.label)
 
     def teacher_view(self, ctx: Context, aligner: TextAlignment, s: Sample) -> tuple | None:
