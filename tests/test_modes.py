@@ -102,6 +102,7 @@ def test_the_scorer_knobs_are_the_loss_fields_so_marked_and_each_is_refused_wher
         "distill": "topk",
         "distill_top_k": "8",
         "distill_kl": "forward",
+        "distill_beta": "0.3",
         "teacher_adv_clip": "1.0",
         "teacher_adv_center": "false",
     }
