@@ -181,6 +181,12 @@ CASES = [
         "[modes.opsd.teacher, inference.weight_transfer]",
     ),
     Case(
+        "mode conflict",
+        "opd's off-policy share (GKD) without the top-k divergence",
+        ("training_mode=opd", "modes.opd.on_policy=0.5"),
+        "[modes.opd.on_policy, trainer.loss.distill]",
+    ),
+    Case(
         "wrong type",
         "a teacher's system prompt with a field other than {answer}",
         ("training_mode=opd", "teacher=local_vllm", "teacher.system_prompt='Hint: {solution}'"),

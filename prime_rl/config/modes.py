@@ -72,6 +72,21 @@ class Mode:
         return 1 if self.scorer == Scorer.teacher else 0
 
 
+class FixedCompletions(str, Enum):
+    answer = "answer"  # the example's reference answer
+    teacher = "teacher"  # the teacher's own answers, the same ones each time (kept in teacher.cache_dir, if set)
+
+
+@dataclass
+class OpdConfig:
+    on_policy: float = 1.0  # GKD's lambda: the share of prompts the student samples, the rest on fixed completions
+    fixed: FixedCompletions = FixedCompletions.answer  # the fixed completions: answer | teacher (its own answers)
+
+    def __post_init__(self):
+        if not 0 <= self.on_policy <= 1:
+            raise ValueError("modes.opd.on_policy is the share of prompts the student samples: between 0 and 1")
+
+
 SHOWN_ANSWER = "The reference answer: {answer}"  # opsd's context; a context-reading tiny model learns to read it
 
 
@@ -120,6 +135,7 @@ MODES: dict[str, Mode] = {
             algorithm=f"{ALGO}.opd:OPD",
             loss=f"{LOSS}:PolicyLoss",
             signal="`adv_tau·A + teacher_tau·(log p_teacher − log p_student)` per token, or the top-k KL",
+            config=OpdConfig,
         ),
         Mode(
             "sft",

@@ -192,6 +192,7 @@ class TaskSourceConfig:
     teacher_tau: NonNeg | None = None  # in task.mix: its scored samples' trainer.loss.teacher_tau (None: the run's)
     teacher: str | None = None  # in task.mix: the name of the `teachers` entry that teaches it (None: `teacher`)
     rollouts_per_example: Count | None = None  # in task.mix: samples of each of its prompts (None: the orchestrator's)
+    on_policy: Unit | None = None  # in task.mix: its prompts' share the student samples (opd; None: modes.opd's)
 
 
 MIX = "mix"  # the task name that trains on several sources (task.mix)

@@ -48,6 +48,13 @@ def rollouts_key(cfg: Config, index: int, src: TaskSourceConfig) -> str:
     return f"task.mix[{index}].rollouts_per_example" if own else "orchestrator.rollouts_per_example"
 
 
+def source_on_policy(cfg: Config, default: float) -> dict[str, float]:
+    """By source label, the share of its prompts the student samples (opd; `default`: modes.opd.on_policy)."""
+    if cfg.task.name != MIX:
+        return {"": default}
+    return {label: default if src.on_policy is None else src.on_policy for label, src in mix_sources(cfg.task)}
+
+
 def source_rollouts(cfg: Config) -> dict[str, int]:
     """By source label, the samples a step makes of each of its prompts ("" outside a mix: the orchestrator's)."""
     if cfg.task.name != MIX:

@@ -26,7 +26,7 @@ def cache_root(cache_dir: str | None) -> Path:
 
 # what a source says about training on it (how it is scored, by which mode), not about its data: a warm start
 # never reads it
-TRAINING_ONLY = ("mode", "adv_tau", "teacher_tau", "rollouts_per_example", "verifier")
+TRAINING_ONLY = ("mode", "adv_tau", "teacher_tau", "rollouts_per_example", "verifier", "on_policy")
 
 
 def recipe(tiny: TinyModelConfig, warm_start: WarmStartConfig, task: TaskConfig) -> dict:

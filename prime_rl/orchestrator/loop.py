@@ -142,7 +142,7 @@ def log_samples(ctx: Context, batch: Batch) -> None:
     transcript: its loss mask tells the student's tokens from the environment's) and what scored it (its per-token
     streams: the teacher's logprobs, the reference's)."""
     for s in batch.samples[: ctx.cfg.orchestrator.log_samples]:
-        facts = {k: getattr(s, k) for k in ("mode", "source", "teacher", "reward", "advantage", "failed")}
+        facts = {k: getattr(s, k) for k in ("mode", "source", "teacher", "reward", "advantage", "failed", "off_policy")}
         text = {"prompt": ctx.tokenizer.decode(s.prompt_ids), "completion": ctx.tokenizer.decode(s.completion_ids)}
         tokens = {k: getattr(s, k) for k in ("prompt_ids", "completion_ids", "loss_mask")}
         append_row(ctx.run_dir.samples, {"step": batch.step, **facts, **text, **tokens, **s.streams})
@@ -214,17 +214,20 @@ async def rollouts(algo: Algorithm, ctx: Context, examples: list[Example]) -> tu
 
 async def score(ctx: Context, examples: list[Example], groups: list[list[Sample]]) -> dict:
     """Rewards (the verifier's, or an episode's own), GRPO advantages, and the step's reward metrics: the policy's,
-    so without the episodes their environment broke (env/errors, env/timeouts count those)."""
+    so without the episodes their environment broke (env/errors, env/timeouts count those) and without fixed
+    completions (opd's off-policy share)."""
     rewards = await rewards_of(ctx, examples, groups)
     if ctx.difficulty:
         ctx.difficulty.judge(examples, groups)
     sources = [ex.source for ex, group in zip(examples, groups) for _ in group]
     o, samples = ctx.cfg.orchestrator, [s for g in groups for s in g]
     shaped, metrics = shaped_rewards(ctx.cfg, samples, rewards)
-    counted = [not s.failed for s in samples]
+    counted = [not (s.failed or s.off_policy) for s in samples]  # the policy's own samples
     for s, adv in zip(samples, grpo_advantages(shaped, [len(g) for g in groups], o.std_normalize, counted)):
         s.advantage = adv
     played = [(source, r) for source, r, c in zip(sources, rewards, counted) if c]
+    if not played:  # every prompt on fixed completions (modes.opd.on_policy=0)
+        return metrics
     metrics["reward/mean"] = sum(r for _, r in played) / len(played)
     metrics["reward/exact"] = sum(r == 1.0 for _, r in played) / len(played)
     for label in ctx.task.weights:  # a mix: each source's mean reward in this step

@@ -36,6 +36,7 @@ class Sample:
     teacher: str | None = None  # the model name of the teacher that scored or wrote it (None: no teacher)
     truncated: bool = False  # a reply cut off by max_tokens (orchestrator.length)
     failed: bool = False  # an episode its environment broke: no token trains, its reward is no group's baseline
+    off_policy: bool = False  # a fixed completion (opd's modes.opd.on_policy < 1): no sampler, the top-k term alone
     # trainer.loss.distill=topk: the teacher's k most likely tokens at each completion token's position ([tokens, k]
     # int32 ids, float32 log p_T; None: no top-k)
     teacher_top_ids: torch.Tensor | None = None

@@ -230,23 +230,24 @@ class Objective:
         self.modes = {mode.name: mode for mode in run_modes(cfg)}
         self.default = mode_named(cfg.training_mode).name
         self.source_losses = source_losses(cfg)
-        self.made: dict[tuple[str, float, float], ModeLoss] = {}
+        self.made: dict[tuple[str, float, float, bool], ModeLoss] = {}
 
     def parts(self, samples: list[Sample]) -> list[tuple["ModeLoss", list[Sample]]]:
-        """The step's samples by mode (a sample without one: the run's training_mode) and loss weights, in order of
-        first appearance: the same on every rank."""
-        by_part: dict[tuple[str, float, float], list[Sample]] = {}
+        """The step's samples by mode (a sample without one: the run's training_mode), loss weights and whether they
+        are fixed completions, in order of first appearance: the same on every rank."""
+        by_part: dict[tuple[str, float, float, bool], list[Sample]] = {}
         for s in samples:
             loss = self.source_losses.get(s.source, self.loss_cfg)
-            by_part.setdefault((s.mode or self.default, loss.adv_tau, loss.teacher_tau), []).append(s)
+            by_part.setdefault((s.mode or self.default, loss.adv_tau, loss.teacher_tau, s.off_policy), []).append(s)
         return [(self.mode_loss(*part), share) for part, share in by_part.items()]
 
-    def mode_loss(self, mode: str, adv_tau: float, teacher_tau: float) -> "ModeLoss":
-        key = (mode, adv_tau, teacher_tau)
+    def mode_loss(self, mode: str, adv_tau: float, teacher_tau: float, off_policy: bool = False) -> "ModeLoss":
+        key = (mode, adv_tau, teacher_tau, off_policy)
         if key not in self.made:
             loss = replace(self.loss_cfg, adv_tau=adv_tau, teacher_tau=teacher_tau)
             made = self.modes.get(mode) or mode_named(mode)  # a built-in mode's name is its spec
-            self.made[key] = import_object(made.loss, "training_mode", "loss")(self.cfg, made, loss)
+            kind = OffPolicyDistill if off_policy else import_object(made.loss, "training_mode", "loss")
+            self.made[key] = kind(self.cfg, made, loss)
         return self.made[key]
 
 
@@ -292,3 +293,12 @@ class PolicyLoss(ModeLoss):
             return loss + distill, sums | distill_sums
 
         return step_loss
+
+
+class OffPolicyDistill(ModeLoss):
+    """A scoring mode's fixed completions (GKD's off-policy share, modes.opd.on_policy < 1): no sampler wrote them,
+    so there is no policy term, only teacher_tau x the divergence over the teacher's top k, at the mode's
+    temperature."""
+
+    def for_step(self, mbs: list[TokenBatch]) -> StepLoss:
+        return lambda out, mb, total_tokens: top_k_distill(out.top, out.token, mb, self.loss_cfg, total_tokens)

@@ -1,9 +1,9 @@
 """Every cross-field rule of a run that reads nothing but the config: no env var, file, network or task build
 (those are prime_rl/launcher/preflight/, which runs these first). docs/modes.md, "Modes and their rules";
-docs/architecture.md, "Validation". One module per concern: the knobs' values, the training modes, the teachers,
-the deployment. A knob's own range is a bound on its field in schema.py (config/ranges.py checks them all); a rule
-over several knobs is a check() of its own. A broken rule raises ConfigError, whose one-line message names the
-offending keys and the fix.
+docs/architecture.md, "Validation". One module per concern: the knobs' values, the training modes, what a
+distilled signal is made of, the teachers, the deployment. A knob's own range is a bound on its field in schema.py
+(config/ranges.py checks them all); a rule over several knobs is a check() of its own. A broken rule raises
+ConfigError, whose one-line message names the offending keys and the fix.
 """
 
 from prime_rl.config.rules.deployment import (
@@ -16,6 +16,7 @@ from prime_rl.config.rules.deployment import (
     standing_server,
     weight_transfer,
 )
+from prime_rl.config.rules.distillation import off_policy, self_teacher
 from prime_rl.config.rules.teachers import named_teachers, served_reference, teacher_settings, teacher_tool_parser
 from prime_rl.config.rules.training_modes import (
     advantages,
@@ -25,7 +26,6 @@ from prime_rl.config.rules.training_modes import (
     run_teacher,
     sampled_policy,
     scorer_term,
-    self_teacher,
     source_mode,
     source_teachers,
     source_weights,
@@ -51,6 +51,7 @@ RULES = (
     sampled_policy,
     run_teacher,
     scorer_term,
+    off_policy,
     rewards,
     student_sample_shaping,
     prompt_filters,

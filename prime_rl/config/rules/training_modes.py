@@ -1,14 +1,11 @@
 """What each source's mode implies for the rest of the config, stated from the modes' facts (config/modes.py),
 never from their names: a message names the modes that have the fact it needs (`modes_with`)."""
 
-from prime_rl.config.layout import pushes_weights
 from prime_rl.config.modes import (
-    SelfTeacher,
     mode_config,
     mode_named,
     modes_with,
     run_modes,
-    self_teachers_of,
     source_modes,
 )
 from prime_rl.config.schema import (
@@ -40,20 +37,6 @@ def mode_knobs(cfg: Config, _: int) -> None:
     for mode in modes.values():
         if mode.config is not None:
             mode_config(cfg, mode)
-
-
-def self_teacher(cfg: Config, _: int) -> None:
-    """A lagged self-teacher without LoRA is loaded from the trainer's exported files, which a weight push leaves
-    empty."""
-    for mode in run_modes(cfg):
-        if SelfTeacher.lagged in self_teachers_of(cfg, mode) and not cfg.trainer.lora.enabled:
-            check(
-                not pushes_weights(cfg),
-                [f"modes.{mode.name}.teacher", "inference.weight_transfer"],
-                "a lagged self-teacher without LoRA is loaded from the trainer's exported weights, and "
-                f"inference.weight_transfer={cfg.inference.weight_transfer.value} pushes them instead of exporting",
-                f"set inference.weight_transfer=files, train with lora=on, or set modes.{mode.name}.teacher=initial",
-            )
 
 
 def source_mode(cfg: Config, _: int) -> None:

@@ -1,17 +1,24 @@
 """opd: the student samples the rollouts as in rl; the teacher scores every sampled token (prompt logprobs), which
 the trainer turns into the per-token advantage teacher_tau * (log p_T - log pi). A teacher with another tokenizer
 scores the sample's text in its own tokens, chunk by chunk (teacher/alignment.py, docs/cross_tokenizer.md), and its
-top k at each chunk's start over the tokens both vocabularies have (teacher/shared_tokens.py)."""
+top k at each chunk's start over the tokens both vocabularies have (teacher/shared_tokens.py).
+
+GKD's off-policy share (modes.opd.on_policy < 1, per source task.mix[i].on_policy): the other prompts keep fixed
+completions (their reference answer, or the teacher's own first answers), scored by the teacher like the student's
+and trained by the divergence over its top k alone (trainer/loss.py OffPolicyDistill)."""
 
 import asyncio
+import random
 import time
 
-from prime_rl.config.modes import Mode, Scorer, distill_top_k
+from prime_rl.config.modes import FixedCompletions, Mode, Scorer, distill_top_k, example_mode
 from prime_rl.config.schema import TeacherAlignment
+from prime_rl.config.sources import source_on_policy, source_rollouts
 from prime_rl.config.teachers import teaches
-from prime_rl.models.chat import prompt_ids
+from prime_rl.models.chat import answer_ids, prompt_ids
 from prime_rl.orchestrator.algo.rl import RL
-from prime_rl.orchestrator.context import Context, Teacher
+from prime_rl.orchestrator.algo.sft import teacher_sample
+from prime_rl.orchestrator.context import Context, Teacher, teacher_sampling
 from prime_rl.orchestrator.scoring import keep_scores, scored
 from prime_rl.protocol.batch import TEACHER_CHUNKS, Sample
 from prime_rl.tasks import Example
@@ -25,13 +32,12 @@ class OPD(RL):
         super().__init__(mode, knobs)
         self.aligners: dict[str, TextAlignment] = {}  # by teacher name: those with another tokenizer
         self.shared: dict[str, SharedTokens] = {}  # by teacher name, where the run distils from their top k
+        self.draws = random.Random()  # which prompts the student samples (on_policy < 1), seeded by the run's seed
         self.prompts: dict[int, list[dict]] = {}  # by id() of a sample made this step: its teacher's prompt messages
         self.shown: dict[int, list[int]] = {}  # by id() of such a sample, where its teacher has a system_prompt: the
         # teacher's prompt in the student's tokens
 
-    async def preflight(self, ctx: Context) -> None:
-        """Each teacher of an opd source scores the student's tokens, or its text where their tokenizers differ, and
-        its endpoint returns prompt logprobs."""
+    async def check_teachers(self, ctx: Context) -> None:
         for t in ctx.teachers.values():
             if not teaches(ctx.cfg, t.name, lambda m: m.scorer == Scorer.teacher):
                 continue
@@ -44,8 +50,24 @@ class OPD(RL):
                     self.shared[t.name] = SharedTokens(self.aligners[t.name])
                 ctx.conversations = {}  # an episode's conversation, for the teacher's own rendering of it
 
+    async def preflight(self, ctx: Context) -> None:
+        """Each teacher of an opd source scores the student's tokens, or its text where their tokenizers differ, and
+        its endpoint returns prompt logprobs."""
+        self.draws.seed(ctx.cfg.seed)
+        await self.check_teachers(ctx)
+
     async def rollouts(self, ctx: Context, examples: list[Example]) -> tuple[list[list[Sample]], dict[str, float]]:
-        groups, metrics = await super().rollouts(ctx, examples)
+        """The student samples a share of the prompts (modes.opd.on_policy, GKD's lambda, per source), the rest keep
+        fixed completions; a teacher with a system prompt, or another tokenizer, is asked about each prompt as
+        it is shown to it."""
+        shares = source_on_policy(ctx.cfg, self.knobs.on_policy)
+        sampled = [shares[ex.source] >= 1 or self.draws.random() < shares[ex.source] for ex in examples]
+        on, metrics = await super().rollouts(ctx, [ex for ex, s in zip(examples, sampled) if s])
+        off = await asyncio.gather(*(self.fixed(ctx, ex) for ex, s in zip(examples, sampled) if not s))
+        each_on, each_off = iter(on), iter(off)
+        groups = [next(each_on) if s else next(each_off) for s in sampled]
+        if min(shares.values()) < 1:
+            metrics["distill/on_policy"] = sum(sampled) / max(len(sampled), 1)
         for ex, group in zip(examples, groups):
             teacher = ctx.teacher_of(ex.source)
             if teacher.cfg.teacher.system_prompt is not None and teacher.name not in self.aligners:
@@ -58,6 +80,23 @@ class OPD(RL):
                     for s in group:
                         ctx.conversations.pop(id(s), None)
         return groups, metrics
+
+    async def fixed(self, ctx: Context, ex: Example) -> list[Sample]:
+        """A prompt's fixed completions: its reference answer, or its teacher's first answers (the same ones each
+        time it is drawn: with teacher.cache_dir asked once, and their scores read from its store)."""
+        if self.knobs.fixed == FixedCompletions.answer:
+            completion = answer_ids(ctx.tokenizer, ex.messages, ex.answer, finished=True)
+            mode = example_mode(ctx.cfg, ex).name
+            group = [Sample(prompt_ids(ctx.tokenizer, ex.messages), completion, [], mode=mode)]
+        else:
+            teacher, indices = ctx.teacher_of(ex.source), list(range(source_rollouts(ctx.cfg)[ex.source]))
+            answers = await teacher.answers.answers_at(
+                teacher.sees(ex).messages, indices, teacher_sampling(teacher.cfg)
+            )
+            group = [teacher_sample(ctx, teacher, ex, answer) for answer in answers]
+        for s in group:
+            s.off_policy = True
+        return group
 
     async def teacher_signal(self, ctx: Context, samples: list[Sample]) -> dict[str, float]:
         """Each sample's teacher scores it (its source's), in orchestrator.requests_per_step requests per teacher,
