@@ -1,5 +1,6 @@
-"""Sweeps through hydra-submitit-launcher on a real single-node SLURM (`.ci/slurm up`): array jobs, validation
-before submission, requeue on timeout with resume, failed jobs reported, and the dry run."""
+"""Sweeps through hydra-submitit-launcher on a real single-node SLURM (`.ci/slurm up`): array jobs (their points
+sharing a teacher-signal store), validation before submission, requeue on timeout with resume, failed jobs
+reported, and the dry run."""
 
 import json
 import os
@@ -18,7 +19,7 @@ import yaml
 from prime_rl.launcher.slurm import requeue_outlives_its_own_kill
 from prime_rl.models.tokenizer import build_tokenizer
 from tests.conftest import ROOT, launch_cmd
-from tests.test_e2e_rl import plan_of, run_processes
+from tests.test_e2e_rl import launch, plan_of, rows, run_processes
 
 needs_slurm = pytest.mark.skipif(shutil.which("sinfo") is None, reason="no SLURM: sinfo not on PATH (run .ci/slurm up)")
 SHORT = ["debug=smoke"]
@@ -77,12 +78,23 @@ def sweep_dir(tmp_path):
 
 @needs_slurm
 @pytest.mark.slurm
-@pytest.mark.timeout(300)
-def test_an_opd_sweep_is_one_array_job_whose_every_job_gets_its_own_point(sweep_dir):
-    """Each task of the array runs the launcher on its point (launcher.prepare_only: it builds the models, writes
-    the roles' configs and starts nothing); a sweep that trains for real in its jobs, and is requeued on timeout,
-    is test_a_job_that_times_out_is_requeued_and_resumes."""
-    run = sweep(sweep_dir, "training_mode=opd", "trainer.loss.teacher_tau=0.3,3.0", "launcher.prepare_only=true")
+@pytest.mark.vllm
+@pytest.mark.timeout(600)
+def test_an_opd_sweep_is_one_array_job_whose_points_share_the_teachers_scores(sweep_dir, tmp_path):
+    """Two teacher_tau points of opd on fixed completions (GKD's on_policy 0: the reference answers), one after the
+    other (array parallelism 1), naming one store (teacher.cache_dir): each job trains on its own point (step 0's
+    loss is teacher_tau x the same divergence), the first asks its teacher server for each answer once and the
+    second asks it nothing, reading all from the store; nor does the first, resumed for a third step."""
+    store = tmp_path / "store"
+    overrides = [
+        "training_mode=opd", "trainer.loss.distill=topk", "trainer.loss.distill_top_k=8",
+        "trainer.loss.distill_kl=jsd", "modes.opd.on_policy=0", f"teacher.cache_dir={store}", "task.num_train=16",
+        "orchestrator.eval.interval=0", "ckpt.interval=2",
+    ]  # fmt: skip
+    run = sweep(
+        sweep_dir, *overrides, "trainer.loss.teacher_tau=0.3,3.0", "max_steps=2",
+        "hydra.launcher.array_parallelism=1", "hydra.launcher.mem_gb=8",
+    )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     [array] = job_ids(sweep_dir)  # one array job; its tasks' records (named <array>_<task> once accounting settles)
     assert list(sacct(array, tasks=2).values()) == [["COMPLETED"]] * 2
@@ -90,9 +102,31 @@ def test_an_opd_sweep_is_one_array_job_whose_every_job_gets_its_own_point(sweep_
         configs = sweep_dir / str(i) / "configs"
         assert f"teacher_tau: {tau}\n" in (configs / "trainer.yaml").read_text()
         assert "training_mode: opd\n" in (configs / "orchestrator.yaml").read_text()
-    log = "".join(p.read_text() for p in sorted((sweep_dir / ".submitit").glob("*/*_log.*")))
-    assert log.count("teacher_inference\n") == 2, log[-3000:]  # each job's plan has the teacher's server
+    first, second = ([r for r in rows(sweep_dir / str(i)) if "loss" in r] for i in (0, 1))
+    assert second[0]["loss"] == pytest.approx(10 * first[0]["loss"], rel=1e-4) and first[0]["loss"] > 0
+    # the 16 prompts' answers, each scored once: at the first job's first step, by its teacher's server
+    assert [r["teacher/store_misses"] for r in first + second] == [16, 0, 0, 0], first + second
+    assert all(r["teacher/store_hits"] == 16 for r in first[1:] + second)
+    assert len(list((store / "scores").rglob("*.json"))) == 16
+    # by the teacher servers' own access logs: each orchestrator probes its teacher once as it starts (prompt
+    # logprobs served?); the second job's then asks nothing
+    scoring = [teacher_requests(sweep_dir / str(i)) for i in (0, 1)]
+    assert scoring[0] > 1 and scoring[1] == 1, scoring
+
+    # the first point resumed, here, to a third step on the same 16 prompts: its teacher is only probed
+    job = sweep_dir / "0"
+    resumed = launch(job, *overrides, "trainer.loss.teacher_tau=0.3", "max_steps=3", "ckpt.resume=true")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert plan_of(job)["resume_from"] == 2
+    last = [r for r in rows(job) if "loss" in r][-1]
+    assert (last["step"], last["teacher/store_misses"], last["teacher/store_hits"]) == (2, 0, 16), last
+    assert teacher_requests(job) == scoring[0] + 1
     assert not run_processes(str(sweep_dir))
+
+
+def teacher_requests(run_dir: Path) -> int:
+    """The prompt-logprob requests the run's teacher server answered, by its own access log."""
+    return (run_dir / "logs" / "teacher_inference.log").read_text().count('"POST /v1/completions HTTP/1.1" 200')
 
 
 @needs_slurm
