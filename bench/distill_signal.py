@@ -1,6 +1,8 @@
 """opd's teacher signal (trainer.loss.distill): the teacher's logprob of the one token the student sampled (the
 default) against the KL over the teacher's top k (k = 8, 32, and the whole vocabulary: the exact KL), each run
-as `experiment=opd` with only the signal changed.
+as `experiment=opd` with only the signal changed; and, over the top 8, GKD's generalized JSD (beta 0.5) against
+the reverse KL, with GKD's on-policy share lambda (modes.opd.on_policy) at 1, 0.5 and 0 (the rest of each step's
+prompts on their reference answers).
 
 Per variant, medians over seeds: steps and seconds (from `python launch.py`) to 90 % of the teacher's eval reward
 (the run's own `eval/teacher_reward` at step 0; a run stops at the first eval that reaches it, so steps have the
@@ -10,6 +12,7 @@ entropy per student token (over its top k plus the tail: the exact variant gives
 
     .venv/bin/python bench/distill_signal.py --runs 3                       # the default task: ~40 min on 2 cores
     .venv/bin/python bench/distill_signal.py --runs 3 --model tiny_qwen3
+    .venv/bin/python bench/distill_signal.py --runs 3 --variants topk8,topk8_jsd,gkd_half,gkd_fixed
     .venv/bin/python bench/distill_signal.py --runs 1 --steps 4 --eval-interval 2 --smoke
 """
 
@@ -38,7 +41,16 @@ NAME = "distill_signal"
 
 def variants(vocab: int) -> dict[str, list[str]]:
     top_k = lambda k: ["trainer.loss.distill=topk", f"trainer.loss.distill_top_k={k}"]  # noqa: E731
-    return {"sampled": [], "topk8": top_k(8), "topk32": top_k(32), "exact": top_k(vocab)}
+    jsd = [*top_k(8), "trainer.loss.distill_kl=jsd"]  # GKD's generalized JSD, beta 0.5
+    return {
+        "sampled": [],
+        "topk8": top_k(8),
+        "topk32": top_k(32),
+        "exact": top_k(vocab),
+        "topk8_jsd": jsd,
+        "gkd_half": [*jsd, "modes.opd.on_policy=0.5"],  # GKD's lambda: half the prompts on the reference answers
+        "gkd_fixed": [*jsd, "modes.opd.on_policy=0"],  # every prompt on its reference answer: no sampling
+    }
 
 
 def base(args, seed: int) -> list[str]:
@@ -68,7 +80,15 @@ def run_variant(args, overrides: list[str], name: str, seed: int, out: Path) -> 
     }
 
 
-COLORS = {"sampled": "tab:gray", "topk8": "tab:blue", "topk32": "tab:green", "exact": "tab:red"}
+COLORS = {
+    "sampled": "tab:gray",
+    "topk8": "tab:blue",
+    "topk32": "tab:green",
+    "exact": "tab:red",
+    "topk8_jsd": "tab:purple",
+    "gkd_half": "tab:orange",
+    "gkd_fixed": "tab:brown",
+}
 
 
 def plot(runs: list[dict], names: list[str], target: float | None, path: Path) -> None:
