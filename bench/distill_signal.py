@@ -12,7 +12,8 @@ entropy per student token (over its top k plus the tail: the exact variant gives
 
     .venv/bin/python bench/distill_signal.py --runs 3                       # the default task: ~40 min on 2 cores
     .venv/bin/python bench/distill_signal.py --runs 3 --model tiny_qwen3
-    .venv/bin/python bench/distill_signal.py --runs 3 --variants topk8,topk8_jsd,gkd_half,gkd_fixed
+    .venv/bin/python bench/distill_signal.py --runs 3 --variants topk8,topk8_jsd,gkd_half,gkd_fixed \
+        --plot distill_signal_gkd.png
     .venv/bin/python bench/distill_signal.py --runs 1 --steps 4 --eval-interval 2 --smoke
 """
 
@@ -134,6 +135,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=0, help="step budget (0: experiment=opd's max_steps)")
     add_target_args(parser)
     parser.add_argument("--variants", default="sampled,topk8,topk32,exact", help="comma-separated")
+    parser.add_argument("--plot", default=f"{NAME}.png", help="the curves' file name under docs/")
     args = parser.parse_args()
     from prime_rl.prepare import prepare_student, prepare_teacher
 
@@ -166,7 +168,7 @@ def main() -> None:
     if not args.smoke:
         teacher = median(r[name]["teacher_reward"] for r in runs for name in names)
         target = None if teacher is None else args.fraction * teacher
-        plot(runs, names, target, REPO / "docs" / f"{NAME}.png")
+        plot(runs, names, target, REPO / "docs" / args.plot)
     finish(
         NAME,
         {

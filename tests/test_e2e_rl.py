@@ -171,21 +171,19 @@ def test_the_off_policy_corrections_act_where_the_trainer_computes_in_bf16(tmp_p
 
 
 @pytest.mark.vllm
-@pytest.mark.parametrize("trainer", ["one_process_in_turns", "fsdp_two_processes"])
-def test_weights_pushed_over_gloo_keep_the_server_on_the_trainers_weights(tmp_path, trainer):
+def test_weights_pushed_over_gloo_from_fsdp_ranks_keep_the_server_on_the_trainers_weights(tmp_path):
     """inference.weight_transfer=gloo, the CPU counterpart of nccl: no weight files; between two generations the
-    orchestrator asks for each version and the trainer pushes it through vLLM's weight-transfer routes (in turns
-    on the CPU, or from rank 0 of an FSDP trainer whose ranks gather each parameter). On policy, mismatch_kl stays
-    at float noise while the weights move (a push that left the server one step behind would show 1e-4 or more, as
-    the learning run's staleness-1 steps do), and the final weights reach the server for the last evaluation."""
+    orchestrator asks for each version and rank 0 of an FSDP trainer, whose ranks gather each parameter, pushes it
+    through vLLM's weight-transfer routes (pushed in turns by one process: tests/test_modes.py's opsd run). On
+    policy, mismatch_kl stays at float noise while the weights move (a push that left the server one step behind
+    would show 1e-4 or more, as the learning run's staleness-1 steps do), and the final weights reach the server for
+    the last evaluation."""
     run_dir = tmp_path / "run"
-    overrides = ["debug=smoke", "orchestrator.max_async_level=0"]
-    overrides += ["trainer.num_procs=2"] if trainer == "fsdp_two_processes" else ["deployment=colocated"]
+    overrides = ["debug=smoke", "orchestrator.max_async_level=0", "trainer.num_procs=2"]
     proc = launch(run_dir, *overrides, "trainer.optim.lr=1e-3", "inference.weight_transfer=gloo", "monitor=off")
     assert proc.returncode == 0, proc.stderr[-3000:]
     plan = plan_of(run_dir)
-    assert plan["layout"] == ("colocated" if trainer == "one_process_in_turns" else "separate")
-    assert plan["weights"] == "gloo"
+    assert plan["layout"] == "separate" and plan["weights"] == "gloo"
     lines = rows(run_dir)
     train = [r for r in lines if "loss" in r]
     assert [r["step"] for r in train] == [0, 1, 2]

@@ -22,7 +22,7 @@ from prime_rl.orchestrator.algo import part
 from prime_rl.tasks import Example
 from prime_rl.trainer.loss import Objective
 from tests.conftest import ROOT
-from tests.test_e2e_rl import launch, rows
+from tests.test_e2e_rl import launch, plan_of, rows
 from tests.test_episodes import ON_POLICY
 
 STRING_PARTS = (tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING))  # f-strings' text on 3.12
@@ -152,7 +152,10 @@ def test_no_mode_is_named_in_code_outside_its_own_files_and_the_registry():
 @pytest.mark.vllm
 def test_opsd_scores_the_students_tokens_with_its_own_server_and_the_reference_answer(tmp_path):
     """training_mode=opsd with the top-k JSD (GKD's, beta 0.3): one vLLM server (the student's) samples and scores,
-    every sample is scored under its privileged prompt, and the trainer's top-k term sees the scores."""
+    every sample is scored under its privileged prompt, and the trainer's top-k term sees the scores. The weights
+    reach that server over gloo (inference.weight_transfer=gloo, the CPU counterpart of nccl), pushed in turns by
+    the one trainer process of the colocated layout: no weight files, and on policy the sampler's logprobs are the
+    trainer's to float noise (a server one step behind would show 1e-4 or more) up to the last evaluation's."""
     run_dir = tmp_path / "run"
     run = launch(
         run_dir,
@@ -162,12 +165,21 @@ def test_opsd_scores_the_students_tokens_with_its_own_server_and_the_reference_a
         "trainer.loss.distill_kl=jsd",
         "trainer.loss.distill_beta=0.3",
         "orchestrator.log_samples=4",
+        "inference.weight_transfer=gloo",
         *FEW_STEPS,
         *ON_POLICY,
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    train = [r for r in rows(run_dir) if "loss" in r]
+    lines = rows(run_dir)
+    train = [r for r in lines if "loss" in r]
     assert [r["step"] for r in train] == [0, 1, 2]
+    assert plan_of(run_dir)["layout"] == "colocated" and plan_of(run_dir)["weights"] == "gloo"
+    assert max(abs(r["mismatch_kl"]) for r in train) < 1e-6, [r["mismatch_kl"] for r in train]
+    assert max(r["grad_norm"] for r in train) > 0 and all(r["time/push"] > 0 for r in train)
+    assert lines[-1]["step"] == 3 and "eval/reward" in lines[-1]
+    weights = run_dir / "weights"
+    assert not [p for p in weights.rglob("*") if p.suffix in (".safetensors", ".json")]  # nothing but markers
+    assert sorted(p.name for p in (weights / "step_3").iterdir()) == ["PUSHED", "REQUESTED", "STABLE"]
     assert 0 <= train[0]["eval/privileged_reward"] <= 1 and "eval/privileged_reward" not in train[1], train[0]
     for r in train:
         assert r["time/self_score"] > 0 and r["self_score/too_long"] == 0, r
