@@ -182,9 +182,14 @@ def test_weights_pushed_over_gloo_from_fsdp_ranks_keep_the_server_on_the_trainer
     overrides = ["debug=smoke", "orchestrator.max_async_level=0", "trainer.num_procs=2"]
     proc = launch(run_dir, *overrides, "trainer.optim.lr=1e-3", "inference.weight_transfer=gloo", "monitor=off")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    plan = plan_of(run_dir)
-    assert plan["layout"] == "separate" and plan["weights"] == "gloo"
-    lines = rows(run_dir)
+    assert_pushed_over_gloo(run_dir, "separate")
+
+
+def assert_pushed_over_gloo(run_dir: Path, layout: str) -> None:
+    """A 3-step on-policy run (debug=smoke) whose weights went over gloo: the sampler's logprobs are the trainer's
+    to float noise at every step, each step pushed, the final weights evaluated, and no weight file written."""
+    plan, lines = plan_of(run_dir), rows(run_dir)
+    assert (plan["layout"], plan["weights"]) == (layout, "gloo")
     train = [r for r in lines if "loss" in r]
     assert [r["step"] for r in train] == [0, 1, 2]
     assert max(abs(r["mismatch_kl"]) for r in train) < 1e-6, [r["mismatch_kl"] for r in train]
