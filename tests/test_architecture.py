@@ -18,6 +18,7 @@ LAYERS = [
     ["config"],  # the typed schema, the modes, the rules
     ["models", "inference", "monitor"],  # where a model lives, the vLLM server and client, W&B
     ["tasks", "teacher", "weight_transfer"],  # data and rewards; the teacher's endpoints; weights pushed to vLLM
+    ["judge"],  # rewards from a model: a teacher's server asked about each reply
     ["orchestrator", "trainer", "report"],  # the processes (and the sweep report): never each other
     ["prepare", "finetune"],  # model building before a run, and fine-tuning in one process, on the trainer's step
     ["launcher"],  # validates, plans, prepares and supervises everything below; a command's own server

@@ -32,6 +32,8 @@ UNCHECKED = {
     "data/train.parquet": "a user's own files (tests/test_tasks.py reads such files)",
     "task.path=train.jsonl": "a user's own file (tests/test_tasks.py reads such files)",
     "my_lm_eval_tasks/": "a user's own lm-eval task YAMLs (tests/test_eval.py evaluates such a task)",
+    "model:Qwen/": "downloads its judge from the Hugging Face hub",
+    "/models/my-reward-model": "a user's own reward model (tests/test_judge.py builds and serves one)",
 }
 ENV = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, range(8))), "OPENAI_API_KEY": "sk-doc-commands-not-a-key"}
 

@@ -27,6 +27,7 @@ STUDENT, BPE_TEACHER, WORDS_TEACHER = (
     "<dir of a teacher of another tokenizer>",
     "<dir of a teacher of words>",
 )
+JUDGE = f"++teachers={{j:{{kind:local_vllm,model:'{STUDENT}'}}}}"  # a judge's server: the student's dir
 
 
 @dataclass(frozen=True)
@@ -501,6 +502,20 @@ CASES = [
         "a temperature an endpoint without sampling settings cannot honour",
         (*EXTERNAL, "teacher.api.sampling_params=false", "orchestrator.sampling.temperature=0.7"),
         "[teacher.api.sampling_params, orchestrator.sampling.temperature, orchestrator.eval.temperature]",
+    ),
+    Case("judge", "a judged source and no judge's server", ("task.verifier=judge",), "[judge.teacher, task.verifier]"),
+    Case("judge", "a judge named and no source judged", ("judge.teacher=j",), "[judge.teacher, task.verifier]"),
+    Case(
+        "judge",
+        "a rubric that never shows the judge the reply",
+        ("task.verifier=judge", JUDGE, "judge.teacher=j", "judge.rubric='Is {answer} right?'"),
+        "[judge.rubric]",
+    ),
+    Case(
+        "judge",
+        "a reward model that is not a sequence classifier",
+        ("task.verifier=judge", JUDGE, "judge.teacher=j", "judge.verdict=reward_model"),
+        "[teachers.j.model, judge.verdict]",
     ),
     Case("output dir", "run dir under a file", ("hydra.run.dir=/etc/hostname/run",), "[hydra.run.dir]"),
     Case("output dir", "run dir of an earlier run, no resume", ("max_steps=3",), "[hydra.run.dir, ckpt.resume]"),

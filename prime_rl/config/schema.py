@@ -175,7 +175,7 @@ class TaskSourceConfig:
     prompt_key: str = "prompt"  # hf: the column holding the user message
     answer_key: str = "answer"  # hf: the column holding the reference answer
     system_prompt: str | None = None  # a system message before every prompt (None: the chat template's default)
-    verifier: str = "similarity"  # similarity | exact | contains | math | <module>:<function> (docs/how-to/own-task.md)
+    verifier: str = "similarity"  # similarity | exact | contains | math | <module>:<function> | judge (a model)
     dataset: str | None = None  # reasoning_gym: the dataset's name, e.g. spell_backward
     env: str | None = None  # verifiers: the taskset id (a module exporting a Taskset); gym: <module>:<factory>
     max_turns: int = 4  # gym, verifiers episodes: an episode's turns at most (or fewer, as the environment says)
@@ -411,6 +411,29 @@ class TeacherConfig:
     system_prompt: str | None = None  # opd, sft: a system message only it is shown, {answer}: the reference answer
 
 
+class Verdict(str, Enum):
+    yes_no = "yes_no"  # P(yes) / (P(yes) + P(no)) among the first token's top logprobs of the judge's reply
+    score = "score"  # the first number of its reply on [0, judge.scale] (a "7/10" on its own scale), divided out
+    reward_model = "reward_model"  # a sequence classifier's probability of its last class (one label: sigmoid)
+
+
+# a judge's default rubric: the reply against the reference answer
+JUDGE_RUBRIC = "Question: {prompt}\nReference: {answer}\nReply: {completion}\nIs the reply right? Answer yes or no."
+
+
+@dataclass
+class JudgeConfig:
+    """A model that gives rewards (docs/how-to/judge.md): the sources with task.verifier=judge are scored by the
+    server of one of the run's teachers, a chat model reading `rubric` or a reward model."""
+
+    teacher: str | None = None  # the `teachers` entry whose server judges (None: the run's `teacher`, e.g. opd's)
+    verdict: Verdict = Verdict.yes_no  # yes_no | score | reward_model: how its answer becomes a reward in [0, 1]
+    rubric: str = JUDGE_RUBRIC  # yes_no, score: its user message, {prompt} {completion} {answer} filled in
+    scale: Positive = 10.0  # score: the top of the scale the rubric asks for
+    max_tokens: Count = 64  # score: the length cap of its reply, reasoning included
+    top_logprobs: Count = 20  # yes_no: the first token's alternatives searched for yes and no
+
+
 @dataclass
 class DeploymentConfig:
     layout: Layout = Layout.auto  # auto | separate | colocated (one device shared in turns; docs/concepts/layouts.md)
@@ -506,6 +529,7 @@ class Config:
     inference: InferenceConfig = field(default_factory=InferenceConfig)  # vLLM servers
     teacher: TeacherConfig = field(default_factory=TeacherConfig)  # opd / sft teacher
     teachers: dict[str, TeacherConfig] = field(default_factory=dict)  # named teachers, for the mix sources naming one
+    judge: JudgeConfig = field(default_factory=JudgeConfig)  # the model scoring the sources with verifier=judge
     deployment: DeploymentConfig = field(default_factory=DeploymentConfig)  # GPU split
     monitor: MonitorConfig = field(default_factory=MonitorConfig)  # W&B, samples
     ckpt: CkptConfig = field(default_factory=CkptConfig)  # checkpoints and resume

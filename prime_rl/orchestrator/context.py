@@ -2,9 +2,11 @@
 
 from dataclasses import dataclass, field, replace
 
+from prime_rl.config.judge import judge_teacher, judged_sources
 from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.config.teachers import DEFAULT, source_teachers, teacher_key, teacher_names, teacher_view
 from prime_rl.inference.client import InferenceClient, Sampling
+from prime_rl.judge.judge import Judge
 from prime_rl.models.chat import final_answer, student_tokenizer, turn_end_ids
 from prime_rl.orchestrator.difficulty import DifficultyFilter
 from prime_rl.orchestrator.env_pool import EnvPool
@@ -59,6 +61,8 @@ class Context:
     envs: EnvPool = field(default_factory=EnvPool)  # task=gym: the environments episodes are played against
     tool_readers: dict[str, ToolReader] = field(default_factory=dict)  # task=gym with tools: by parser name
     difficulty: DifficultyFilter | None = None  # orchestrator.difficulty: the prompts held back, by step
+    judge: Judge | None = None  # the judge of the sources with task.verifier=judge (None: no source is judged)
+    judged: frozenset[str] = frozenset()  # the labels of those sources ("" outside a mix)
     # by id() of an episode's sample, its conversation (messages, tool schemas), for those that read it (opd with a
     # teacher of another tokenizer renders it in its own template); None: nobody does, none is kept
     conversations: dict[int, tuple[list[dict], list[dict] | None]] | None = None
@@ -75,6 +79,8 @@ class Context:
 def make_context(cfg: Config) -> Context:
     lora, task, run_dir = cfg.trainer.lora, load_task(cfg.task), RunDir(cfg.run_dir)
     difficulty = cfg.orchestrator.difficulty
+    teachers = {name: make_teacher(cfg, name) for name in teacher_names(cfg)}
+    judge = judge_teacher(cfg)
     return Context(
         cfg=cfg,
         run_dir=run_dir,
@@ -83,9 +89,11 @@ def make_context(cfg: Config) -> Context:
         tokenizer=student_tokenizer(cfg),
         student=student_client(cfg),
         student_model=lora.name if lora.enabled else STUDENT_MODEL_NAME,
-        teachers={name: make_teacher(cfg, name) for name in teacher_names(cfg)},
+        teachers=teachers,
         source_teachers=source_teachers(cfg),
         difficulty=DifficultyFilter(difficulty, task, run_dir.difficulty) if difficulty.enabled else None,
+        judge=None if judge is None else Judge(cfg.judge, teachers[judge]),
+        judged=frozenset(label for label, _, _ in judged_sources(cfg)),
     )
 
 

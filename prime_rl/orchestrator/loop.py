@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from prime_rl.config.evaluation import due_for_eval, evaluates_at
+from prime_rl.config.judge import serves_reward_model
 from prime_rl.config.schema import Config
 from prime_rl.config.teachers import DEFAULT, serves_reference
 from prime_rl.inference.server_urls import locate_servers
@@ -32,7 +33,7 @@ from prime_rl.protocol.policy import policy_window
 from prime_rl.protocol.run_dir import RunDir
 from prime_rl.tasks import Example
 from prime_rl.teacher.answers import TeacherAnswers
-from prime_rl.teacher.chat_api import resolved_api
+from prime_rl.teacher.chat_api import VLLM_API, resolved_api
 from prime_rl.teacher.usage import TOTALS
 
 
@@ -54,7 +55,8 @@ async def session(cfg: Config, start: int) -> AsyncIterator[Session]:
     ctx = make_context(await locate_servers(cfg))
     for t in ctx.teachers.values():
         # the launcher has probed an external endpoint already; run alone, the orchestrator probes it here
-        t.answers = TeacherAnswers(t.cfg, t.client, t.model, await resolved_api(t.cfg))
+        api = VLLM_API if serves_reward_model(cfg, t.name) else await resolved_api(t.cfg)
+        t.answers = TeacherAnswers(t.cfg, t.client, t.model, api)
     algo = algorithm(cfg)
     resume_counts(ctx, algo, start)
     lora = cfg.trainer.lora
@@ -129,6 +131,8 @@ async def add_step_metrics(s: Session, batch: Batch, step: int, start: int) -> N
         if t.scores:
             batch.metrics.update({named_metric(t.name, k): v for k, v in t.scores.take_metrics().items()})
     batch.metrics.update(ctx.verification.metrics())
+    if ctx.judge:
+        batch.metrics.update(ctx.judge.take_metrics())
     batch.metrics.update(restart_metrics(ctx))
 
 

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from prime_rl.config.modes import example_mode
 from prime_rl.config.sources import source_rollouts
 from prime_rl.inference.client import Sampling
+from prime_rl.judge.judge import Judged
 from prime_rl.models.chat import prompt_ids
 from prime_rl.orchestrator.context import Context, completion_text
 from prime_rl.orchestrator.episodes import play_episodes
@@ -88,10 +89,28 @@ async def single_turn(ctx: Context, examples: list[Example], n: int, sampling: S
 
 
 async def rewards_of(ctx: Context, examples: list[Example], groups: Groups) -> list[float]:
-    """Every sample's reward, in order: what its episode earned, or what the verifier gives its reply."""
-    pending = [(s, ex) for ex, group in zip(examples, groups) for s in group if s.reward is None]
+    """Every sample's reward, in order: what the judge gives its reply or episode (a judged source's), what its
+    episode earned, or what the verifier gives its reply; the verifier and the judge work at once."""
+    samples = [(s, ex) for ex, group in zip(examples, groups) for s in group if not s.failed]
+    judged = [(s, ex) for s, ex in samples if ex.source in ctx.judged]
+    pending = [(s, ex) for s, ex in samples if s.reward is None and ex.source not in ctx.judged]
+    await asyncio.gather(verified(ctx, pending), judged_by_model(ctx, judged))
+    return [s.reward for group in groups for s in group]
+
+
+async def verified(ctx: Context, pending: list[tuple[Sample, Example]]) -> None:
     if pending:
         scored = await ctx.verification.rewards([(completion_text(ctx, s.completion_ids), ex) for s, ex in pending])
         for (s, _), reward in zip(pending, scored):
             s.reward = reward
-    return [s.reward for group in groups for s in group]
+
+
+async def judged_by_model(ctx: Context, judged: list[tuple[Sample, Example]]) -> None:
+    """The judge's rewards; a sample it gives none trains nothing, as an episode its environment broke."""
+    if not judged:
+        return
+    items = [Judged(ex.prompt, completion_text(ctx, s.completion_ids), ex.answer or None) for s, ex in judged]
+    for (s, _), reward in zip(judged, await ctx.judge.rewards(items)):
+        if reward is None:
+            s.failed, s.loss_mask = True, [False] * len(s.completion_ids)
+        s.reward = 0.0 if reward is None else reward

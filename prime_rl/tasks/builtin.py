@@ -10,6 +10,7 @@ from prime_rl.tasks.rewards import answer_scorer, answer_verifier
 from prime_rl.tasks.task import Example, Task
 
 WORD_LENGTHS = {"min_len": 3, "max_len": 8}  # task.options of the built-in tasks: the words' length range
+TINY_JUDGE_RUBRIC = "{answer} vs {completion}: same?"  # the built-in judge's (task=judge): short, for a tiny model
 
 
 def word_lengths(cfg: TaskConfig) -> tuple[int, int]:
@@ -62,3 +63,33 @@ def reverse_task(cfg: TaskConfig) -> Task:
 def sort_task(cfg: TaskConfig) -> Task:
     """`sort: dbca` -> `abcd` (an easy smoke task: it saturates quickly)."""
     return _split(cfg, lambda w: Example(f"sort: {w}", "".join(sorted(w)), cfg.system_prompt), "sort")
+
+
+def judge_task(cfg: TaskConfig) -> Task:
+    """Judging reverse's replies by TINY_JUDGE_RUBRIC: the right reply or a near miss (one letter changed, dropped or
+    doubled, two swapped, the word unreversed), half each, answered `yes` or `no`: what the built-in judge learns."""
+    rng = random.Random(cfg.seed)
+
+    def make(word: str) -> Example:
+        right = word[::-1]
+        reply = right if rng.random() < 0.5 else near_miss(right, rng)
+        prompt = TINY_JUDGE_RUBRIC.format(answer=right, completion=reply)
+        return Example(prompt, "yes" if reply == right else "no", cfg.system_prompt)
+
+    return _split(cfg, make, "judge")
+
+
+def near_miss(text: str, rng: random.Random) -> str:
+    """`text` with one slip; never `text` itself."""
+    i = rng.randrange(len(text))
+    slips = [
+        text[:i] + rng.choice(string.ascii_lowercase.replace(text[i], "")) + text[i + 1 :],
+        text[:i] + text[i + 1 :],
+        text[:i] + text[i] + text[i:],
+        text[::-1],
+    ]
+    if len(text) > 1:
+        j = min(i, len(text) - 2)
+        slips.append(text[:j] + text[j + 1] + text[j] + text[j + 2 :])
+    slips = [s for s in slips if s != text and s]
+    return rng.choice(slips) if slips else text + rng.choice(string.ascii_lowercase)

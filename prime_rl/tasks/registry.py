@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from prime_rl.config.schema import MIX, TaskConfig, TaskSourceConfig
 from prime_rl.config.user_error import check
-from prime_rl.tasks.builtin import check_builtin, reverse_task, sort_task
+from prime_rl.tasks.builtin import check_builtin, judge_task, reverse_task, sort_task
 from prime_rl.tasks.gym_env import episode_scorer, load_gym_task
 from prime_rl.tasks.hf import load_hf_task
 from prime_rl.tasks.mix import load_mix, mix_scorer
@@ -38,6 +38,7 @@ HF_DATA = DataKey("path", "its data", "<file, dir or Hub id>")
 KINDS: dict[str, TaskKind] = {
     "reverse": TaskKind(reverse_task, answer_scorer, validate=check_builtin),
     "sort": TaskKind(sort_task, answer_scorer, validate=check_builtin),
+    "judge": TaskKind(judge_task, answer_scorer, validate=check_builtin),
     "hf": TaskKind(load_hf_task, answer_scorer, HF_DATA),
     "jsonl": TaskKind(load_hf_task, answer_scorer, HF_DATA),
     "reasoning_gym": TaskKind(load_reasoning_gym_task, entry_scorer, DataKey("dataset", "a dataset", "<name>")),

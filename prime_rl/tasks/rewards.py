@@ -7,6 +7,7 @@ import functools
 import importlib
 from collections.abc import Callable
 
+from prime_rl.config.judge import JUDGE
 from prime_rl.config.schema import TaskConfig
 from prime_rl.config.user_error import ConfigError
 from prime_rl.tasks.task import Example
@@ -41,14 +42,20 @@ NAMED: dict[str, Callable[[str, str], float]] = {
 }
 
 
+def judged(completion: str, answer: str) -> float:
+    raise RuntimeError("a judged source's rewards come from the judge's server (prime_rl/judge), not a verifier")
+
+
 def answer_verifier(spec: str) -> Callable[[str, str], float]:
-    """A named verifier, or `<module>:<function>` imported."""
+    """A named verifier, or `<module>:<function>` imported; `judge` is the judge's (the orchestrator asks it)."""
+    if spec == JUDGE:
+        return judged
     if spec in NAMED:
         return NAMED[spec]
     module, _, name = spec.partition(":")
     if not name:
         raise ConfigError(
-            ["task.verifier"], f"unknown verifier {spec!r}", f"use {' | '.join(NAMED)} or <module>:<function>"
+            ["task.verifier"], f"unknown verifier {spec!r}", f"use {' | '.join([*NAMED, JUDGE])} or <module>:<function>"
         )
     try:
         fn = getattr(importlib.import_module(module), name)

@@ -17,6 +17,7 @@ from prime_rl.config.rules.deployment import (
     weight_transfer,
 )
 from prime_rl.config.rules.distillation import off_policy, self_teacher
+from prime_rl.config.rules.judge import judge
 from prime_rl.config.rules.teachers import named_teachers, served_reference, teacher_settings, teacher_tool_parser
 from prime_rl.config.rules.training_modes import (
     advantages,
@@ -45,6 +46,7 @@ RULES = (
     batched_tokens,
     eval_samples,
     source_weights,
+    judge,
     named_teachers,
     source_mode,
     source_teachers,

@@ -79,7 +79,12 @@ def named_teachers(cfg: Config, _: int) -> None:
             "a named teacher is local_vllm or external",
             f"set {key}.kind=local_vllm (with {key}.model) or external",
         )
-        check(name in taught, [key], "no source of task.mix names it", f"set task.mix[i].teacher={name} on a source")
+        check(
+            name in taught or name == cfg.judge.teacher,
+            [key],
+            "no source of task.mix names it, and it is not the judge",
+            f"set task.mix[i].teacher={name} on a source, or judge.teacher={name}",
+        )
         with named_errors(name):
             teacher_settings(teacher_view(cfg, name), 0)
 

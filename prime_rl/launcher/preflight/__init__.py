@@ -27,13 +27,19 @@ import functools
 from collections.abc import Callable
 from pathlib import Path
 
+from prime_rl.config.judge import serves_reward_model
 from prime_rl.config.modes import uses
 from prime_rl.config.rules import check_gpu_count, check_rules
 from prime_rl.config.schema import Config
 from prime_rl.config.teachers import named_errors, named_views, with_teacher
 from prime_rl.launcher.gpus import visible_gpus
 from prime_rl.launcher.preflight.gpus import check_cpu_run_on_gpu_node
-from prime_rl.launcher.preflight.models import check_models, check_teacher_model, check_tensor_parallel
+from prime_rl.launcher.preflight.models import (
+    check_judge_model,
+    check_models,
+    check_teacher_model,
+    check_tensor_parallel,
+)
 from prime_rl.launcher.preflight.tasks import check_answers, check_eval_tasks, check_task
 from prime_rl.launcher.preflight.teachers import (
     check_local_alignments,
@@ -68,6 +74,7 @@ def check_at_launch(cfg: Config, gpus: int) -> None:
             check_teacher_cache(view)
             check_teacher_model(view)
             check_top_k_vocab(view)
+    check_judge_model(cfg)
     check_tensor_parallel(cfg)
     check_task(cfg)
     check_eval_tasks(cfg)
@@ -88,7 +95,8 @@ def check_at_job(cfg: Config, run_dir: Path, warn: Callable[[str], None]) -> Con
         check_top_k_served(cfg)
         for name, view in named_views(cfg):
             with named_errors(name):
-                cfg = with_teacher(cfg, name, resolve_teacher_api(view).teacher)
+                if not serves_reward_model(cfg, name):  # a classifier: no chat to probe
+                    cfg = with_teacher(cfg, name, resolve_teacher_api(view).teacher)
                 check_top_k_served(view)
     return cfg
 

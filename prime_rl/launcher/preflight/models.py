@@ -1,10 +1,13 @@
 """The model dirs and Hub ids a run names, and how a GPU server's attention heads split over its GPUs."""
 
+import json
 from pathlib import Path
 
-from prime_rl.config.schema import Config, TeacherKind
+from prime_rl.config.judge import judge_teacher
+from prime_rl.config.schema import Config, TeacherKind, Verdict
 from prime_rl.config.teachers import (
     local_teachers,
+    teacher_config,
     teacher_key,
     teacher_view,
 )
@@ -24,6 +27,32 @@ def check_models(cfg: Config) -> None:
 def check_teacher_model(cfg: Config) -> None:
     if cfg.teacher.kind == TeacherKind.local_vllm:
         _model(cfg.teacher.model, cfg.teacher.revision, "teacher.model", "teacher.revision")
+
+
+def check_judge_model(cfg: Config) -> None:
+    """A reward model judge is a sequence classifier (vLLM serves it through its pooling API), a chat judge is
+    not: read from a local judge's config.json (a Hub id not fetched yet is left to vLLM's own error)."""
+    name = judge_teacher(cfg)
+    if name is None or teacher_config(cfg, name).kind != TeacherKind.local_vllm:
+        return
+    view = teacher_view(cfg, name)
+    config = teacher_dir(view) / "config.json"
+    if view.teacher.model != "tiny" and not config.is_file():
+        return
+    architectures = (json.loads(config.read_text()).get("architectures") or []) if config.is_file() else []
+    classifier = any(a.endswith("ForSequenceClassification") for a in architectures)
+    wanted = cfg.judge.verdict == Verdict.reward_model
+    what = f"{view.teacher.model} ({', '.join(architectures) or 'a causal LM'})"
+    key = f"{teacher_key(name)}.model"
+    check(
+        classifier == wanted,
+        [key, "judge.verdict"],
+        f"judge.verdict={cfg.judge.verdict.value} needs {'a sequence classifier' if wanted else 'a chat model'}, "
+        f"and the judge is {what}",
+        "name a *ForSequenceClassification model dir"
+        if wanted
+        else "set judge.verdict=reward_model, or judge with a chat model",
+    )
 
 
 def _model(name: str, revision: str | None, key: str, revision_key: str) -> None:

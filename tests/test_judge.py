@@ -1,0 +1,167 @@
+"""Rewards from a model (prime_rl/judge, docs/how-to/judge.md): a chat judge served by the launcher beside the
+student, scoring one source of a mix while the code verifier scores the other; a reward model (a sequence
+classifier) behind a hosted endpoint, asked through vLLM's pooling API. Each reward is checked against the judge's
+own weights run by transformers. The refusals are in the invalid-input catalogue (tests/test_invalid_inputs.py)."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+from prime_rl.config import ConfigError, compose_config
+from prime_rl.config.rules import check_rules
+from prime_rl.judge.verdict import rubric_prompt, yes_no_reward
+from prime_rl.models import student_dir, teacher_dir
+from prime_rl.models.chat import final_answer
+from prime_rl.prepare import prepare_student
+from prime_rl.tasks.builtin import TINY_JUDGE_RUBRIC
+from prime_rl.tasks.rewards import exact
+from tests.test_e2e_rl import launch, rows
+from tests.vllm_server import serve
+
+STUDENT = "model.warm_start.task=reverse"  # the built-in reverse student (one build for a mix of reverse sources)
+TINY_JUDGE = "++teachers={judge:{kind:local_vllm,model:tiny,warm_start:{task:judge,steps:60}}}"
+# opd's teacher, a tiny judge, judges the rl source and scores the opd source's tokens: one server does both
+OPD_TEACHER_JUDGES = [
+    "training_mode=opd",
+    "teacher=local_vllm",
+    "teacher.warm_start.task=judge",
+    "teacher.warm_start.steps=60",
+    "trainer.loss.teacher_tau=0.1",
+    "task=mix",
+    "task.mix=[{name:reverse,label:code,verifier:exact},{name:reverse,label:judged,verifier:judge,seed:1,mode:rl}]",
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "keys"),
+    [
+        # a built-in judge that teaches nothing has nothing to learn unless told what to judge
+        (
+            ["task.verifier=judge", "++teachers={j:{kind:local_vllm,model:tiny}}", "judge.teacher=j"],
+            ["teachers.j.warm_start.task"],
+        ),
+        # a classifier cannot also score the opd student's tokens
+        (
+            ["training_mode=opd", "teacher=local_vllm", "task.verifier=judge", "judge.verdict=reward_model"],
+            ["judge.verdict", "judge.teacher"],
+        ),
+        (
+            ["task.verifier=judge", TINY_JUDGE, "judge.teacher=judge", "orchestrator.verification.enabled=false"],
+            ["orchestrator.verification.enabled", "task.verifier"],
+        ),
+    ],
+)
+def test_a_judge_that_cannot_serve_its_sources_is_refused(overrides, keys):
+    with pytest.raises(ConfigError) as err:
+        check_rules(compose_config(overrides), 0)
+    assert err.value.keys == keys
+
+
+def samples_of(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.vllm
+def test_the_opd_teacher_judges_one_source_of_a_mix_as_its_weights_say_and_the_code_verifier_the_other(tmp_path):
+    """A mix of two reverse sources: an opd one scored by `exact`, an rl one judged by opd's own teacher (one local
+    server scores the opd tokens and judges: a tiny model warm-started to say yes or no to a reply against the
+    answer). Each judged reward is P(yes) / (P(yes) + P(no)) of the judge's first token as transformers computes it
+    on the filled-in rubric; a reply whose top 20 holds neither would train nothing and be counted; one verdict per
+    sample, asked concurrently with the code verifier's."""
+    overrides = [*OPD_TEACHER_JUDGES, STUDENT, f"judge.rubric='{TINY_JUDGE_RUBRIC}'"]
+    run_dir = tmp_path / "run"
+    common = ["max_steps=2", "orchestrator.eval.interval=0", "orchestrator.log_samples=1000", "monitor=off"]
+    run = launch(run_dir, *overrides, *common)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert sorted(p.name for p in (run_dir / "logs").glob("teacher_inference*")) == ["teacher_inference.log"]
+
+    cfg = compose_config(overrides)
+    judge_dir = teacher_dir(cfg)
+    judge, judge_tok = AutoModelForCausalLM.from_pretrained(judge_dir), AutoTokenizer.from_pretrained(judge_dir)
+    student_tok = AutoTokenizer.from_pretrained(student_dir(cfg))
+    samples, train = samples_of(run_dir), [r for r in rows(run_dir) if "loss" in r]
+    judged_rewards = []
+    for r in train:
+        mine = [s for s in samples if s["step"] == r["step"]]
+        judged = [s for s in mine if s["source"] == "judged"]
+        assert r["judge/calls"] == len(judged) > 0 and r["judge/failed"] == 0
+        assert r["judge/unparsed"] == sum(s["failed"] for s in judged)
+        for s in mine:
+            word = s["prompt"].split("reverse: ")[1].split("<")[0]
+            reply = final_answer(student_tok.decode(s["completion_ids"], skip_special_tokens=True))
+            if s["source"] == "code":
+                assert s["reward"] == exact(reply, word[::-1]) and not s["failed"] and s["mode"] == "opd"
+                assert len(s["teacher_logprobs"]) == len(s["completion_ids"])  # the same server scored its tokens
+                continue
+            question = [{"role": "user", "content": rubric_prompt(TINY_JUDGE_RUBRIC, "", reply, word[::-1])}]
+            ids = torch.tensor([judge_tok.apply_chat_template(question, add_generation_prompt=True, return_dict=False)])
+            with torch.no_grad():
+                logprobs = judge(ids).logits[0, -1].float().log_softmax(-1)
+            top = logprobs.topk(20)
+            want = yes_no_reward(
+                {judge_tok.decode([i]): lp for i, lp in zip(top.indices.tolist(), top.values.tolist())}
+            )
+            if want is None:
+                assert s["failed"] and s["reward"] == 0 and not any(s["loss_mask"]), s
+            else:
+                assert s["reward"] == pytest.approx(want, abs=2e-3) and not s["failed"], (reply, s["reward"], want)
+                judged_rewards.append(s["reward"])
+        played = [s["reward"] for s in judged if not s["failed"]]
+        if played:
+            assert r["reward/judged"] == pytest.approx(sum(played) / len(played))
+        assert r["teacher/requests"] >= len(judged) and r["time/judge"] > 0
+    assert judged_rewards and len(set(judged_rewards)) > 1  # verdicts, each its reply's, not one constant
+
+
+def reward_model_from(lm_dir: Path, out: Path) -> Path:
+    """A sequence classifier of one label on the student's body: the tiny LM's weights, a seeded new score head."""
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_pretrained(lm_dir, num_labels=1)
+    model.config.pad_token_id = (
+        model.config.eos_token_id[0] if isinstance(model.config.eos_token_id, list) else model.config.eos_token_id
+    )
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(lm_dir).save_pretrained(out, save_jinja_files=False)
+    return out
+
+
+@pytest.mark.vllm
+def test_a_hosted_reward_model_scores_each_reply_through_vllms_classify_api(tmp_path):
+    """A reward model served elsewhere (a vLLM server of a Qwen2ForSequenceClassification, reached as an external
+    endpoint): each reply's reward is sigmoid(logit) of the conversation (the prompt, the reply) as transformers
+    scores it, and the launcher never probes it for chat."""
+    cfg = compose_config([STUDENT])
+    rm_dir = reward_model_from(prepare_student(cfg), tmp_path / "rm")
+    with serve(rm_dir, tmp_path, served_name="rm", student=False) as url:
+        run_dir = tmp_path / "run"
+        run = launch(
+            run_dir,
+            STUDENT,
+            "task.verifier=judge",
+            f"++teachers={{rm:{{kind:external,model:rm,base_url:'{url}/v1'}}}}",
+            "judge.teacher=rm",
+            "judge.verdict=reward_model",
+            "max_steps=1",
+            "orchestrator.eval.interval=0",
+            "orchestrator.log_samples=1000",
+            "monitor=off",
+        )
+    assert run.returncode == 0, run.stderr[-3000:]
+    model, tok = AutoModelForSequenceClassification.from_pretrained(rm_dir), AutoTokenizer.from_pretrained(rm_dir)
+    student_tok = AutoTokenizer.from_pretrained(student_dir(cfg))
+    samples = samples_of(run_dir)
+    [r] = [r for r in rows(run_dir) if "loss" in r]
+    assert r["judge/calls"] == len(samples) == 128 and r["judge/unparsed"] == r["judge/failed"] == 0
+    for s in samples[:32]:
+        prompt = s["prompt"].split("<|im_start|>user\n")[1].split("<|im_end|>")[0]
+        reply = final_answer(student_tok.decode(s["completion_ids"], skip_special_tokens=True))
+        conversation = [{"role": "user", "content": prompt}, {"role": "assistant", "content": reply}]
+        ids = torch.tensor([tok.apply_chat_template(conversation, return_dict=False)])
+        with torch.no_grad():
+            logit = model(ids).logits[0, 0].item()
+        assert s["reward"] == pytest.approx(1 / (1 + math.exp(-logit)), abs=2e-3), (reply, s["reward"], logit)
+    assert len({s["reward"] for s in samples}) > 1
