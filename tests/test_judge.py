@@ -3,8 +3,10 @@ student, scoring one source of a mix while the code verifier scores the other; a
 classifier) behind a hosted endpoint, asked through vLLM's pooling API. Each reward is checked against the judge's
 own weights run by transformers. The refusals are in the invalid-input catalogue (tests/test_invalid_inputs.py)."""
 
+import asyncio
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,12 +15,19 @@ from transformers import AutoModelForCausalLM, AutoModelForSequenceClassificatio
 
 from prime_rl.config import ConfigError, compose_config
 from prime_rl.config.rules import check_rules
+from prime_rl.config.schema import Config, JudgeConfig, TeacherConfig, TeacherKind, Verdict
+from prime_rl.config.teachers import DEFAULT
+from prime_rl.judge.judge import Judge, Judged
 from prime_rl.judge.verdict import rubric_prompt, yes_no_reward
 from prime_rl.models import student_dir, teacher_dir
 from prime_rl.models.chat import final_answer
+from prime_rl.orchestrator.context import make_teacher
 from prime_rl.prepare import prepare_student
 from prime_rl.tasks.builtin import TINY_JUDGE_RUBRIC
 from prime_rl.tasks.rewards import exact
+from prime_rl.teacher.answers import TeacherAnswers
+from prime_rl.teacher.chat_api import VLLM_API
+from tests.http_stub import StubHandler, serve_stub, stub_url
 from tests.test_e2e_rl import launch, rows
 from tests.vllm_server import serve
 
@@ -49,6 +58,11 @@ OPD_TEACHER_JUDGES = [
             ["training_mode=opd", "teacher=local_vllm", "task.verifier=judge", "judge.verdict=reward_model"],
             ["judge.verdict", "judge.teacher"],
         ),
+        # an eval task is judged by the run's judge: there must be one
+        (
+            ["orchestrator.eval.tasks=[{name:sort,verifier:judge}]"],
+            ["orchestrator.eval.tasks[0].verifier", "task.verifier"],
+        ),
         (
             ["task.verifier=judge", TINY_JUDGE, "judge.teacher=judge", "orchestrator.verification.enabled=false"],
             ["orchestrator.verification.enabled", "task.verifier"],
@@ -59,6 +73,54 @@ def test_a_judge_that_cannot_serve_its_sources_is_refused(overrides, keys):
     with pytest.raises(ConfigError) as err:
         check_rules(compose_config(overrides), 0)
     assert err.value.keys == keys
+
+
+def test_a_verdict_an_unreadable_answer_and_a_failed_request_are_each_counted():
+    """A judge on a real HTTP endpoint that scores one reply, answers another with no number and fails the third
+    every time: the rewards are 0.7, none, none; the failure was retried within teacher.max_retries; the step's
+    metrics count each kind."""
+    requests = []
+
+    class Endpoint(StubHandler):
+        def do_POST(self):
+            reply = json.loads(self.body())["messages"][0]["content"]
+            requests.append(reply)
+            if reply == "down":
+                return self.reply(500, b'{"error": "down"}')
+            content = "Score: 7/10" if reply == "good" else "hard to say"
+            choice = {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+            self.reply(
+                200, json.dumps({"choices": [choice], "usage": {"prompt_tokens": 5, "completion_tokens": 4}}).encode()
+            )
+
+    server = serve_stub(Endpoint)
+    teacher_cfg = TeacherConfig(
+        kind=TeacherKind.external, model="judge", base_url=f"{stub_url(server)}/v1", max_retries=1
+    )
+    cfg = replace(Config(), teacher=teacher_cfg)
+
+    async def judged() -> tuple[list, dict]:
+        teacher = make_teacher(cfg, DEFAULT)
+        teacher.answers = TeacherAnswers(cfg, teacher.client, teacher.model, VLLM_API)
+        judge = Judge(JudgeConfig(verdict=Verdict.score, rubric="{completion}"), teacher)
+        try:
+            rewards = await judge.rewards([Judged("p", reply, None) for reply in ("good", "vague", "down")])
+            return rewards, judge.take_metrics() | teacher.answers.step_metrics()
+        finally:
+            await teacher.client.close()
+
+    try:
+        rewards, metrics = asyncio.run(judged())
+    finally:
+        server.shutdown()
+    assert rewards == [pytest.approx(0.7), None, None]
+    assert sorted(requests) == ["down", "down", "good", "vague"]  # the failing one asked 1 + max_retries times
+    assert {k: metrics[k] for k in ("judge/calls", "judge/unparsed", "judge/failed")} == {
+        "judge/calls": 3,
+        "judge/unparsed": 1,
+        "judge/failed": 1,
+    }
+    assert metrics["teacher/requests"] == 4 and metrics["teacher/prompt_tokens"] == 10 and metrics["time/judge"] > 0
 
 
 def samples_of(run_dir: Path) -> list[dict]:

@@ -9,6 +9,7 @@ import statistics
 from dataclasses import dataclass, replace
 
 from prime_rl.config.evaluation import due, due_for_eval, eval_task_config, task_interval
+from prime_rl.config.judge import judged_sources
 from prime_rl.config.modes import RolloutSource, example_mode
 from prime_rl.config.sources import source_label
 from prime_rl.inference.client import ChatAnswer
@@ -59,8 +60,15 @@ def eval_tasks(ctx: Context) -> list[EvalTask]:
     for t in cfg.orchestrator.eval.tasks:
         own = eval_task_config(cfg, t)
         verification = Verification(own.task, cfg.orchestrator.verification)
+        judged = frozenset(label for label, _, _ in judged_sources(own))  # by its own verifier, not the run's
         mine = replace(
-            ctx, cfg=own, task=load_task(own.task), verification=verification, envs=EnvPool(), difficulty=None
+            ctx,
+            cfg=own,
+            task=load_task(own.task),
+            verification=verification,
+            envs=EnvPool(),
+            difficulty=None,
+            judged=judged,
         )
         tasks.append(EvalTask(source_label(t), task_interval(cfg, t), mine))
     return tasks

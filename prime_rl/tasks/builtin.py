@@ -66,8 +66,9 @@ def sort_task(cfg: TaskConfig) -> Task:
 
 
 def judge_task(cfg: TaskConfig) -> Task:
-    """Judging reverse's replies by TINY_JUDGE_RUBRIC: the right reply or a near miss (one letter changed, dropped or
-    doubled, two swapped, the word unreversed), half each, answered `yes` or `no`: what the built-in judge learns."""
+    """Judging reverse's replies by TINY_JUDGE_RUBRIC: the right reply or a wrong one (a near miss: one letter changed,
+    dropped or doubled, two swapped, the word unreversed; or a far one), half each, answered `yes` or `no`: what the
+    built-in judge learns."""
     rng = random.Random(cfg.seed)
 
     def make(word: str) -> Example:
@@ -80,13 +81,16 @@ def judge_task(cfg: TaskConfig) -> Task:
 
 
 def near_miss(text: str, rng: random.Random) -> str:
-    """`text` with one slip; never `text` itself."""
+    """`text` with one slip, or a reply with nothing of it (a letter repeated, random letters): what a policy
+    rewarded by this judge would otherwise learn to write; never `text` itself."""
     i = rng.randrange(len(text))
     slips = [
         text[:i] + rng.choice(string.ascii_lowercase.replace(text[i], "")) + text[i + 1 :],
         text[:i] + text[i + 1 :],
         text[:i] + text[i] + text[i:],
         text[::-1],
+        rng.choice(string.ascii_lowercase) * len(text),
+        "".join(rng.choice(string.ascii_lowercase) for _ in text),
     ]
     if len(text) > 1:
         j = min(i, len(text) - 2)

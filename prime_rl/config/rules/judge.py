@@ -1,6 +1,6 @@
 """The judge: the model whose server gives the rewards of the sources with task.verifier=judge."""
 
-from prime_rl.config.judge import RUBRIC_FIELDS, judge_teacher, judged_sources, rubric_fields
+from prime_rl.config.judge import JUDGE, RUBRIC_FIELDS, judge_teacher, judged_sources, rubric_fields
 from prime_rl.config.modes import source_modes
 from prime_rl.config.schema import Config, TeacherKind, Verdict
 from prime_rl.config.teachers import DEFAULT, teacher_config, teacher_key
@@ -13,6 +13,13 @@ def judge(cfg: Config, _: int) -> None:
     """A judged source has a judge that can read its rubric, and its rewards are computed; judge.teacher names
     the judge of judged sources only."""
     name, j = judge_teacher(cfg), cfg.judge
+    for i, t in enumerate(cfg.orchestrator.eval.tasks):
+        check(
+            t.verifier != JUDGE or name is not None,
+            [f"orchestrator.eval.tasks[{i}].verifier", "task.verifier"],
+            "an eval task is judged by the run's judge, and no source of the run's task is judged",
+            "judge a source of the run's task too (task.verifier=judge, with judge.teacher), or verify it by code",
+        )
     if name is None:
         check(
             j.teacher is None,
