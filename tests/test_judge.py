@@ -27,6 +27,7 @@ from prime_rl.tasks.builtin import TINY_JUDGE_RUBRIC
 from prime_rl.tasks.rewards import exact
 from prime_rl.teacher.answers import TeacherAnswers
 from prime_rl.teacher.chat_api import VLLM_API
+from tests.conftest import unused_port
 from tests.http_stub import StubHandler, serve_stub, stub_url
 from tests.test_e2e_rl import launch, rows
 from tests.vllm_server import serve
@@ -121,6 +122,26 @@ def test_a_verdict_an_unreadable_answer_and_a_failed_request_are_each_counted():
         "judge/failed": 1,
     }
     assert metrics["teacher/requests"] == 4 and metrics["teacher/prompt_tokens"] == 10 and metrics["time/judge"] > 0
+
+
+@pytest.mark.faults
+def test_an_unreachable_hosted_reward_model_stops_the_job_in_one_line_before_any_server(tmp_path):
+    """A reward model takes no chat, so it is not probed as a chat teacher is; it must list its models instead."""
+    url = f"http://127.0.0.1:{unused_port()}/v1"
+    run_dir = tmp_path / "run"
+    run = launch(
+        run_dir,
+        STUDENT,
+        "task.verifier=judge",
+        f"++teachers={{rm:{{kind:external,model:rm,base_url:'{url}'}}}}",
+        "judge.teacher=rm",
+        "judge.verdict=reward_model",
+        "monitor=off",
+    )
+    assert run.returncode == 2
+    [line] = run.stderr.strip().splitlines()
+    assert url in line and "teachers.rm.base_url" in line
+    assert not (run_dir / "logs").exists()  # no server, no process of the run started
 
 
 def samples_of(run_dir: Path) -> list[dict]:

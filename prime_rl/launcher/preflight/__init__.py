@@ -43,6 +43,7 @@ from prime_rl.launcher.preflight.models import (
 from prime_rl.launcher.preflight.tasks import check_answers, check_eval_tasks, check_task
 from prime_rl.launcher.preflight.teachers import (
     check_local_alignments,
+    check_reward_model_endpoint,
     check_teacher_cache,
     check_teacher_env,
     teacher_alignments,
@@ -95,7 +96,9 @@ def check_at_job(cfg: Config, run_dir: Path, warn: Callable[[str], None]) -> Con
         check_top_k_served(cfg)
         for name, view in named_views(cfg):
             with named_errors(name):
-                if not serves_reward_model(cfg, name):  # a classifier: no chat to probe
+                if serves_reward_model(cfg, name):  # a classifier: no chat to probe
+                    check_reward_model_endpoint(view, name)
+                else:
                     cfg = with_teacher(cfg, name, resolve_teacher_api(view).teacher)
                 check_top_k_served(view)
     return cfg

@@ -28,7 +28,7 @@ from prime_rl.tasks import Task
 from prime_rl.tasks.registry import (
     load_task,
 )
-from prime_rl.teacher.client import teacher_client
+from prime_rl.teacher.client import TeacherError, teacher_client
 from prime_rl.teacher.scoring import (
     local_difference,
     probe_teacher,
@@ -129,3 +129,23 @@ async def _alignment(cfg: Config, tokenizer: Callable, examples: list):
         return alignment
     finally:
         await client.close()
+
+
+def check_reward_model_endpoint(view: Config, name: str) -> None:
+    """A hosted reward model takes no chat, so it is not probed as a teacher is: it lists its models, or the job
+    stops here in one line."""
+    if view.teacher.kind != TeacherKind.external:
+        return
+    client, _ = teacher_client(view)
+
+    async def listed() -> bool:
+        try:
+            return await client.serves_models()
+        finally:
+            await client.close()
+
+    if not asyncio.run(listed()):
+        raise TeacherError(
+            f"the reward model's endpoint {view.teacher.base_url} does not list its models (GET /models); "
+            f"fix: start it, or correct {teacher_key(name)}.base_url"
+        )
