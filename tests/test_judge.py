@@ -17,7 +17,7 @@ from prime_rl.config import ConfigError, compose_config
 from prime_rl.config.rules import check_rules
 from prime_rl.config.schema import Config, JudgeConfig, TeacherConfig, TeacherKind, Verdict
 from prime_rl.config.teachers import DEFAULT
-from prime_rl.judge.judge import Judge, Judged
+from prime_rl.judge.judge import Judge, Judged, JudgeFailed
 from prime_rl.judge.verdict import rubric_prompt, yes_no_reward
 from prime_rl.models import student_dir, teacher_dir
 from prime_rl.models.chat import final_answer
@@ -106,7 +106,11 @@ def test_a_verdict_an_unreadable_answer_and_a_failed_request_are_each_counted():
         judge = Judge(JudgeConfig(verdict=Verdict.score, rubric="{completion}"), teacher)
         try:
             rewards = await judge.rewards([Judged("p", reply, None) for reply in ("good", "vague", "down")])
-            return rewards, judge.take_metrics() | teacher.answers.step_metrics()
+            metrics = judge.take_metrics() | teacher.answers.step_metrics()
+            first = sorted(requests)
+            with pytest.raises(JudgeFailed):  # a batch the judge answers nothing of stops the run
+                await judge.rewards([Judged("p", "down", None)] * 2)
+            return rewards, metrics | {"first": first}
         finally:
             await teacher.client.close()
 
@@ -115,7 +119,8 @@ def test_a_verdict_an_unreadable_answer_and_a_failed_request_are_each_counted():
     finally:
         server.shutdown()
     assert rewards == [pytest.approx(0.7), None, None]
-    assert sorted(requests) == ["down", "down", "good", "vague"]  # the failing one asked 1 + max_retries times
+    assert metrics["first"] == ["down", "down", "good", "vague"]  # the failing one asked 1 + max_retries times
+    assert len(requests) == 4 + 2 * 2
     assert {k: metrics[k] for k in ("judge/calls", "judge/unparsed", "judge/failed")} == {
         "judge/calls": 3,
         "judge/unparsed": 1,

@@ -19,6 +19,7 @@ Share = Annotated[float, Interval(gt=0, le=1)]  # (0, 1]
 Fraction = Annotated[float, Interval(ge=0, lt=1)]  # [0, 1)
 Unit = Annotated[float, Interval(ge=0, le=1)]  # [0, 1]
 Port = Annotated[int, Interval(ge=0, le=65535)]  # a TCP port (0: the kernel picks one)
+TopLogprobs = Annotated[int, Interval(ge=1, le=20)]  # a chat request's top_logprobs: vLLM's default cap and OpenAI's
 # vLLM's --max-lora-rank choices (MaxLoRARanks in vllm/config/lora.py; tests/test_vllm_args.py keeps them in step):
 # written here because the launcher plans without importing vLLM
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -431,7 +432,7 @@ class JudgeConfig:
     rubric: str = JUDGE_RUBRIC  # yes_no, score: its user message, {prompt} {completion} {answer} filled in
     scale: Positive = 10.0  # score: the top of the scale the rubric asks for
     max_tokens: Count = 64  # score: the length cap of its reply, reasoning included
-    top_logprobs: Count = 20  # yes_no: the first token's alternatives searched for yes and no
+    top_logprobs: TopLogprobs = 20  # yes_no: the first token's alternatives searched for yes and no
 
 
 @dataclass

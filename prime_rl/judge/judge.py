@@ -2,16 +2,22 @@
 judge teacher's server, a step's samples all at once (up to teacher.max_concurrency in flight, which vLLM batches),
 and its answer becomes the reward (verdict.py). A request that still fails after the client's retries, or an answer
 that reads as no verdict, gives the sample no reward: it trains no token and is no group's baseline (as an episode
-its environment broke), and is counted (judge/failed, judge/unparsed)."""
+its environment broke), and is counted (judge/failed, judge/unparsed); a batch with no verdict at all stops the run
+(as the verifier's does)."""
 
 import asyncio
 import time
 from dataclasses import dataclass
 
 from prime_rl.config.schema import JudgeConfig, Verdict
+from prime_rl.config.user_error import UserError
 from prime_rl.inference.client import InferenceError, Sampling
 from prime_rl.judge.verdict import rubric_prompt, score_reward, yes_no_reward
 from prime_rl.teacher.chat_api import chat_payload
+
+
+class JudgeFailed(UserError, RuntimeError):
+    """The judge gave no verdict on a whole batch: it is down, or answers in no form its verdict reads."""
 
 
 @dataclass
@@ -28,10 +34,19 @@ class Judge:
         self.seconds = 0.0
 
     async def rewards(self, items: list[Judged]) -> list[float | None]:
-        """Each item's reward in [0, 1], or None where the judge gave none (counted)."""
-        start = time.monotonic()
+        """Each item's reward in [0, 1], or None where the judge gave none (counted). A batch of which the judge
+        gives no verdict stops the run: a judge that is down, or that answers in no form its verdict reads, would
+        otherwise train nothing to the end."""
+        start, failed = time.monotonic(), self.counts["failed"]
         rewards = await asyncio.gather(*(self.reward(item) for item in items))
         self.seconds += time.monotonic() - start
+        if items and all(r is None for r in rewards):
+            down = self.counts["failed"] - failed
+            raise JudgeFailed(
+                f"the judge gave no verdict on any of {len(items)} replies ({down} requests failed, the first error "
+                f"in the log; {len(items) - down} answers unreadable as judge.verdict={self.cfg.verdict.value}); "
+                "fix: check the judge's server, or its rubric and verdict (docs/how-to/judge.md)"
+            )
         return list(rewards)
 
     async def reward(self, item: Judged) -> float | None:
