@@ -42,7 +42,12 @@ OPD_TEACHER_JUDGES = [
     "teacher.warm_start.steps=60",
     "trainer.loss.teacher_tau=0.1",
     "task=mix",
-    "task.mix=[{name:reverse,label:code,verifier:exact},{name:reverse,label:judged,verifier:judge,seed:1,mode:rl}]",
+    "task.mix=[{name:reverse,label:code,verifier:exact},{name:reverse,label:judged,verifier:judge,seed:1,mode:rl},"
+    "{name:gym,env:prime_rl.tasks.lookup_env:Lookup,max_turns:3,label:episodes,verifier:judge,mode:rl}]",
+    # a student that calls lookup's tool (tests/test_episodes.py's build): its episodes are judged whole
+    "model.warm_start.task=lookup",
+    "model.warm_start.steps=120",
+    "orchestrator.sampling.max_tokens=64",
 ]
 
 
@@ -154,13 +159,16 @@ def samples_of(run_dir: Path) -> list[dict]:
 
 
 @pytest.mark.vllm
-def test_the_opd_teacher_judges_one_source_of_a_mix_as_its_weights_say_and_the_code_verifier_the_other(tmp_path):
-    """A mix of two reverse sources: an opd one scored by `exact`, an rl one judged by opd's own teacher (one local
-    server scores the opd tokens and judges: a tiny model warm-started to say yes or no to a reply against the
-    answer). Each judged reward is P(yes) / (P(yes) + P(no)) of the judge's first token as transformers computes it
-    on the filled-in rubric; a reply whose top 20 holds neither would train nothing and be counted; one verdict per
-    sample, asked concurrently with the code verifier's."""
-    overrides = [*OPD_TEACHER_JUDGES, STUDENT, f"judge.rubric='{TINY_JUDGE_RUBRIC}'"]
+def test_the_opd_teacher_judges_replies_and_episodes_of_a_mix_as_its_weights_say_and_the_code_verifier_the_rest(
+    tmp_path,
+):
+    """A mix of an opd reverse source scored by `exact`, an rl reverse source and an rl source of multi-turn lookup
+    episodes, both judged by opd's own teacher (one local server scores the opd tokens and judges: a tiny model
+    warm-started to say yes or no to a reply against the answer). Each judged reward is P(yes) / (P(yes) + P(no)) of
+    the judge's first token as transformers computes it on the filled-in rubric, an episode's on its whole
+    transcript (the environment's reward replaced); a reply whose top 20 holds neither would train nothing and be
+    counted; one verdict per sample, asked concurrently with the code verifier's."""
+    overrides = [*OPD_TEACHER_JUDGES, f"judge.rubric='{TINY_JUDGE_RUBRIC}'"]
     run_dir = tmp_path / "run"
     common = ["max_steps=2", "orchestrator.eval.interval=0", "orchestrator.log_samples=1000", "monitor=off"]
     run = launch(run_dir, *overrides, *common)
@@ -175,17 +183,18 @@ def test_the_opd_teacher_judges_one_source_of_a_mix_as_its_weights_say_and_the_c
     judged_rewards = []
     for r in train:
         mine = [s for s in samples if s["step"] == r["step"]]
-        judged = [s for s in mine if s["source"] == "judged"]
+        judged = [s for s in mine if s["source"] != "code"]
         assert r["judge/calls"] == len(judged) > 0 and r["judge/failed"] == 0
         assert r["judge/unparsed"] == sum(s["failed"] for s in judged)
         for s in mine:
-            word = s["prompt"].split("reverse: ")[1].split("<")[0]
+            word = s["prompt"].split("reverse: ")[1].split("<")[0] if s["source"] != "episodes" else ""
             reply = final_answer(student_tok.decode(s["completion_ids"], skip_special_tokens=True))
             if s["source"] == "code":
                 assert s["reward"] == exact(reply, word[::-1]) and not s["failed"] and s["mode"] == "opd"
                 assert len(s["teacher_logprobs"]) == len(s["completion_ids"])  # the same server scored its tokens
                 continue
-            question = [{"role": "user", "content": rubric_prompt(TINY_JUDGE_RUBRIC, "", reply, word[::-1])}]
+            answer = word[::-1] or None  # an episode has no reference answer
+            question = [{"role": "user", "content": rubric_prompt(TINY_JUDGE_RUBRIC, "", reply, answer)}]
             ids = torch.tensor([judge_tok.apply_chat_template(question, add_generation_prompt=True, return_dict=False)])
             with torch.no_grad():
                 logprobs = judge(ids).logits[0, -1].float().log_softmax(-1)
@@ -198,11 +207,14 @@ def test_the_opd_teacher_judges_one_source_of_a_mix_as_its_weights_say_and_the_c
             else:
                 assert s["reward"] == pytest.approx(want, abs=2e-3) and not s["failed"], (reply, s["reward"], want)
                 judged_rewards.append(s["reward"])
-        played = [s["reward"] for s in judged if not s["failed"]]
+        played = [s["reward"] for s in judged if not s["failed"] and s["source"] == "judged"]
         if played:
             assert r["reward/judged"] == pytest.approx(sum(played) / len(played))
         assert r["teacher/requests"] >= len(judged) and r["time/judge"] > 0
     assert judged_rewards and len(set(judged_rewards)) > 1  # verdicts, each its reply's, not one constant
+    episodes = [s for s in samples if s["source"] == "episodes"]
+    assert any(r.get("env/episodes/turns", 0) > 1 for r in train) and episodes
+    assert any(s["loss_mask"] and not all(s["loss_mask"]) for s in episodes)  # a tool's turn inside: multi-turn
 
 
 def reward_model_from(lm_dir: Path, out: Path) -> Path:

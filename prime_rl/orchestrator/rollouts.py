@@ -109,8 +109,16 @@ async def judged_by_model(ctx: Context, judged: list[tuple[Sample, Example]]) ->
     """The judge's rewards; a sample it gives none trains nothing, as an episode its environment broke."""
     if not judged:
         return
-    items = [Judged(ex.prompt, completion_text(ctx, s.completion_ids), ex.answer or None) for s, ex in judged]
+    items = [
+        Judged(prompt_text(ctx, s, ex), completion_text(ctx, s.completion_ids), ex.answer or None) for s, ex in judged
+    ]
     for (s, _), reward in zip(judged, await ctx.judge.rewards(items)):
         if reward is None:
             s.failed, s.loss_mask = True, [False] * len(s.completion_ids)
         s.reward = 0.0 if reward is None else reward
+
+
+def prompt_text(ctx: Context, s: Sample, ex: Example) -> str:
+    """The prompt a judge is shown: the example's, or an episode's first prompt as the student saw it (its
+    environment's first observation, after any system message), markup dropped."""
+    return ex.prompt or ctx.tokenizer.decode(s.prompt_ids, skip_special_tokens=True)
