@@ -22,6 +22,11 @@ def judged_sources(cfg: Config) -> list[tuple[str, str, TaskSourceConfig]]:
     ]
 
 
+def judged_labels(cfg: Config) -> frozenset[str]:
+    """The labels of the judged sources ("" for a task of one source)."""
+    return frozenset(label for label, _, _ in judged_sources(cfg))
+
+
 def judge_teacher(cfg: Config) -> str | None:
     """The name of the teacher whose server judges ("" the run's `teacher`); None where no source is judged."""
     if not judged_sources(cfg):

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass, field, replace
 
-from prime_rl.config.judge import judge_teacher, judged_sources
+from prime_rl.config.judge import judge_teacher, judged_labels
 from prime_rl.config.schema import Config, TeacherKind
 from prime_rl.config.teachers import DEFAULT, source_teachers, teacher_key, teacher_names, teacher_view
 from prime_rl.inference.client import InferenceClient, Sampling
@@ -93,7 +93,7 @@ def make_context(cfg: Config) -> Context:
         source_teachers=source_teachers(cfg),
         difficulty=DifficultyFilter(difficulty, task, run_dir.difficulty) if difficulty.enabled else None,
         judge=None if judge is None else Judge(cfg.judge, teachers[judge]),
-        judged=frozenset(label for label, _, _ in judged_sources(cfg)),
+        judged=judged_labels(cfg),
     )
 
 

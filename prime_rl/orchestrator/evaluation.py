@@ -9,7 +9,7 @@ import statistics
 from dataclasses import dataclass, replace
 
 from prime_rl.config.evaluation import due, due_for_eval, eval_task_config, task_interval
-from prime_rl.config.judge import judged_sources
+from prime_rl.config.judge import judged_labels
 from prime_rl.config.modes import RolloutSource, example_mode
 from prime_rl.config.sources import source_label
 from prime_rl.inference.client import ChatAnswer
@@ -60,7 +60,6 @@ def eval_tasks(ctx: Context) -> list[EvalTask]:
     for t in cfg.orchestrator.eval.tasks:
         own = eval_task_config(cfg, t)
         verification = Verification(own.task, cfg.orchestrator.verification)
-        judged = frozenset(label for label, _, _ in judged_sources(own))  # by its own verifier, not the run's
         mine = replace(
             ctx,
             cfg=own,
@@ -68,7 +67,7 @@ def eval_tasks(ctx: Context) -> list[EvalTask]:
             verification=verification,
             envs=EnvPool(),
             difficulty=None,
-            judged=judged,
+            judged=judged_labels(own),  # by its own verifier, not the run's
         )
         tasks.append(EvalTask(source_label(t), task_interval(cfg, t), mine))
     return tasks
