@@ -80,9 +80,7 @@ class Judge:
         if yes_no:
             payload |= {"logprobs": True, "top_logprobs": self.cfg.top_logprobs}
         data = await t.client.post("/chat/completions", payload)
-        t.answers.usage.add_reply(
-            data.get("usage") or {}, t.cfg.teacher.price_per_mtok_in, t.cfg.teacher.price_per_mtok_out
-        )
+        t.answers.count(data.get("usage") or {})
         choice = data["choices"][0]
         if yes_no:
             first = (choice.get("logprobs") or {}).get("content") or [{}]

@@ -80,10 +80,14 @@ class TeacherAnswers:
     async def chat(
         self, messages: list[dict], n: int, sampling: Sampling, tools: list[dict] | None = None
     ) -> list[ChatAnswer]:
-        t = self.cfg.teacher
         reply = await self.client.chat(chat_payload(self.cfg, self.model, messages, n, sampling, self.api, tools))
-        self.usage.add_reply(reply.usage, t.price_per_mtok_in, t.price_per_mtok_out)
+        self.count(reply.usage)
         return reply.answers
+
+    def count(self, usage: dict) -> None:
+        """A reply's tokens and cost in this step's usage (its chat answers', and the judge's verdicts')."""
+        t = self.cfg.teacher
+        self.usage.add_reply(usage, t.price_per_mtok_in, t.price_per_mtok_out)
 
     def step_metrics(self) -> dict[str, float]:
         """The step's teacher usage and the run's totals; counting starts afresh for the next step."""

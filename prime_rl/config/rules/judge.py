@@ -1,9 +1,8 @@
 """The judge: the model whose server gives the rewards of the sources with task.verifier=judge."""
 
 from prime_rl.config.judge import JUDGE, RUBRIC_FIELDS, judge_teacher, judged_sources, rubric_fields
-from prime_rl.config.modes import source_modes
 from prime_rl.config.schema import Config, TeacherKind, Verdict
-from prime_rl.config.teachers import DEFAULT, teacher_config, teacher_key
+from prime_rl.config.teachers import DEFAULT, teacher_config, teacher_key, teaches
 from prime_rl.config.user_error import check
 
 ADD_JUDGE = "add one: '++teachers={judge:{kind:local_vllm,model:<dir>}}' judge.teacher=judge"
@@ -45,7 +44,10 @@ def judge(cfg: Config, _: int) -> None:
         )
     t = teacher_config(cfg, name) if name == DEFAULT or name in cfg.teachers else None
     check(
-        t is None or t.model != "tiny" or t.warm_start.task is not None or name in taught_by(cfg),
+        t is None
+        or t.model != "tiny"
+        or t.warm_start.task is not None
+        or teaches(cfg, name, lambda mode: mode.teacher),
         [f"{teacher_key(name)}.warm_start.task"],
         "the built-in judge teaches no source, so it has nothing to warm-start on",
         f"set {teacher_key(name)}.warm_start.task=judge (it learns to judge reverse's replies)",
@@ -60,7 +62,7 @@ def judge(cfg: Config, _: int) -> None:
         rubric(j.rubric)
         return
     check(
-        name not in taught_by(cfg),
+        not teaches(cfg, name, lambda mode: mode.teacher),
         ["judge.verdict", "judge.teacher"],
         f"a reward model only judges, and {teacher_key(name)} also teaches",
         "give the reward model a teachers entry of its own and set judge.teacher to it",
@@ -85,8 +87,3 @@ def rubric(text: str) -> None:
         "the rubric never shows the judge the reply it judges",
         "put {completion} in judge.rubric",
     )
-
-
-def taught_by(cfg: Config) -> set[str]:
-    """The names of the teachers that teach a source."""
-    return {src.teacher or DEFAULT for _, src, mode in source_modes(cfg) if mode.teacher}
