@@ -28,4 +28,4 @@ if __name__ == "__main__":
     try:
         main()
     except (HydraException, OmegaConfBaseException) as e:
-        exit_with(hydra_error(e))
+        exit_with(str(hydra_error(e)))

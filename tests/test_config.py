@@ -14,6 +14,7 @@ from prime_rl.config.teachers import DEFAULT, REFERENCE, local_teachers, teacher
 from prime_rl.launcher.auto_dtype import BF16_MIN_PARAMS, auto_cpu_dtype, cpu_bf16_flag, student_params
 from prime_rl.launcher.plan import build_plan
 from prime_rl.launcher.preflight import check_at_job, check_at_launch
+from prime_rl.launcher.validation import hydra_error
 from prime_rl.models.recipe import student_dir, teacher_dir
 from tests.conftest import ROOT, launch_cmd
 
@@ -59,14 +60,11 @@ def test_command_line_teacher_wins_over_the_mode_default(order):
     assert compose_config(order).teacher.kind == TeacherKind.external
 
 
-def test_unknown_key_is_an_error():
-    with pytest.raises(ConfigCompositionException, match="teacher_ta"):
-        compose_config(["trainer.loss.teacher_ta=1"])
-
-
-def test_wrong_type_is_an_error():
-    with pytest.raises(ConfigCompositionException, match="max_steps"):
-        compose_config(["max_steps=many"])
+@pytest.mark.parametrize("override", ["trainer.loss.teacher_ta=1", "max_steps=many"])
+def test_an_unknown_key_or_a_wrong_type_is_an_error_naming_the_key(override):
+    with pytest.raises(ConfigCompositionException) as e:
+        compose_config([override])
+    assert hydra_error(e.value).keys == [override.split("=")[0]]
 
 
 VALID = {
@@ -354,8 +352,9 @@ RULES = {
 @pytest.mark.parametrize("key", ["orchestrator.training_mode=opd", "trainer.loss.type=sft"])
 def test_the_mode_is_set_only_at_the_top_level(key):
     """The trainer and orchestrator read training_mode itself: no second copy can disagree with it."""
-    with pytest.raises(HydraException, match=key.split("=")[0].split(".")[-1]):
+    with pytest.raises(HydraException) as e:
         compose_config([key])
+    assert hydra_error(e.value).keys == [key.split("=")[0]]
 
 
 @pytest.mark.parametrize("rule", list(RULES))

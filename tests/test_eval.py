@@ -226,24 +226,25 @@ def test_subjects_are_exports_first_then_checkpoints_and_latest_is_the_newest_of
 
 
 @pytest.mark.parametrize(
-    ("steps", "run", "named"),
+    ("steps", "run", "keys"),
     [
-        (["8"], True, "holds no weights or checkpoint of step 8"),
-        (["merged"], True, "holds no merged model"),
-        (["two"], True, "not a step"),
-        (["3"], False, "needs a run [--run]"),
+        (["8"], True, ["--step"]),
+        (["merged"], True, ["--step"]),
+        (["two"], True, ["--step"]),
+        (["3"], False, ["--step", "--run"]),
     ],
 )
-def test_a_model_the_run_does_not_hold_is_refused_naming_what_it_holds(tmp_path, steps, run, named):
+def test_a_model_the_run_does_not_hold_is_refused_naming_what_it_holds(tmp_path, steps, run, keys):
     root = run_dir_with(tmp_path / "run", exports=[3], checkpoints=[2])
-    with pytest.raises(UserError, match="fix: ") as e:
+    with pytest.raises(UserError) as e:
         find_subjects(root if run else None, steps, "tiny", RunDir(tmp_path / "out"), False)
-    assert named in str(e.value) and (not run or "it holds start, 2, 3" in str(e.value))
+    assert e.value.keys == keys and (not run or "start, 2, 3" in str(e.value))  # the steps it holds, to pick from
 
 
 def test_a_dir_no_launch_wrote_is_refused(tmp_path):
-    with pytest.raises(UserError, match=r"not a run dir of launch.py \(no .hydra/overrides.yaml\)"):
+    with pytest.raises(UserError) as e:
         run_overrides(tmp_path)
+    assert e.value.keys == ["--run"]
     write_overrides(tmp_path, ["max_steps=4", "lora=on", "inference.url=http://h:1/v1"])
     assert run_overrides(tmp_path) == ["max_steps=4", "lora=on"]  # the standing server that launch used: not kept
 
@@ -252,10 +253,11 @@ def test_an_lm_eval_task_it_does_not_know_is_refused_in_one_line(tmp_path):
     pytest.importorskip("lm_eval", reason="lm-evaluation-harness is not installed (the harness extra)")
     tasks = harness_task(tmp_path / "tasks")
     check_harness(["reverse_words"], tasks)
-    with pytest.raises(UserError, match=r"--harness reverse_word: no such task in .*; fix: "):
+    with pytest.raises(UserError) as unknown:
         check_harness(["reverse_word"], tasks)
-    with pytest.raises(UserError, match=r"--harness-include .*: no such dir; fix: "):
+    with pytest.raises(UserError) as no_dir:
         check_harness(["reverse_words"], tmp_path / "nowhere")
+    assert (unknown.value.keys, no_dir.value.keys) == (["--harness"], ["--harness-include"])
 
 
 # a sweep of the overrides (-m): the same key twice counts once, as in Hydra (k = 2 and k = 4 at T = 1, on 8 prompts)
@@ -339,10 +341,11 @@ def test_an_eval_on_slurm_asks_for_its_one_servers_gpus_on_one_node(tmp_path):
     params = slurm_params(point, ["hydra/launcher=slurm_gpu", "hydra.launcher.partition=gpu"], tmp_path)
     assert (params["gpus_per_node"], params["nodes"], params["cpus_per_task"]) == (2, 1, 16)  # not the 8 of the run
     assert params["partition"] == "gpu" and params["submitit_folder"] == f"{tmp_path}/%j"
-    with pytest.raises(UserError, match=r"^hydra/launcher=basic: an evaluation runs its points here or on SLURM"):
+    with pytest.raises(UserError) as basic:
         slurm_params(point, ["hydra/launcher=basic"], tmp_path)
-    with pytest.raises(UserError, match=r"^unknown key \[hydra.launcher.partiton\]"):
+    with pytest.raises(UserError) as misspelt:
         slurm_params(point, ["hydra/launcher=slurm", "hydra.launcher.partiton=gpu"], tmp_path)
+    assert (basic.value.keys, misspelt.value.keys) == (["hydra/launcher"], ["hydra.launcher.partiton"])
 
 
 def test_a_point_that_fails_its_checks_is_named_before_any_is_evaluated(tmp_path):
@@ -397,8 +400,9 @@ def test_an_eval_of_gpu_runs_needs_only_their_students_gpus_and_a_dry_run_shows_
         f"dry run: 2 evaluation(s) checked, joined in {out / 'results.json'}; nothing started or written\n"
     )
     assert not out.exists()
-    with pytest.raises(UserError, match=r"^eval #0 .*: the student's server takes 2 GPUs but 0 are visible here"):
+    with pytest.raises(UserError) as e:
         dry_run(capsys, "--run", str(sweep), "--out", str(out))  # here, without them
+    assert e.value.keys == ["deployment.num_infer_gpus"] and str(e.value).startswith("eval #0 ")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # the student's two: enough, the run's eight are not needed
     assert "here, on a vLLM server of its own (2 GPU(s))" in dry_run(capsys, "--run", str(sweep / "0"))
     checked = check_request(Request(sweep / "0", [], [], [], out))

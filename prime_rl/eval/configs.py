@@ -26,7 +26,8 @@ def run_overrides(run: Path | None) -> list[str]:
     if not path.is_file():
         raise UserError(
             f"--run {run}: not a run dir of launch.py (no {RUN_OVERRIDES}); fix: give the dir a run or a "
-            "sweep point wrote (outputs/<date>/<time>, multirun/<date>/<time>/<n>)"
+            "sweep point wrote (outputs/<date>/<time>, multirun/<date>/<time>/<n>)",
+            ["--run"],
         )
     return [o for o in yaml.safe_load(path.read_text()) or [] if not o.lstrip("+~").startswith(LAUNCH_ONLY)]
 

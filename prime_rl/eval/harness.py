@@ -21,14 +21,18 @@ def task_manager(include: Path | None):
 def check_harness(names: list[str], include: Path | None) -> None:
     """Every task named is one lm-eval knows, before any server starts."""
     if include is not None and not include.is_dir():
-        raise UserError(f"--harness-include {include}: no such dir; fix: give the dir of your lm-eval task YAMLs")
+        raise UserError(
+            f"--harness-include {include}: no such dir; fix: give the dir of your lm-eval task YAMLs",
+            ["--harness-include"],
+        )
     known = set(task_manager(include).all_tasks)
     unknown = [n for n in names if n not in known]
     if unknown:
         where = f"in {include}" if include else "among lm-eval's tasks"
         raise UserError(
             f"--harness {', '.join(unknown)}: no such task {where}; fix: name a task lm-eval lists there "
-            "(lm-eval ls tasks), or add its YAML to --harness-include"
+            "(lm-eval ls tasks), or add its YAML to --harness-include",
+            ["--harness"],
         )
 
 

@@ -96,7 +96,7 @@ def check_points(points: list[Point], here: bool = True) -> list[Checked]:
         except UserError as e:
             if len(points) == 1:
                 raise
-            raise UserError(f"eval #{n} ({point.label}): {e}; nothing was evaluated") from e
+            raise UserError(f"eval #{n} ({point.label}): {e}; nothing was evaluated", e.keys) from e
     return checked
 
 
@@ -142,11 +142,12 @@ def slurm_params(point: Point, launcher: list[str], folder: Path) -> dict:
     try:
         cfg = composed(run_overrides(req.run) + req.overrides + SERVER_ONLY + launcher, with_hydra=True)
     except (HydraException, OmegaConfBaseException) as e:  # a misspelt launcher setting
-        raise UserError(hydra_error(e)) from e
+        raise hydra_error(e) from e
     if not is_slurm(cfg):
         raise UserError(
             f"{' '.join(launcher)}: an evaluation runs its points here or on SLURM; fix: hydra/launcher=slurm or "
-            "slurm_gpu (with its hydra.launcher.* settings), or no hydra/launcher"
+            "slurm_gpu (with its hydra.launcher.* settings), or no hydra/launcher",
+            ["hydra/launcher"],
         )
     cfg.hydra.launcher.submitit_folder = f"{folder}/%j"
     cfg.hydra.launcher.name = "prime-rl-eval"

@@ -72,7 +72,8 @@ def check_student_gpus(cfg: Config) -> None:
     if asked > visible:
         raise UserError(
             f"deployment.num_infer_gpus={asked}: the student's server takes {asked} GPUs but {visible} are visible "
-            "here; fix: evaluate where they are (CUDA_VISIBLE_DEVICES), or on SLURM with hydra/launcher=slurm_gpu"
+            "here; fix: evaluate where they are (CUDA_VISIBLE_DEVICES), or on SLURM with hydra/launcher=slurm_gpu",
+            ["deployment.num_infer_gpus"],
         )
 
 

@@ -39,7 +39,8 @@ def find_subjects(run: Path | None, specs: list[str], model_label: str, out: Run
         if specs not in ([], [START]):
             raise UserError(
                 f"--step {','.join(specs)} needs a run [--run]: without one the model evaluated is the config's "
-                f"({model_label}); fix: add --run <run dir>, or drop --step"
+                f"({model_label}); fix: add --run <run dir>, or drop --step",
+                ["--step", "--run"],
             )
         return [Subject(model_label, None, None)]
     runs = RunDir(run)
@@ -53,11 +54,14 @@ def subject(run: RunDir, spec: str, out: RunDir) -> Subject:
         if not (run.merged / "config.json").exists():
             raise UserError(
                 f"--step merged: {run.merged} holds no merged model (only a finished lora=on run writes "
-                f"one); fix: name a step ({steps_text(run)})"
+                f"one); fix: name a step ({steps_text(run)})",
+                ["--step"],
             )
         return Subject(MERGED, None, run.merged)
     if spec != LATEST and not spec.isdigit():
-        raise UserError(f"--step {spec}: not a step; fix: give start, latest, merged or a number ({steps_text(run)})")
+        raise UserError(
+            f"--step {spec}: not a step; fix: give start, latest, merged or a number ({steps_text(run)})", ["--step"]
+        )
     step = latest_step(run) if spec == LATEST else int(spec)
     if step in exported_steps(run):
         return Subject(f"step_{step}", step, run.weights(step))
@@ -65,7 +69,8 @@ def subject(run: RunDir, spec: str, out: RunDir) -> Subject:
         return Subject(f"step_{step}", step, out.weights(step), run.checkpoint(step))
     raise UserError(
         f"--step {spec}: {run.root} holds no weights or checkpoint of step {step}; fix: name one it "
-        f"holds ({steps_text(run)})"
+        f"holds ({steps_text(run)})",
+        ["--step"],
     )
 
 
@@ -83,7 +88,8 @@ def latest_step(run: RunDir) -> int:
     if not steps:
         raise UserError(
             f"--step latest: {run.root} holds no weights or checkpoint of any step (a run that never "
-            f"finished a step); fix: --step start, or another run"
+            f"finished a step); fix: --step start, or another run",
+            ["--step"],
         )
     return max(steps)
 

@@ -43,7 +43,7 @@ def launch_config(overrides: list[str], as_launched: bool = False) -> Config:
         cfg = compose_config(overrides)
         check_at_launch(cfg, node_gpus(cfg.deployment) if as_launched else len(visible_gpus()))
     except (HydraException, OmegaConfBaseException) as e:
-        raise UserError(hydra_error(e)) from e
+        raise hydra_error(e) from e
     return cfg
 
 
@@ -112,7 +112,7 @@ def compose_point(config_loader, master: DictConfig, overrides: list[str], num: 
     try:
         cfg = config_loader.load_sweep_config(master, overrides)
     except (HydraException, OmegaConfBaseException) as e:
-        return None, hydra_error(e)
+        return None, str(hydra_error(e))
     with open_dict(cfg.hydra.job):
         cfg.hydra.job.num = num  # as the launcher sets it: the run dir's subdir
     return cfg, validation_error(cfg, gpus)
@@ -131,31 +131,38 @@ def validation_error(cfg: DictConfig, gpus: int, runs_here: bool = False) -> str
     except UserError as e:  # a ConfigError, or a resource the config names (a standing server)
         return str(e)
     except OmegaConfBaseException as e:
-        return hydra_error(e)
+        return str(hydra_error(e))
     return None
 
 
-def hydra_error(e: Exception) -> str:
+def hydra_error(e: Exception) -> UserError:
     """One line from Hydra's and OmegaConf's multi-line errors, with the key and a fix."""
     cause = e.__cause__ or e
     key = getattr(cause, "full_key", None)
     if isinstance(e, MissingConfigException) and f"'hydra/launcher/{SLURM_PLUGIN}'" in str(e):
-        return missing_extra("hydra/launcher=slurm", "slurm", "hydra-submitit-launcher")
+        return UserError(missing_extra("hydra/launcher=slurm", "slurm", "hydra-submitit-launcher"), ["hydra/launcher"])
     if isinstance(e, MissingConfigException) and e.options:
         group, _, option = (e.missing_cfg_file or "").partition("/")
         if group == MODE_GROUP and ":" in option:  # an own mode's import path, where Hydra takes an option's name
-            return own_mode_option(option, e.options)
-        return f"invalid choice [{group}]: {first_line(e)}; fix: use one of {', '.join(sorted(e.options))}"
+            return UserError(own_mode_option(option, e.options), [group])
+        return UserError(
+            f"invalid choice [{group}]: {first_line(e)}; fix: use one of {', '.join(sorted(e.options))}", [group]
+        )
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and key in MODE_KEYS_ELSEWHERE:
-        return (
+        return UserError(
             f"unknown key [{key}]: the mode is set in one place, training_mode, which picks the orchestrator's part "
-            f"and the trainer's loss together; fix: use training_mode={modes_with(lambda m: True)} instead"
+            f"and the trainer's loss together; fix: use training_mode={modes_with(lambda m: True)} instead",
+            [key],
         )
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and key:
-        return f"unknown key [{key}]: {first_line(cause)}; fix: check the spelling ({LIST_KEYS})"
+        return UserError(f"unknown key [{key}]: {first_line(cause)}; fix: check the spelling ({LIST_KEYS})", [key])
     if key:
-        return f"invalid value [{key}]: {first_line(cause)}; fix: give {key} a value of its type ({LIST_KEYS})"
-    return f"invalid command line: {first_line(e)}; fix: write overrides as key=value (group=option for groups)"
+        return UserError(
+            f"invalid value [{key}]: {first_line(cause)}; fix: give {key} a value of its type ({LIST_KEYS})", [key]
+        )
+    return UserError(
+        f"invalid command line: {first_line(e)}; fix: write overrides as key=value (group=option for groups)"
+    )
 
 
 def own_mode_option(spec: str, options: list[str]) -> str:
