@@ -167,13 +167,15 @@ def test_the_opd_teacher_judges_replies_and_episodes_of_a_mix_as_its_weights_say
     warm-started to say yes or no to a reply against the answer). Each judged reward is P(yes) / (P(yes) + P(no)) of
     the judge's first token as transformers computes it on the filled-in rubric, an episode's on its whole
     transcript (the environment's reward replaced); a reply whose top 20 holds neither would train nothing and be
-    counted; one verdict per sample, asked concurrently with the code verifier's."""
+    counted; one verdict per sample, asked concurrently with the code verifier's. The run is in turns (the colocated
+    layout, a CPU's default)."""
     overrides = [*OPD_TEACHER_JUDGES, f"judge.rubric='{TINY_JUDGE_RUBRIC}'"]
     run_dir = tmp_path / "run"
     common = ["max_steps=2", "orchestrator.eval.interval=0", "orchestrator.log_samples=1000", "monitor=off"]
     run = launch(run_dir, *overrides, *common)
     assert run.returncode == 0, run.stderr[-3000:]
     assert sorted(p.name for p in (run_dir / "logs").glob("teacher_inference*")) == ["teacher_inference.log"]
+    assert json.loads((run_dir / "configs" / "plan.json").read_text())["layout"] == "colocated"
 
     cfg = compose_config(overrides)
     judge_dir = teacher_dir(cfg)

@@ -21,6 +21,7 @@ import yaml
 
 from prime_rl.launcher.processes import RUN_ENV
 from prime_rl.protocol.run_dir import RunDir
+from prime_rl.tasks.builtin import TINY_JUDGE_RUBRIC
 from tests.conftest import ROOT, launch_cmd
 from tests.test_slurm import job_ids, needs_slurm, sacct, steps, sweep, sweep_dir  # noqa: F401
 
@@ -36,6 +37,13 @@ needs_nodes = pytest.mark.skipif(
     len(partition_nodes("multi")) < 3, reason="no 3-node partition `multi`: run `.ci/slurm up --nodes 3`"
 )
 MULTI = ["hydra.launcher.partition=multi", "deployment=local", "debug=smoke"]
+# opd's teacher, a tiny judge (tests/test_judge.py's), judges the replies too
+TEACHER_JUDGES = [
+    "task.verifier=judge",
+    "teacher.warm_start.task=judge",
+    "teacher.warm_start.steps=60",
+    f"judge.rubric='{TINY_JUDGE_RUBRIC}'",
+]
 TWO_NODES = ["deployment.num_infer_nodes=1", "deployment.num_train_nodes=1"]
 
 
@@ -162,7 +170,9 @@ def train_alone(run_dir: Path, batches: Path, replay: Path) -> list[dict]:
 @pytest.mark.vllm
 @pytest.mark.timeout(600)
 def test_opd_on_three_nodes_with_a_local_teacher_trains_over_two_nodes_as_one_process_does(sweep_dir, tmp_path):
-    overrides = ["training_mode=opd", "teacher=local_vllm", "deployment.num_infer_nodes=1"]
+    """The teacher on node 0 also judges every reply (task.verifier=judge: the verdicts cross nodes to the
+    orchestrator on the head), and the trainer over nodes 1 and 2 trains on its batches as one process does."""
+    overrides = ["training_mode=opd", "teacher=local_vllm", "deployment.num_infer_nodes=1", *TEACHER_JUDGES]
     with BatchKeeper(sweep_dir / "0", tmp_path / "batches"):
         done = sweep(sweep_dir, *MULTI, *overrides, "deployment.num_train_nodes=2")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -178,6 +188,8 @@ def test_opd_on_three_nodes_with_a_local_teacher_trains_over_two_nodes_as_one_pr
         assert "--nnodes 2" in " ".join(trainer["command"]) and f"{hosts[1]}:" in " ".join(trainer["command"])
     two_nodes = {row["step"]: row for row in metrics(run_dir) if "loss" in row}
     assert sorted(two_nodes) == [0, 1, 2] and all(row["teacher_kl"] > 0 for row in two_nodes.values())
+    for row in two_nodes.values():  # a verdict for each sample, none lost on the way
+        assert row["judge/calls"] > 0 and row["judge/failed"] == 0 and row["time/judge"] > 0, row
     alone = {row["step"]: row for row in train_alone(run_dir, tmp_path / "batches", tmp_path / "replay")}
     for step, row in two_nodes.items():
         for key in ("loss", "entropy", "teacher_kl", "grad_norm", "tokens"):

@@ -15,7 +15,8 @@ def prepare_resume(run_dir: RunDir) -> int:
     if start and (run_dir.checkpoint(start) / UNSHARDED).exists():  # checked before anything is trimmed
         raise UserError(
             f"checkpoints/step_{start} in {run_dir.root} has the unsharded format of earlier versions ({UNSHARDED}); "
-            "fix: finish that run with the version that wrote it, or start a new run dir"
+            "fix: finish that run with the version that wrote it, or start a new run dir",
+            ["ckpt.resume"],
         )
     for step in run_dir.steps_in("rollouts"):
         run_dir.rollouts(step).unlink(missing_ok=True)

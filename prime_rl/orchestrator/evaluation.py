@@ -16,7 +16,7 @@ from prime_rl.inference.client import ChatAnswer
 from prime_rl.models.chat import final_answer
 from prime_rl.orchestrator.context import Context, student_sampling, teacher_sampling
 from prime_rl.orchestrator.env_pool import EnvPool
-from prime_rl.orchestrator.rollouts import rewards_of, student_rollouts
+from prime_rl.orchestrator.rollouts import reply_rewards, rewards_of, student_rollouts
 from prime_rl.orchestrator.teacher_episodes import teacher_episodes
 from prime_rl.tasks import Example, load_task
 from prime_rl.tasks.reward_workers import Verification
@@ -134,7 +134,7 @@ async def evaluate_teacher(ctx: Context) -> dict[str, float]:
     rewards = []
     if single:
         answers = await asyncio.gather(*(teacher_answer(ctx, ex, temperature) for ex in single))
-        rewards += await ctx.verification.rewards([(final_answer(a.text), ex) for a, ex in zip(answers, single)])
+        rewards += await reply_rewards(ctx, [(final_answer(a.text), ex) for a, ex in zip(answers, single)])
     episodes, _ = await teacher_episodes(ctx, played, 1, temperature)
     rewards += [s.reward for group in episodes for s in group]
     if not rewards:

@@ -118,6 +118,20 @@ async def judged_by_model(ctx: Context, judged: list[tuple[Sample, Example]]) ->
         s.reward = 0.0 if reward is None else reward
 
 
+async def reply_rewards(ctx: Context, replies: list[tuple[str, Example]]) -> list[float]:
+    """The rewards of replies that are not the run's samples (the teacher's, for its level): the judge's for a judged
+    source's (0 where it gives none), the verifier's for the rest."""
+    judged = [i for i, (_, ex) in enumerate(replies) if ex.source in ctx.judged]
+    rest = [i for i in range(len(replies)) if i not in judged]
+    items = [Judged(ex.prompt, text, ex.answer or None) for text, ex in (replies[i] for i in judged)]
+    verdicts, scored = await asyncio.gather(
+        ctx.judge.rewards(items) if items else asyncio.sleep(0, []),
+        ctx.verification.rewards([replies[i] for i in rest]) if rest else asyncio.sleep(0, []),
+    )
+    rewards = dict(zip(judged, (v or 0.0 for v in verdicts))) | dict(zip(rest, scored))
+    return [rewards[i] for i in range(len(replies))]
+
+
 def prompt_text(ctx: Context, s: Sample, ex: Example) -> str:
     """The prompt a judge is shown: the example's, or an episode's first prompt as the student saw it (its
     environment's first observation, after any system message), markup dropped."""

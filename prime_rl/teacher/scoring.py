@@ -251,7 +251,8 @@ async def probe_top_k(cfg: Config, k: int) -> None:
         raise TeacherError(
             f"teacher endpoint {client.base_url} does not return {k} logprobs per token "
             f"[trainer.loss.distill_top_k]: {str(e)[:300]}; fix: lower trainer.loss.distill_top_k, or serve the "
-            f"teacher with vllm serve --max-logprobs {k}"
+            f"teacher with vllm serve --max-logprobs {k}",
+            ["trainer.loss.distill_top_k"],
         ) from e
     finally:
         await client.close()

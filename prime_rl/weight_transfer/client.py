@@ -18,6 +18,10 @@ PROBE_TIMEOUT_S = 2.0  # one readiness probe: a node that does not answer must n
 class WeightTransferError(RuntimeError):
     """A weight-transfer route refused or failed: the server may hold half an update, so the run stops."""
 
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status  # the HTTP status of a refused request (None: no answer, or another failure)
+
 
 class ServerWeights:
     """Every student server of the run (one, or one per inference node of a multi-node job) as one: each call goes
@@ -89,5 +93,5 @@ class ServerWeights:
         except httpx.TransportError as e:
             raise WeightTransferError(f"{method} {url}: {type(e).__name__}: {e}") from e
         if resp.status_code >= 400:
-            raise WeightTransferError(f"{method} {url} -> HTTP {resp.status_code}: {resp.text[:300]}")
+            raise WeightTransferError(f"{method} {url} -> HTTP {resp.status_code}: {resp.text[:300]}", resp.status_code)
         return resp.json() if resp.headers.get("content-type", "").startswith("application/json") else {}
