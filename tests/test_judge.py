@@ -15,14 +15,23 @@ from transformers import AutoModelForCausalLM, AutoModelForSequenceClassificatio
 
 from prime_rl.config import ConfigError, compose_config
 from prime_rl.config.rules import check_rules
-from prime_rl.config.schema import Config, JudgeConfig, TeacherConfig, TeacherKind, Verdict
+from prime_rl.config.schema import (
+    Config,
+    JudgeConfig,
+    TaskConfig,
+    TeacherConfig,
+    TeacherKind,
+    TinyModelConfig,
+    Verdict,
+    WarmStartConfig,
+)
 from prime_rl.config.teachers import DEFAULT
 from prime_rl.judge.judge import Judge, Judged, JudgeFailed
 from prime_rl.judge.verdict import rubric_prompt, yes_no_reward
 from prime_rl.models import student_dir, teacher_dir
 from prime_rl.models.chat import final_answer
 from prime_rl.orchestrator.context import make_teacher
-from prime_rl.prepare import prepare_student
+from prime_rl.prepare import prepare_model, prepare_student
 from prime_rl.tasks.builtin import TINY_JUDGE_RUBRIC
 from prime_rl.tasks.rewards import exact
 from prime_rl.teacher.answers import TeacherAnswers
@@ -132,6 +141,15 @@ def test_a_verdict_an_unreadable_answer_and_a_failed_request_are_each_counted():
         "judge/failed": 1,
     }
     assert metrics["teacher/requests"] == 4 and metrics["teacher/prompt_tokens"] == 10 and metrics["time/judge"] > 0
+
+
+@pytest.mark.integration
+def test_a_student_warm_started_on_a_judged_task_records_its_greedy_reward_by_code(tmp_path):
+    """A tiny model's build measures its greedy eval reward without any server: a judged source's by the default
+    verifier (the judge's server is not up yet; it was a crash of every fresh task.verifier=judge run)."""
+    task = TaskConfig(verifier="judge", num_train=64, num_eval=8)
+    built = prepare_model("tiny", TinyModelConfig(), WarmStartConfig(steps=2), task, str(tmp_path))
+    assert 0 <= json.loads((built / "recipe.json").read_text())["eval_greedy_reward"] <= 1
 
 
 @pytest.mark.faults

@@ -1,9 +1,10 @@
 """Which sources a model judges (`task.verifier=judge`, per source in a mix) and which teacher's server judges
 them (`judge.teacher`: a named one, else the run's `teacher`)."""
 
+from dataclasses import replace
 from string import Formatter
 
-from prime_rl.config.schema import MIX, Config, TaskSourceConfig, Verdict
+from prime_rl.config.schema import MIX, Config, TaskConfig, TaskSourceConfig, Verdict
 from prime_rl.config.sources import mix_sources
 from prime_rl.config.teachers import DEFAULT
 
@@ -20,6 +21,16 @@ def judged_sources(cfg: Config) -> list[tuple[str, str, TaskSourceConfig]]:
         for i, (label, src) in enumerate(mix_sources(cfg.task))
         if src.verifier == JUDGE
     ]
+
+
+def code_verified(task: TaskConfig) -> TaskConfig:
+    """`task` with each judged source verified by the default verifier instead: for a reward where no judge serves
+    (a tiny model's build records its greedy eval reward by code, whichever run builds it first)."""
+
+    def unjudged(src):
+        return replace(src, verifier=TaskSourceConfig.verifier) if src.verifier == JUDGE else src
+
+    return replace(unjudged(task), mix=[unjudged(src) for src in task.mix])
 
 
 def judged_labels(cfg: Config) -> frozenset[str]:

@@ -12,6 +12,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from prime_rl.config.judge import code_verified
 from prime_rl.config.modes import SHOWN_ANSWER
 from prime_rl.config.schema import TaskConfig, TinyModelConfig, TinyTokenizer, WarmStartConfig
 from prime_rl.models.recipe import RECIPE_FILE, model_dir, recipe, trained_on
@@ -54,7 +55,7 @@ def _build(out: Path, tiny: TinyModelConfig, warm_start: WarmStartConfig, task_c
     torch.set_num_threads(1 if tiny.hidden_size <= 128 else os.cpu_count() or 1)
     start = time.time()
     log.info("building tiny model (%d warm-start steps) in %s", warm_start.steps, out)
-    task = load_task(task_cfg)
+    task = load_task(code_verified(task_cfg))
     tokenizer = (
         build_tokenizer()
         if tiny.tokenizer == TinyTokenizer.char
