@@ -150,25 +150,25 @@ def restart_counts(run_dir: Path, role: str) -> list[int]:
 
 @pytest.mark.vllm
 @pytest.mark.timeout(900)
-def test_a_60_step_run_outlives_its_server_killed_three_times_and_restarts_when_its_trainer_or_orchestrator_die(
+def test_a_45_step_run_outlives_its_server_killed_three_times_and_restarts_when_its_trainer_or_orchestrator_die(
     tmp_path,
 ):
-    """The default layout on a CPU (colocated). kill -9 of the student's server at steps 5, 15 and 25: each time the
+    """The default layout on a CPU (colocated). kill -9 of the student's server at steps 5, 10 and 15: each time the
     launcher restarts it in place and the orchestrator brings it back to the policy it served; then kill -9 of the
     trainer, and (once the restarted run has checkpointed again) of the orchestrator: the launcher restarts the run
     from its latest checkpoint each time. The run finishes, every step trained exactly once."""
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(
-        launch_cmd("max_steps=60", "ckpt.interval=5", "orchestrator.eval.interval=0", f"hydra.run.dir={run_dir}"),
+        launch_cmd("max_steps=45", "ckpt.interval=5", "orchestrator.eval.interval=0", f"hydra.run.dir={run_dir}"),
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
     try:
-        for step in (5, 15, 25):
+        for step in (5, 10, 15):
             kill_at_step(run_dir, proc, "inference", signal.SIGKILL, step)
-        checkpoint = 25
+        checkpoint = 15
         for target in ("trainer", "orchestrator"):
             wait_until(checkpointed_past(run_dir, checkpoint), proc, 300, "a checkpoint")
             checkpoint = RunDir(run_dir).latest_checkpoint()
@@ -192,8 +192,8 @@ def test_a_60_step_run_outlives_its_server_killed_three_times_and_restarts_when_
     assert counts[:5] == [0] * 5 and [k for k, _ in itertools.groupby(counts)] == [0, 1, 2, 3, 0], counts
     restarts = re.findall(r"restarting the run from step (\d+) \(restart (\d) of 2\): role (\w+) failed", out)
     assert [(r, role) for _, r, role in restarts] == [("1", "trainer"), ("2", "orchestrator")], out[-3000:]
-    assert all(int(step) >= 25 for step, _, _ in restarts)
-    assert train_steps(run_dir) == list(range(60))  # every step exactly once across the attempts
+    assert all(int(step) >= 15 for step, _, _ in restarts)
+    assert train_steps(run_dir) == list(range(45))  # every step exactly once across the attempts
     # one header per start: the first, three in place, one per restarted run
     assert (run_dir / "logs" / "inference.log").read_text().count("launcher starts inference") == 6
     assert outcome(run_dir)["status"] == "finished"
