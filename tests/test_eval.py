@@ -241,6 +241,13 @@ def test_a_model_the_run_does_not_hold_is_refused_naming_what_it_holds(tmp_path,
     assert e.value.keys == keys and (not run or "start, 2, 3" in str(e.value))  # the steps it holds, to pick from
 
 
+def test_a_task_judged_by_a_model_is_refused_since_only_the_students_server_is_served():
+    judge = "++teachers={judge:{kind:external,model:m,base_url:'http://127.0.0.1:9/v1',api_key_env:null}}"
+    with pytest.raises(UserError) as e:
+        check_request(Request(None, [], [], ["task.verifier=judge", judge, "judge.teacher=judge"], None))
+    assert e.value.keys == ["task.verifier"]
+
+
 def test_a_dir_no_launch_wrote_is_refused(tmp_path):
     with pytest.raises(UserError) as e:
         run_overrides(tmp_path)

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
+from prime_rl.config.judge import judged_sources
 from prime_rl.config.schema import Config
-from prime_rl.config.user_error import UserError
+from prime_rl.config.user_error import ConfigError, UserError
 from prime_rl.eval.configs import run_overrides, student_only, task_configs, teacher_as_student
 from prime_rl.eval.harness import check_harness, harness_rows
 from prime_rl.eval.subjects import Subject, find_subjects
@@ -60,11 +61,23 @@ def check_request(req: Request, here: bool = True) -> Checked:
     if here:
         check_student_gpus(cfg)
     tasks = task_configs(base, req.tasks)
-    for task in tasks.values():
+    for name, task in tasks.items():
         check_eval_prompts(task.task)
+        check_not_judged(name, task)
     if req.harness:
         check_harness(req.harness, req.harness_include)
     return Checked(cfg, out, subjects, tasks)
+
+
+def check_not_judged(name: str, task: Config) -> None:
+    """An evaluation serves the student alone: no judge's server is there to give a judged task's rewards."""
+    keys = [key for _, key, _ in judged_sources(task)]
+    if keys:
+        raise ConfigError(
+            keys,
+            f"task {name}'s rewards come from a judge, and an evaluation serves the student alone",
+            "evaluate on a task verified by code (--task), or judge it during the run (orchestrator.eval.tasks)",
+        )
 
 
 def check_student_gpus(cfg: Config) -> None:
