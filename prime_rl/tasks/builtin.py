@@ -66,9 +66,8 @@ def sort_task(cfg: TaskConfig) -> Task:
 
 
 def judge_task(cfg: TaskConfig) -> Task:
-    """Judging reverse's replies by TINY_JUDGE_RUBRIC: the right reply or a wrong one (a near miss: one letter changed,
-    dropped or doubled, two swapped, the word unreversed; or a far one), half each, answered `yes` or `no`: what the
-    built-in judge learns."""
+    """Judging reverse's replies by TINY_JUDGE_RUBRIC: the right reply or a wrong one (a near miss, or a far one:
+    near_miss), half each, answered `yes` or `no`: what the built-in judge learns."""
     rng = random.Random(cfg.seed)
 
     def make(word: str) -> Example:
@@ -81,8 +80,9 @@ def judge_task(cfg: TaskConfig) -> Task:
 
 
 def near_miss(text: str, rng: random.Random) -> str:
-    """`text` with one slip, or a reply with nothing of it (a letter repeated, random letters): what a policy
-    rewarded by this judge would otherwise learn to write; never `text` itself."""
+    """`text` with one slip (a letter changed, or copied over its neighbour, dropped or doubled, two swapped, the word
+    unreversed), or a reply with nothing of it (a letter repeated, random letters): what a policy rewarded by this
+    judge would otherwise learn to write; never `text` itself."""
     i = rng.randrange(len(text))
     slips = [
         text[:i] + rng.choice(string.ascii_lowercase.replace(text[i], "")) + text[i + 1 :],
@@ -95,5 +95,7 @@ def near_miss(text: str, rng: random.Random) -> str:
     if len(text) > 1:
         j = min(i, len(text) - 2)
         slips.append(text[:j] + text[j + 1] + text[j] + text[j + 2 :])
+        k = i - 1 if i else 1  # a neighbour's letter in i's place: the same letters, one of them twice
+        slips.append(text[:i] + text[k] + text[i + 1 :])
     slips = [s for s in slips if s != text and s]
     return rng.choice(slips) if slips else text + rng.choice(string.ascii_lowercase)
