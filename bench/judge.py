@@ -1,14 +1,16 @@
-"""Rewards from a judge (docs/how-to/judge.md) against the code verifier, on the built-in reverse task of 5-letter
-words, whose code verifier (`exact`) is known: how often the judge's verdict agrees with `exact` on the student's
-own samples, rl from the judge against rl from `exact` at equal steps (both evaluated by `exact`), and what judging
-costs a step.
+"""Rewards from a judge (docs/how-to/judge.md) against the code verifier, on a built-in task of 5-letter words
+(reverse, or sort with --task sort), whose code verifier (`exact`) is known: how often the judge's verdict agrees
+with `exact` on the student's own samples and how many of the replies it passes are right, rl from the judge against
+rl from `exact` at equal steps (both evaluated by `exact`), and what judging costs a step.
 
-The judge: the default tiny chat model warm-started 400 steps on task=judge over the same words (the right reply or
-a wrong one, answered yes or no), built once here and served by the launcher as a named local teacher; its reward is
-P(yes) of its first token. Variants: `verifier` (task.verifier=exact) and `judge`
-(task.verifier=judge). Both evaluate every 10 steps on an eval task verified by `exact` (eval/code/…).
+The judge: a tiny chat model of four layers warm-started 8000 steps on task=judge over the same words (reverse's
+replies, right or wrong, answered yes or no; ~25-45 min to build on the 2-core CPU, once: cached), served by the
+launcher as a named local teacher; its reward is P(yes) of its first token. Its rubric shows it the right answer, so
+it judges sort's replies as well. Variants: `verifier` (task.verifier=exact) and `judge` (task.verifier=judge). Both
+evaluate every 10 steps on an eval task verified by `exact` (eval/code/…).
 
-    .venv/bin/python bench/judge.py --runs 3            # ~30 min on the 2-core machine
+    .venv/bin/python bench/judge.py --runs 3                # ~7 min once the judge is built
+    .venv/bin/python bench/judge.py --runs 3 --task sort
     .venv/bin/python bench/judge.py --runs 1 --smoke --steps 4
 """
 
@@ -18,26 +20,32 @@ from pathlib import Path
 
 from common import REPO, add_runs_arg, bench_dir, compare_variants, finish, median, print_table, run_launcher
 
+from prime_rl.config.schema import LrSchedule, TinyModelConfig, WarmStartConfig
+
 NAME = "judge"
 WORDS = {"min_len": 5, "max_len": 5}
 JUDGE_RUBRIC = "{answer} vs {completion}: same?"  # the built-in judge task's (prime_rl/tasks/builtin.py)
 VARIANTS = ("verifier", "judge")
+ANSWERS = {"reverse": lambda word: word[::-1], "sort": lambda word: "".join(sorted(word))}  # --task: the right reply
+# four layers (two never learnt to compare two strings), 8000 steps (at 3000 it passed more near misses)
+JUDGE_MODEL = TinyModelConfig(num_layers=4, num_kv_heads=4)
+JUDGE_WARM_START = WarmStartConfig(steps=8000, lr=1e-3, warmup_steps=100, schedule=LrSchedule.cosine)
 
 
 def judge_model(cache: Path) -> Path:
     """The judge's model dir, built once per recipe (cached like every tiny model)."""
-    from prime_rl.config.schema import LrSchedule, TaskConfig, TinyModelConfig, WarmStartConfig
+    from prime_rl.config.schema import TaskConfig
     from prime_rl.prepare import prepare_model
 
-    warm_start = WarmStartConfig(steps=400, lr=3e-3, schedule=LrSchedule.cosine)
-    return prepare_model("tiny", TinyModelConfig(), warm_start, TaskConfig(name="judge", options=WORDS), str(cache))
+    return prepare_model("tiny", JUDGE_MODEL, JUDGE_WARM_START, TaskConfig(name="judge", options=WORDS), str(cache))
 
 
-def overrides(variant: str, judge_dir: Path, steps: int, seed: int) -> list[str]:
+def overrides(variant: str, judge_dir: Path, steps: int, seed: int, task: str) -> list[str]:
     words = f"{{min_len:{WORDS['min_len']},max_len:{WORDS['max_len']}}}"
     common = [
         f"+task.options={words}",
-        f"orchestrator.eval.tasks=[{{name:reverse,label:code,verifier:exact,options:{words}}}]",
+        f"task.name={task}",
+        f"orchestrator.eval.tasks=[{{name:{task},label:code,verifier:exact,options:{words}}}]",
         "orchestrator.eval.num_examples=64",
         f"max_steps={steps}",
         f"orchestrator.eval.interval={min(10, steps)}",
@@ -51,20 +59,22 @@ def overrides(variant: str, judge_dir: Path, steps: int, seed: int) -> list[str]
     return [*common, "task.verifier=judge", judge, "judge.teacher=judge", f"judge.rubric='{JUDGE_RUBRIC}'"]
 
 
-def agreement(run_dir: Path) -> dict:
-    """The judge's verdicts on the student's samples against `exact`: the share on the same side of 0.5, and its
-    mean reward on right and on wrong replies."""
+def agreement(run_dir: Path, task: str) -> dict:
+    """The judge's verdicts on the student's samples against `exact`: the share on the same side of 0.5, its mean
+    reward on right and on wrong replies, and its precision (of the replies it passes, >= 0.5, the share right)."""
     right, wrong = [], []
     for line in (run_dir / "samples.jsonl").read_text().splitlines():
         s = json.loads(line)
         if s["failed"]:
             continue
-        word = s["prompt"].split("reverse: ")[1].split("<")[0]
+        word = s["prompt"].split(f"{task}: ")[1].split("<")[0]
         reply = s["completion"].split("<")[0].strip()
-        (right if reply == word[::-1] else wrong).append(s["reward"])
-    agree = sum(r >= 0.5 for r in right) + sum(r < 0.5 for r in wrong)
+        (right if reply == ANSWERS[task](word) else wrong).append(s["reward"])
+    passed_right, passed_wrong = sum(r >= 0.5 for r in right), sum(r >= 0.5 for r in wrong)
+    agree = passed_right + len(wrong) - passed_wrong
     n = len(right) + len(wrong)
     return {
+        "precision": passed_right / (passed_right + passed_wrong) if passed_right + passed_wrong else None,
         "agreement": agree / n if n else None,
         "judge_on_right": sum(right) / len(right) if right else None,
         "judge_on_wrong": sum(wrong) / len(wrong) if wrong else None,
@@ -72,9 +82,9 @@ def agreement(run_dir: Path) -> dict:
     }
 
 
-def run_one(variant: str, seed: int, out: Path, judge_dir: Path, steps: int) -> dict:
+def run_one(variant: str, seed: int, out: Path, judge_dir: Path, steps: int, task: str) -> dict:
     run_dir = out / f"{variant}-{seed}"
-    launch = run_launcher(overrides(variant, judge_dir, steps, seed), run_dir)
+    launch = run_launcher(overrides(variant, judge_dir, steps, seed, task), run_dir)
     train = [r for _, r in launch.train_rows()]
     evals = [r for _, r in launch.eval_rows()]
     record = {
@@ -86,7 +96,7 @@ def run_one(variant: str, seed: int, out: Path, judge_dir: Path, steps: int) -> 
         "unparsed": sum(r.get("judge/unparsed", 0) for r in train),
         "curve": [(r["step"], r.get("eval/code/reward")) for r in evals],
     }
-    agreed = agreement(run_dir)  # the verifier's own: 1 by construction, its columns left empty
+    agreed = agreement(run_dir, task)  # the verifier's own: 1 by construction, its columns left empty
     return record | (agreed if variant == "judge" else dict.fromkeys(agreed))
 
 
@@ -94,20 +104,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_runs_arg(parser)
     parser.add_argument("--steps", type=int, default=40, help="optimizer steps of each run")
+    parser.add_argument("--task", choices=sorted(ANSWERS), default="reverse", help="the built-in task rl learns")
     args = parser.parse_args()
     out = bench_dir(NAME)
     judge_dir = judge_model(REPO / ".cache" / "bench-models")
     judge_recipe = json.loads((judge_dir / "recipe.json").read_text())
     print(f"judge {judge_dir}: greedy accuracy on its own task {judge_recipe['eval_greedy_reward']}", flush=True)
     per_run, medians = compare_variants(
-        args.runs, VARIANTS, lambda v, seed: run_one(v, seed, out, judge_dir, args.steps)
+        args.runs, VARIANTS, lambda v, seed: run_one(v, seed, out, judge_dir, args.steps, args.task)
     )
     keys = ["code_eval_first", "code_eval_last", "step_s", "judge_s", "agreement", "judge_on_right", "judge_on_wrong"]
+    keys.append("precision")
     headers = ["reward from", "exact eval, first", f"at step {args.steps}", "step s", "judge s", "agreement"]
-    headers += ["judge on right", "judge on wrong"]
+    headers += ["judge on right", "judge on wrong", "precision"]
     rows = [[v, *(medians[v].get(k) for k in keys)] for v in VARIANTS]
-    print_table(f"rl from a judge vs from exact, reverse of 5 letters (medians of {args.runs})", headers, rows)
-    record = {"steps": args.steps, "judge_accuracy": judge_recipe["eval_greedy_reward"], "runs": per_run}
+    print_table(f"rl from a judge vs from exact, {args.task} of 5 letters (medians of {args.runs})", headers, rows)
+    record = {
+        "task": args.task,
+        "steps": args.steps,
+        "judge_accuracy": judge_recipe["eval_greedy_reward"],
+        "runs": per_run,
+    }
     finish(NAME, record | {"medians": medians}, args.smoke)
 
 
