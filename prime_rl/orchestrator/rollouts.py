@@ -122,7 +122,7 @@ async def reply_rewards(ctx: Context, replies: list[tuple[str, Example]]) -> lis
     """The rewards of replies that are not the run's samples (the teacher's, for its level): the judge's for a judged
     source's (0 where it gives none), the verifier's for the rest."""
     judged = [i for i, (_, ex) in enumerate(replies) if ex.source in ctx.judged]
-    rest = [i for i in range(len(replies)) if i not in judged]
+    rest = [i for i, (_, ex) in enumerate(replies) if ex.source not in ctx.judged]
     items = [Judged(ex.prompt, text, ex.answer or None) for text, ex in (replies[i] for i in judged)]
     verdicts, scored = await asyncio.gather(
         ctx.judge.rewards(items) if items else asyncio.sleep(0, []),
