@@ -90,32 +90,24 @@ async def single_turn(ctx: Context, examples: list[Example], n: int, sampling: S
 
 async def rewards_of(ctx: Context, examples: list[Example], groups: Groups) -> list[float]:
     """Every sample's reward, in order: what the judge gives its reply or episode (a judged source's), what its
-    episode earned, or what the verifier gives its reply; the verifier and the judge work at once."""
+    episode earned, or what the verifier gives its reply. A sample the judge gives none trains nothing, as an
+    episode its environment broke."""
     samples = [(s, ex) for ex, group in zip(examples, groups) for s in group if not s.failed]
     judged = [(s, ex) for s, ex in samples if ex.source in ctx.judged]
     pending = [(s, ex) for s, ex in samples if s.reward is None and ex.source not in ctx.judged]
-    await asyncio.gather(verified(ctx, pending), judged_by_model(ctx, judged))
-    return [s.reward for group in groups for s in group]
-
-
-async def verified(ctx: Context, pending: list[tuple[Sample, Example]]) -> None:
-    if pending:
-        scored = await ctx.verification.rewards([(completion_text(ctx, s.completion_ids), ex) for s, ex in pending])
-        for (s, _), reward in zip(pending, scored):
-            s.reward = reward
-
-
-async def judged_by_model(ctx: Context, judged: list[tuple[Sample, Example]]) -> None:
-    """The judge's rewards; a sample it gives none trains nothing, as an episode its environment broke."""
-    if not judged:
-        return
     items = [
         Judged(prompt_text(ctx, s, ex), completion_text(ctx, s.completion_ids), ex.answer or None) for s, ex in judged
     ]
-    for (s, _), reward in zip(judged, await ctx.judge.rewards(items)):
-        if reward is None:
+    verdicts, scored = await judged_and_verified(
+        ctx, items, [(completion_text(ctx, s.completion_ids), ex) for s, ex in pending]
+    )
+    for (s, _), reward in zip(pending, scored):
+        s.reward = reward
+    for (s, _), verdict in zip(judged, verdicts):
+        if verdict is None:
             s.failed, s.loss_mask = True, [False] * len(s.completion_ids)
-        s.reward = 0.0 if reward is None else reward
+        s.reward = verdict or 0.0
+    return [s.reward for group in groups for s in group]
 
 
 async def reply_rewards(ctx: Context, replies: list[tuple[str, Example]]) -> list[float]:
@@ -123,13 +115,23 @@ async def reply_rewards(ctx: Context, replies: list[tuple[str, Example]]) -> lis
     source's (0 where it gives none), the verifier's for the rest."""
     judged = [i for i, (_, ex) in enumerate(replies) if ex.source in ctx.judged]
     rest = [i for i, (_, ex) in enumerate(replies) if ex.source not in ctx.judged]
-    items = [Judged(ex.prompt, text, ex.answer or None) for text, ex in (replies[i] for i in judged)]
-    verdicts, scored = await asyncio.gather(
-        ctx.judge.rewards(items) if items else asyncio.sleep(0, []),
-        ctx.verification.rewards([replies[i] for i in rest]) if rest else asyncio.sleep(0, []),
+    verdicts, scored = await judged_and_verified(
+        ctx,
+        [Judged(ex.prompt, text, ex.answer or None) for text, ex in (replies[i] for i in judged)],
+        [replies[i] for i in rest],
     )
     rewards = dict(zip(judged, (v or 0.0 for v in verdicts))) | dict(zip(rest, scored))
     return [rewards[i] for i in range(len(replies))]
+
+
+async def judged_and_verified(
+    ctx: Context, judged: list[Judged], verified: list[tuple[str, Example]]
+) -> tuple[list[float | None], list[float]]:
+    """The judge's verdicts (None: it gave none) and the verifier's rewards, asked at once."""
+    return await asyncio.gather(
+        ctx.judge.rewards(judged) if judged else asyncio.sleep(0, []),
+        ctx.verification.rewards(verified) if verified else asyncio.sleep(0, []),
+    )
 
 
 def prompt_text(ctx: Context, s: Sample, ex: Example) -> str:
