@@ -158,6 +158,15 @@ def test_grpo_advantages_subtract_the_group_mean():
     assert adv == pytest.approx([0.5, 0.0, 0.0, -0.5, 0.0, 0.0])  # the mean of 1, 0.5 and 0, not of all four
 
 
+def test_a_group_tied_within_float_noise_gets_no_advantage_where_std_normalize_would_blow_the_noise_up():
+    # a near-constant judge's P(yes): the 4th decimal is its server's float noise; an unrelated group still learns
+    noisy, real = [0.5371, 0.5372, 0.5370, 0.5371], [0.9, 0.1, 0.5, 0.5]
+    untied = grpo_advantages(noisy, [4], std_normalize=True)
+    assert max(map(abs, untied)) > 1  # the noise as large as a real signal
+    adv = grpo_advantages(noisy + real, [4, 4], std_normalize=True, tie_std=1e-3)
+    assert adv[:4] == [0.0] * 4 and adv[4:] == pytest.approx(grpo_advantages(real, [4], std_normalize=True))
+
+
 def test_batch_file_round_trip(tmp_path):
     samples = [
         Sample([1, 2], [3, 4, 5], [-0.1, -0.2, -0.3], 0.5, 0.75, streams={TEACHER_LOGPROBS: [-1.0, -2.0, -3.0]}),

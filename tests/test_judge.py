@@ -6,6 +6,7 @@ own weights run by transformers. The refusals are in the invalid-input catalogue
 import asyncio
 import json
 import math
+import statistics
 from dataclasses import replace
 from pathlib import Path
 
@@ -232,6 +233,15 @@ def test_the_opd_teacher_judges_replies_and_episodes_of_a_mix_as_its_weights_say
             assert r["reward/judged"] == pytest.approx(sum(played) / len(played))
         assert r["teacher/requests"] >= len(judged) and r["time/judge"] > 0
     assert judged_rewards and len(set(judged_rewards)) > 1  # verdicts, each its reply's, not one constant
+    # a group of verdicts within float noise of each other (std <= orchestrator.tie_std) is tied: no advantage
+    groups = {}
+    for s in samples:
+        if s["source"] == "judged" and not s["failed"]:
+            groups.setdefault((s["step"], s["prompt"]), []).append((s["reward"], s["advantage"]))
+    for group in groups.values():
+        rewards, advantages = zip(*group)
+        tied = statistics.pstdev(rewards) <= cfg.orchestrator.tie_std
+        assert all(a == 0 for a in advantages) if tied else any(a != 0 for a in advantages), group
     episodes = [s for s in samples if s["source"] == "episodes"]
     assert any(r.get("env/episodes/turns", 0) > 1 for r in train) and episodes
     assert any(s["loss_mask"] and not all(s["loss_mask"]) for s in episodes)  # a tool's turn inside: multi-turn

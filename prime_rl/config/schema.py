@@ -264,6 +264,7 @@ class OrchestratorConfig:
     rollouts_per_example: Count = 8  # rollouts per prompt (GRPO group size)
     max_async_level: NonNegInt = 1  # rollouts of step n may come from a policy at most this many steps old
     std_normalize: bool = True  # divide GRPO advantages by the group's reward std (GRPO); false = mean-centred only
+    tie_std: NonNeg = 1e-3  # a group of rewards whose std is at most this is tied: advantages 0 (a judge's noise)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)  # rollout sampling
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)  # DAPO's, with refill
     difficulty: DifficultyConfig = field(default_factory=DifficultyConfig)  # an online difficulty filter of prompts

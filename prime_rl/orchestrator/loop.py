@@ -227,7 +227,7 @@ async def score(ctx: Context, examples: list[Example], groups: list[list[Sample]
     o, samples = ctx.cfg.orchestrator, [s for g in groups for s in g]
     shaped, metrics = shaped_rewards(ctx.cfg, samples, rewards)
     counted = [not (s.failed or s.off_policy) for s in samples]  # the policy's own samples
-    for s, adv in zip(samples, grpo_advantages(shaped, [len(g) for g in groups], o.std_normalize, counted)):
+    for s, adv in zip(samples, grpo_advantages(shaped, [len(g) for g in groups], o.std_normalize, counted, o.tie_std)):
         s.advantage = adv
     played = [(source, r) for source, r, c in zip(sources, rewards, counted) if c]
     if not played:  # every prompt on fixed completions (modes.opd.on_policy=0)
