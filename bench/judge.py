@@ -21,11 +21,12 @@ from pathlib import Path
 
 from common import REPO, add_runs_arg, bench_dir, compare_variants, finish, median, print_table, run_launcher
 
-from prime_rl.config.schema import LrSchedule, TinyModelConfig, WarmStartConfig
+from prime_rl.config.schema import LrSchedule, TaskConfig, TinyModelConfig, WarmStartConfig
+from prime_rl.prepare import prepare_model
+from prime_rl.tasks.builtin import TINY_JUDGE_RUBRIC
 
 NAME = "judge"
 WORDS = {"min_len": 5, "max_len": 5}
-JUDGE_RUBRIC = "{answer} vs {completion}: same?"  # the built-in judge task's (prime_rl/tasks/builtin.py)
 VARIANTS = ("verifier", "judge")
 ANSWERS = {"reverse": lambda word: word[::-1], "sort": lambda word: "".join(sorted(word))}  # --task: the right reply
 # four layers (two never learnt to compare two strings), 8000 steps (at 3000 it passed more near misses)
@@ -35,9 +36,6 @@ JUDGE_WARM_START = WarmStartConfig(steps=8000, lr=1e-3, warmup_steps=100, schedu
 
 def judge_model(cache: Path) -> Path:
     """The judge's model dir, built once per recipe (cached like every tiny model)."""
-    from prime_rl.config.schema import TaskConfig
-    from prime_rl.prepare import prepare_model
-
     return prepare_model("tiny", JUDGE_MODEL, JUDGE_WARM_START, TaskConfig(name="judge", options=WORDS), str(cache))
 
 
@@ -59,7 +57,7 @@ def overrides(variant: str, judge_dir: Path, steps: int, seed: int, task: str, t
     if variant == "verifier":
         return [*common, "task.verifier=exact"]
     judge = f"++teachers={{judge:{{kind:local_vllm,model:'{judge_dir}'}}}}"
-    return [*common, "task.verifier=judge", judge, "judge.teacher=judge", f"judge.rubric='{JUDGE_RUBRIC}'"]
+    return [*common, "task.verifier=judge", judge, "judge.teacher=judge", f"judge.rubric='{TINY_JUDGE_RUBRIC}'"]
 
 
 def agreement(run_dir: Path, task: str) -> dict:
